@@ -1,0 +1,10 @@
+@0xe4aa5b7647536151;
+# An echo interface for the CoalescingStream RPC test.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::test");
+
+interface EchoTest {
+  echo @0 (seq :UInt32, payload :Data) -> (seq :UInt32, payload :Data);
+  # Returns its arguments unchanged.
+}
