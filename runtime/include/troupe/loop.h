@@ -1,0 +1,166 @@
+// File: troupe/loop.h
+//
+// One event loop per process: KJ's UnixEventPort (Cap'n Proto RPC, timers, sockets) with libuv
+// embedded in it. libuv owns child processes (uv_spawn), signals (uv_signal) and the compute thread
+// pool (uv_queue_work); KJ owns everything else. The bridge watches libuv's backend fd with a KJ
+// FdObserver, turns uv_backend_timeout() into a KJ timer and runs uv_run(UV_RUN_NOWAIT) on each
+// wake-up, so actor code only ever sees kj::Promise.
+//
+// Pitfalls this bridge handles, all seen on capnp 0.9.2 + libuv 1.44:
+// - uv_backend_timeout() is 0 when libuv has nothing active: we sleep until kicked, not spin;
+// - KJ's FdObserver is edge-triggered: the fd's level is checked before each wait;
+// - the observer is destroyed before uv_loop_close();
+// - after any libuv call made from KJ code, the pump must be kicked (kick()) to pick up new timeouts;
+// - KJ's captureChildExit() and captureSignal() are never used: KJ's waitpid(-1) would steal
+//   libuv's children, and a signal can have one owner only.
+
+#pragma once
+
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <kj/debug.h>
+#include <kj/function.h>
+#include <kj/timer.h>
+#include <uv.h>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace troupe {
+
+class EventLoop {
+  // The process's event loop. Create exactly one, on the main thread, before anything async.
+ public:
+  explicit EventLoop(unsigned poolThreads = 0);
+  // `poolThreads` sizes libuv's compute pool (0 = the number of online CPUs). libuv's pool is
+  // process-wide and sized once, on first use: only the first EventLoop's value takes effect.
+  ~EventLoop() noexcept(false);
+  KJ_DISALLOW_COPY(EventLoop);
+
+  kj::WaitScope& waitScope() { return io_.waitScope; }
+  kj::AsyncIoProvider& io() { return *io_.provider; }
+  kj::LowLevelAsyncIoProvider& lowLevel() { return *io_.lowLevelProvider; }
+  kj::Timer& timer() { return io_.provider->getTimer(); }
+  kj::UnixEventPort& eventPort() { return io_.unixEventPort; }
+  unsigned poolThreads() const { return poolThreads_; }
+
+  uv_loop_t* uv() { return &uv_; }
+  // The embedded libuv loop. Call kick() after starting anything on it from KJ code.
+
+  void kick();
+  // Wakes the pump so it recomputes libuv's timeout. Cheap; safe to call often.
+
+  template <typename Fn>
+  auto offload(Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>>;
+  // Runs `fn` on the compute pool and resolves on the loop thread with its result (or its
+  // exception). Dropping the promise cancels work that has not started; work already running
+  // finishes and its result is discarded, so `fn` must own (capture by value) what it touches.
+
+  void onSignal(int signum, kj::Function<void(int)> handler);
+  // Calls `handler` on the loop thread each time `signum` arrives (through uv_signal).
+
+  uint64_t pumpWakeups() const { return wakeups_; }
+  // How many times the pump has woken. Tests use it to check that an idle loop does not spin.
+
+ private:
+  struct WorkBase;
+  template <typename T>
+  struct Work;
+  template <typename T>
+  class WorkAdapter;
+
+  kj::Promise<void> pump();
+  kj::Promise<void> waitForUv();
+  void queue(WorkBase& work);
+
+  kj::AsyncIoContext io_;
+  uv_loop_t uv_;
+  unsigned poolThreads_;
+  kj::Own<kj::UnixEventPort::FdObserver> observer_;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> kicker_;
+  kj::Promise<void> pumpTask_;
+  std::vector<uv_signal_t*> signals_;
+  uint64_t wakeups_ = 0;
+};
+
+// =======================================================================================
+// Implementation details below.
+
+struct EventLoop::WorkBase {
+  // One uv_queue_work request. Owned by libuv from queue() until its after-work callback, which
+  // calls finish() and deletes it.
+  uv_work_t req;
+  virtual ~WorkBase() noexcept(false) = default;
+  virtual void run() = 0;               // on a pool thread
+  virtual void finish(int status) = 0;  // on the loop thread
+};
+
+template <typename T>
+struct EventLoop::Work final : public WorkBase {
+  using Result = std::conditional_t<std::is_void_v<T>, kj::_::Void, T>;
+  kj::Function<Result()> fn;
+  kj::Maybe<Result> result;
+  kj::Maybe<kj::Exception> error;
+  WorkAdapter<T>* adapter = nullptr;  // null once the promise was dropped
+
+  void run() override {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = fn(); })) { error = kj::mv(*e); }
+  }
+  void finish(int status) override {
+    if (adapter == nullptr) return;  // abandoned: discard the result
+    auto& f = adapter->fulfiller_;
+    adapter->work_ = nullptr;
+    adapter = nullptr;
+    if (status == UV_ECANCELED) {
+      f.reject(KJ_EXCEPTION(DISCONNECTED, "offloaded work was cancelled"));
+    } else KJ_IF_MAYBE(e, error) {
+      f.reject(kj::mv(*e));
+    } else KJ_IF_MAYBE(r, result) {
+      if constexpr (std::is_void_v<T>) {
+        f.fulfill();
+      } else {
+        f.fulfill(kj::mv(*r));
+      }
+    }
+  }
+};
+
+template <typename T>
+class EventLoop::WorkAdapter {
+  // Ties a Work to its promise: dropping the promise tries uv_cancel() and detaches the work.
+ public:
+  WorkAdapter(kj::PromiseFulfiller<T>& fulfiller, EventLoop& loop, Work<T>* work)
+      : fulfiller_(fulfiller), work_(work) {
+    work->adapter = this;
+    loop.queue(*work);
+  }
+  ~WorkAdapter() {
+    if (work_ != nullptr) {
+      work_->adapter = nullptr;
+      uv_cancel(reinterpret_cast<uv_req_t*>(&work_->req));
+    }
+  }
+
+ private:
+  friend struct Work<T>;
+  kj::PromiseFulfiller<T>& fulfiller_;
+  Work<T>* work_;
+};
+
+template <typename Fn>
+auto EventLoop::offload(Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>> {
+  using T = std::invoke_result_t<Fn>;
+  auto work = new Work<T>();
+  if constexpr (std::is_void_v<T>) {
+    work->fn = [f = kj::fwd<Fn>(fn)]() mutable {
+      f();
+      return kj::_::Void();
+    };
+  } else {
+    work->fn = kj::fwd<Fn>(fn);
+  }
+  return kj::newAdaptedPromise<T, WorkAdapter<T>>(*this, work);
+}
+
+}  // namespace troupe

@@ -1,0 +1,118 @@
+@0xc88c11f2136f4b0a;
+# troupe's wire protocol: cluster formation, node control and the actor lifecycle.
+#
+# Every node listens on one TCP port whose bootstrap capability is a Gate: nothing else is reachable
+# before the peer proves it holds the cluster token. The head serves Cluster (the directory, the
+# scheduler and the lifecycle state machine); every node, the head included, serves Node (it hosts
+# actors). Actor references are capabilities; one that crosses nodes travels as an ActorAddress and
+# is resolved on a direct connection to the owning node, because Cap'n Proto 0.9.2 has no
+# three-party hand-off (a capability passed A -> B -> C would be proxied through B).
+#
+# User actor interfaces extend Actor:
+#   using Troupe = import "/troupe.capnp";
+#   interface Greeter extends(Troupe.Actor) { ... }
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::proto");
+
+struct ExitReason {
+  # Why an actor (or a job) ended. `normal` and `shutdown` are normal exits: they do not propagate
+  # through links. Every other kind is abnormal.
+  kind @0 :Kind;
+  text @1 :Text;
+  # One line a person can act on: which actor, on which host, and why.
+
+  enum Kind {
+    normal @0;    # the actor finished its work
+    shutdown @1;  # stopped by its parent, the job's end, or a stop() call
+    failed @2;    # threw, or asked to exit with an error
+    killed @3;    # did not stop within its deadline and was dropped
+    nodeLost @4;  # the node hosting it was lost
+    noActor @5;   # monitor() of an id that never existed
+  }
+}
+
+struct ActorAddress {
+  # Where an actor lives. Resolve it with Node.resolve() on a direct connection to `address`.
+  id @0 :UInt64;
+  incarnation @1 :UInt32;   # bumped on every restart
+  nodeId @2 :UInt32;
+  host @3 :Text;            # e.g. "algo-2"
+  group @4 :Text;           # the instance group of that host
+  address @5 :Text;         # "ip:port" of the owning node's listener
+  typeName @6 :Text;
+  name @7 :Text;            # empty when unnamed
+}
+
+struct NodeInfo {
+  host @0 :Text;
+  group @1 :Text;
+  instanceType @2 :Text;
+  address @3 :Text;         # "ip:port" this node listens on
+  vcpus @4 :UInt32;
+  gpus @5 :UInt32;
+  memoryBytes @6 :UInt64;
+  pid @7 :UInt32;
+}
+
+struct SpawnSpec {
+  typeName @0 :Text;        # as registered with troupe::Registry
+  name @1 :Text;            # optional; named actors can be found with Cluster.lookup()
+  args @2 :Data;            # a serialized Cap'n Proto message of the type's own argument struct
+  placement @3 :Text;       # troupe::sched::Placement in its textual form
+  parent @4 :UInt64;        # 0 = the driver (the root of the tree)
+  link @5 :Bool = true;     # link to the parent: an abnormal exit escalates to it
+  maxRestarts @6 :UInt32;   # restarts allowed within restartWindowMs before escalating
+  restartWindowMs @7 :UInt32 = 60000;
+  stopTimeoutMs @8 :UInt32 = 5000;  # after this, a stopping actor is killed
+}
+
+interface Gate {
+  # The bootstrap capability of every node's port.
+  login @0 (token :Data) -> (node :Node, cluster :Cluster);
+  # Compares `token` with the cluster token in constant time. `cluster` is null on non-head nodes.
+}
+
+interface Cluster {
+  # Served by the head.
+  join @0 (info :NodeInfo, node :Node) -> (nodeId :UInt32, heartbeatMs :UInt32);
+  heartbeat @1 (nodeId :UInt32);
+  spawn @2 (spec :SpawnSpec) -> (actors :List(ActorAddress));
+  # Places and starts one actor, or several for a multi-instance placement (onePerNode, perVcpu).
+  resolve @3 (id :UInt64) -> (actor :ActorAddress);
+  # The current incarnation of an actor.
+  lookup @4 (name :Text) -> (actor :ActorAddress);
+  actorExited @5 (id :UInt64, incarnation :UInt32, reason :ExitReason);
+  # A node reports an actor that ended by itself.
+  link @6 (a :UInt64, b :UInt64);
+  monitor @7 (target :UInt64, watcher :Watcher);
+  stop @8 (id :UInt64);
+  # Stops an actor and its children (the cascade).
+  finish @9 (ok :Bool, reason :Text);
+  # Ends the job, e.g. because a node received SIGTERM.
+}
+
+interface Node {
+  # Served by every node.
+  host @0 (spec :SpawnSpec, address :ActorAddress) -> (actor :Actor);
+  resolve @1 (id :UInt64) -> (actor :Actor);
+  stop @2 (id :UInt64, reason :ExitReason, timeoutMs :UInt32);
+  # Runs the actor's onStop() within the deadline, then drops it; calls in flight fail.
+  kill @3 (id :UInt64, reason :ExitReason);
+  exit @4 (status :Int32, reason :Text);
+  # Stops what the node still hosts; the process exits with `status` after replying.
+  ping @5 ();
+}
+
+interface Actor {
+  # The base of every actor interface.
+  stop @0 ();
+  link @1 (other :UInt64);
+  monitor @2 (watcher :Watcher);
+  info @3 () -> (address :ActorAddress);
+}
+
+interface Watcher {
+  down @0 (id :UInt64, reason :ExitReason);
+  # Exactly once per monitor, also when monitoring started after the death.
+}

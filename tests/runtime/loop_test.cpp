@@ -1,0 +1,119 @@
+// The libuv-in-KJ bridge: timers, pool work, cancellation, a spawned child, a signal, and an idle
+// loop that does not spin.
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "troupe/loop.h"
+#include "troupe/process.h"
+
+using troupe::ChildProcess;
+using troupe::EventLoop;
+
+TEST_CASE("KJ timers run on the bridged loop", "[loop]") {
+  EventLoop loop(2);
+  auto start = loop.timer().now();
+  loop.timer().afterDelay(20 * kj::MILLISECONDS).wait(loop.waitScope());
+  REQUIRE(loop.timer().now() - start >= 20 * kj::MILLISECONDS);
+}
+
+TEST_CASE("offload runs work on the pool and returns its value", "[loop]") {
+  EventLoop loop(2);
+  auto mainThread = std::this_thread::get_id();
+  auto result = loop.offload([mainThread]() {
+                      REQUIRE(std::this_thread::get_id() != mainThread);
+                      long sum = 0;
+                      for (int i = 0; i < 1000000; ++i) sum += i % 7;
+                      return sum;
+                    })
+                    .wait(loop.waitScope());
+  long expected = 0;
+  for (int i = 0; i < 1000000; ++i) expected += i % 7;
+  REQUIRE(result == expected);
+
+  // Many at once: all complete, void results too.
+  std::atomic<int> count{0};
+  auto promises = kj::heapArrayBuilder<kj::Promise<void>>(32);
+  for (int i = 0; i < 32; ++i) promises.add(loop.offload([&count]() { ++count; }));
+  kj::joinPromises(promises.finish()).wait(loop.waitScope());
+  REQUIRE(count == 32);
+}
+
+TEST_CASE("offload propagates exceptions", "[loop]") {
+  EventLoop loop(1);
+  auto p = loop.offload([]() -> int { KJ_FAIL_REQUIRE("augmentation failed", 42); });
+  REQUIRE_THROWS_WITH(p.wait(loop.waitScope()), Catch::Contains("augmentation failed"));
+}
+
+TEST_CASE("dropping an offload promise cancels queued work", "[loop]") {
+  EventLoop loop(1);
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  // Occupy the only pool thread, then queue work behind it and drop that promise.
+  auto blocker = loop.offload([]() { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+  {
+    auto dropped = loop.offload([ran]() { ++*ran; });
+  }
+  blocker.wait(loop.waitScope());
+  loop.timer().afterDelay(50 * kj::MILLISECONDS).wait(loop.waitScope());
+  REQUIRE(*ran == 0);
+}
+
+TEST_CASE("a spawned child's output and exit code arrive", "[loop]") {
+  EventLoop loop(1);
+  std::vector<std::string> lines;
+  ChildProcess::Options opts;
+  opts.args = {"/bin/sh", "-c", "echo hello; echo world >&2; exit 3"};
+  opts.onLine = [&](kj::StringPtr line, bool err) {
+    lines.push_back(std::string(err ? "E:" : "O:") + line.cStr());
+  };
+  ChildProcess child(loop, kj::mv(opts));
+  REQUIRE(child.pid() > 0);
+  auto exit = child.onExit().wait(loop.waitScope());
+  REQUIRE(exit.status == 3);
+  REQUIRE(exit.signal == 0);
+  REQUIRE(std::find(lines.begin(), lines.end(), "O:hello") != lines.end());
+  REQUIRE(std::find(lines.begin(), lines.end(), "E:world") != lines.end());
+  REQUIRE(!child.running());
+  REQUIRE(::kill(child.pid(), 0) != 0);  // reaped
+}
+
+TEST_CASE("a killed child reports its signal", "[loop]") {
+  EventLoop loop(1);
+  ChildProcess::Options opts;
+  opts.args = {"/bin/sleep", "30"};
+  ChildProcess child(loop, kj::mv(opts));
+  child.kill(SIGTERM);
+  auto exit = child.onExit().wait(loop.waitScope());
+  REQUIRE(exit.signal == SIGTERM);
+}
+
+TEST_CASE("signals arrive through libuv", "[loop]") {
+  EventLoop loop(1);
+  int got = 0;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  loop.onSignal(SIGUSR2, [&](int sig) {
+    got = sig;
+    paf.fulfiller->fulfill();
+  });
+  loop.timer().afterDelay(10 * kj::MILLISECONDS).wait(loop.waitScope());
+  ::kill(getpid(), SIGUSR2);
+  loop.timer().timeoutAfter(2 * kj::SECONDS, kj::mv(paf.promise)).wait(loop.waitScope());
+  REQUIRE(got == SIGUSR2);
+}
+
+TEST_CASE("an idle loop does not spin", "[loop]") {
+  EventLoop loop(1);
+  // With a signal handle registered libuv is alive with no timers: the pump must sleep on the fd.
+  loop.onSignal(SIGUSR2, [](int) {});
+  loop.timer().afterDelay(10 * kj::MILLISECONDS).wait(loop.waitScope());
+  auto before = loop.pumpWakeups();
+  clock_t cpuBefore = clock();
+  loop.timer().afterDelay(300 * kj::MILLISECONDS).wait(loop.waitScope());
+  REQUIRE(loop.pumpWakeups() - before <= 2);
+  // Less than 50 ms of CPU over 300 ms of waiting.
+  REQUIRE((clock() - cpuBefore) * 1000 / CLOCKS_PER_SEC < 50);
+}
