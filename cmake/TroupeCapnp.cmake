@@ -24,5 +24,8 @@ function(troupe_capnp target)
   add_library(${target} STATIC ${sources})
   target_include_directories(${target} PUBLIC ${outdir})
   target_link_libraries(${target} PUBLIC CapnProto::capnp-rpc)
+  if(NOT target STREQUAL "troupe_proto")
+    target_link_libraries(${target} PUBLIC troupe_proto)  # for `import "/troupe.capnp"`
+  endif()
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()

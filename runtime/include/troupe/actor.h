@@ -1,0 +1,315 @@
+// File: troupe/actor.h
+//
+// Actors. An actor is a Cap'n Proto server implementing an interface that extends troupe's Actor
+// interface; a reference to it is a capability (its Client). Write one by deriving from
+// ActorBase<YourInterface> and overriding the interface's methods, which return kj::Promise and
+// must never block the event loop (use offload() for CPU work):
+//
+//   class Greeter final : public troupe::ActorBase<hello::Greeter> {
+//    public:
+//     using ActorBase::ActorBase;
+//     kj::Promise<void> greet(GreetContext call) override {
+//       call.getResults().setHost(node().host());
+//       return kj::READY_NOW;
+//     }
+//   };
+//
+// Lifecycle (Erlang/OTP semantics): every actor has a parent (the driver is the root) and by default
+// is linked to it, so an abnormal exit escalates to the parent unless the actor's restart policy
+// restarts it first. Stopping an actor stops its children first, in reverse start order, each with
+// a deadline after which it is killed. Once an actor has exited, calls on it fail with a
+// DISCONNECTED kj::Exception naming the actor and the reason; calls in flight fail the same way.
+
+#pragma once
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/async.h>
+#include <kj/time.h>
+
+#include <string>
+
+#include "troupe.capnp.h"
+#include "troupe/loop.h"
+#include "troupe/sched/placement.h"
+
+namespace troupe {
+
+using sched::Placement;
+using ExitKind = proto::ExitReason::Kind;
+
+struct Exit {
+  // Why an actor ended. NORMAL and SHUTDOWN are normal; every other kind is abnormal.
+  ExitKind kind = ExitKind::NORMAL;
+  std::string text;
+
+  bool abnormal() const { return kind != ExitKind::NORMAL && kind != ExitKind::SHUTDOWN; }
+  static Exit normal(std::string text = "normal") { return {ExitKind::NORMAL, kj::mv(text)}; }
+  static Exit shutdown(std::string text = "shutdown") { return {ExitKind::SHUTDOWN, kj::mv(text)}; }
+  static Exit failed(std::string text) { return {ExitKind::FAILED, kj::mv(text)}; }
+
+  static Exit fromProto(proto::ExitReason::Reader r);
+  void toProto(proto::ExitReason::Builder b) const;
+  std::string describe() const;  // "failed: disk full"
+};
+
+struct ActorAddress {
+  // Where an actor lives; travels between nodes in place of a capability (proto::ActorAddress).
+  uint64_t id = 0;
+  uint32_t incarnation = 0;
+  uint32_t nodeId = 0;
+  std::string host;
+  std::string group;
+  std::string address;  // "ip:port" of the owning node
+  std::string typeName;
+  std::string name;
+
+  static ActorAddress fromProto(proto::ActorAddress::Reader r);
+  void toProto(proto::ActorAddress::Builder b) const;
+  std::string describe() const;  // "'trainer' (train.Trainer #3) on algo-2 (dnn_group)"
+};
+
+template <typename T>
+class Ref : public T::Client {
+  // A reference to an actor: its capability (call methods on it directly) plus its address (pass
+  // that to other actors, which resolve it on a direct connection to the owning node).
+ public:
+  Ref(typename T::Client client, ActorAddress address)
+      // Generated Client classes inherit Capability::Client virtually: the most derived class
+      // must initialise it, or the reference would be null.
+      : capnp::Capability::Client(kj::mv(client)), T::Client(nullptr), address_(kj::mv(address)) {}
+  const ActorAddress& address() const { return address_; }
+  uint64_t id() const { return address_.id; }
+
+ private:
+  ActorAddress address_;
+};
+
+class SpawnOptions {
+  // How to start an actor besides its placement. Chain the setters:
+  //   SpawnOptions().named("trainer").restarts(3, 60 * kj::SECONDS).args<train::Args>(fill)
+ public:
+  SpawnOptions& named(std::string n) {
+    name = kj::mv(n);
+    return *this;
+  }
+  SpawnOptions& unlinked() {
+    // Do not link to the parent: an abnormal exit then only reaches monitors.
+    link = false;
+    return *this;
+  }
+  SpawnOptions& restarts(uint32_t max, kj::Duration within = 60 * kj::SECONDS) {
+    // Restart up to `max` times within `within` after an abnormal exit (including the loss of
+    // its node); past that the exit escalates to the parent.
+    maxRestarts = max;
+    restartWindow = within;
+    return *this;
+  }
+  SpawnOptions& stopTimeout(kj::Duration d) {
+    stopDeadline = d;
+    return *this;
+  }
+  template <typename S, typename Fill>
+  SpawnOptions& args(Fill&& fill) {
+    // The actor's arguments: a message of struct type S, filled by `fill(S::Builder)`. The actor
+    // reads them with context().args<S>().
+    capnp::MallocMessageBuilder message;
+    fill(message.initRoot<S>());
+    auto words = capnp::messageToFlatArray(message);
+    argBytes = kj::heapArray<kj::byte>(words.asBytes());
+    return *this;
+  }
+
+  std::string name;
+  bool link = true;
+  uint32_t maxRestarts = 0;
+  kj::Duration restartWindow = 60 * kj::SECONDS;
+  kj::Duration stopDeadline = 5 * kj::SECONDS;
+  kj::Array<kj::byte> argBytes;
+};
+
+class NodeInfo {
+  // This instance: its host, instance group, instance type and size.
+ public:
+  kj::StringPtr host() const { return host_.c_str(); }
+  kj::StringPtr group() const { return group_.c_str(); }
+  kj::StringPtr instanceType() const { return instanceType_.c_str(); }
+  kj::StringPtr address() const { return address_.c_str(); }
+  uint32_t vcpus() const { return vcpus_; }
+  uint32_t gpus() const { return gpus_; }
+  uint64_t memoryBytes() const { return memoryBytes_; }
+  bool isHead() const { return isHead_; }
+
+  std::string host_, group_, instanceType_, address_;
+  uint32_t vcpus_ = 1, gpus_ = 0;
+  uint64_t memoryBytes_ = 0;
+  bool isHead_ = false;
+};
+
+class NodeRuntime;
+
+class ActorContext {
+  // What an actor can do besides serving calls: spawn children, resolve and monitor other actors,
+  // run CPU work on the pool, and exit. One per actor incarnation, owned by the actor.
+ public:
+  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args);
+
+  const ActorAddress& self() const { return self_; }
+  const NodeInfo& node() const;
+  EventLoop& loop();
+  kj::Timer& timer() { return loop().timer(); }
+
+  template <typename S>
+  typename S::Reader args() {
+    // The arguments given at spawn (SpawnOptions::args<S>). Valid for the actor's lifetime.
+    KJ_REQUIRE(argBytes_.size() >= sizeof(capnp::word), "this actor was spawned without args",
+               self_.describe());
+    if (argReader_ == nullptr) {
+      argWords_ = kj::heapArray<capnp::word>(argBytes_.size() / sizeof(capnp::word));
+      memcpy(argWords_.begin(), argBytes_.begin(), argWords_.size() * sizeof(capnp::word));
+      argReader_ = kj::heap<capnp::FlatArrayMessageReader>(argWords_);
+    }
+    return argReader_->getRoot<S>();
+  }
+
+  template <typename T>
+  kj::Promise<Ref<T>> spawn(kj::StringPtr typeName, Placement placement,
+                            SpawnOptions options = {}) {
+    // Starts a child of this actor. The placement is decided by the head's scheduler.
+    return spawnRaw(typeName, placement, kj::mv(options), false).then([](auto refs) {
+      return Ref<T>(refs[0].client.template castAs<T>(), kj::mv(refs[0].address));
+    });
+  }
+  template <typename T>
+  kj::Promise<kj::Array<Ref<T>>> spawnMany(kj::StringPtr typeName, Placement placement,
+                                           SpawnOptions options = {}) {
+    // Starts one child per instance of a multi-instance placement (onePerNode, perVcpu, ...).
+    return spawnRaw(typeName, placement, kj::mv(options), true).then([](auto refs) {
+      return KJ_MAP(r, refs) { return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address)); };
+    });
+  }
+
+  template <typename T>
+  typename T::Client resolve(const ActorAddress& address) {
+    // A capability for the actor at `address`, over a direct connection to its node (cached per
+    // peer). Calls queue until the connection is up.
+    return resolveRaw(address).template castAs<T>();
+  }
+  template <typename T>
+  typename T::Client resolve(proto::ActorAddress::Reader address) {
+    return resolve<T>(ActorAddress::fromProto(address));
+  }
+
+  kj::Promise<ActorAddress> lookup(kj::StringPtr name);
+  // The current incarnation of a named actor; fails when no actor has that name.
+  kj::Promise<ActorAddress> current(uint64_t id);
+  // The current incarnation of an actor (after a restart it lives elsewhere).
+
+  kj::Promise<Exit> monitor(uint64_t id);
+  // Resolves once with the reason when the actor `id` exits, also if it already has.
+  kj::Promise<void> link(uint64_t id);
+  // Links this actor with `id`: an abnormal exit of either ends the other with the same reason.
+
+  template <typename Fn>
+  auto offload(Fn&& fn) {
+    // Runs CPU-heavy work on the node's compute pool; see EventLoop::offload.
+    return loop().offload(kj::fwd<Fn>(fn));
+  }
+
+  void exit(Exit reason);
+  // Ends this actor: its children are stopped, calls fail, monitors are told. An abnormal reason
+  // escalates through links (to the parent by default) unless the restart policy restarts it.
+  void fail(std::string text) { exit(Exit::failed(kj::mv(text))); }
+
+  NodeRuntime& runtime() { return node_; }
+
+  struct Spawned {
+    proto::Actor::Client client;
+    ActorAddress address;
+  };
+
+ private:
+  kj::Promise<kj::Array<Spawned>> spawnRaw(kj::StringPtr typeName, const Placement& placement,
+                                           SpawnOptions options, bool many);
+  proto::Actor::Client resolveRaw(const ActorAddress& address);
+
+  NodeRuntime& node_;
+  ActorAddress self_;
+  kj::Array<kj::byte> argBytes_;
+  kj::Array<capnp::word> argWords_;
+  kj::Own<capnp::FlatArrayMessageReader> argReader_;
+};
+
+class ActorCore {
+  // The part of every actor that does not depend on its interface. Override onStart() for work
+  // that begins when the actor starts (its failure is an abnormal exit) and onStop() for cleanup
+  // (bounded by the stop deadline).
+ public:
+  explicit ActorCore(ActorContext& context);
+  virtual ~ActorCore() noexcept(false);
+  KJ_DISALLOW_COPY(ActorCore);
+
+  virtual kj::Promise<void> onStart() { return kj::READY_NOW; }
+  virtual kj::Promise<void> onStop() { return kj::READY_NOW; }
+
+  ActorContext& context() { return *context_; }
+  const NodeInfo& node() const { return context_->node(); }
+  const ActorAddress& self() const { return context_->self(); }
+
+  // -- used by the runtime --
+  void adoptContext(kj::Own<ActorContext> context) { ownedContext_ = kj::mv(context); }
+  void markExited(const Exit& reason);
+  // After this, new calls fail and calls in flight are cancelled, with a DISCONNECTED exception.
+  bool exited() const { return exited_ != nullptr; }
+
+ protected:
+  void checkAlive() const;
+  kj::Promise<void> guard(kj::Promise<void> call) { return canceler_.wrap(kj::mv(call)); }
+
+  kj::Promise<void> stopImpl();
+  kj::Promise<void> linkImpl(uint64_t other);
+  kj::Promise<void> monitorImpl(proto::Watcher::Client watcher);
+  void infoImpl(proto::ActorAddress::Builder out) const { self().toProto(out); }
+
+ private:
+  ActorContext* context_;
+  kj::Own<ActorContext> ownedContext_;
+  kj::Canceler canceler_;
+  kj::Maybe<Exit> exited_;
+};
+
+template <typename Interface>
+class ActorBase : public Interface::Server, public ActorCore {
+  // Base of every actor. `Interface` is the generated Cap'n Proto interface type, which must
+  // extend troupe's Actor (`interface X extends(Troupe.Actor)`).
+ public:
+  using Iface = Interface;
+  using Server = typename Interface::Server;
+
+  explicit ActorBase(ActorContext& context) : ActorCore(context) {}
+
+  capnp::Capability::Server::DispatchCallResult dispatchCall(
+      uint64_t interfaceId, uint16_t methodId,
+      capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> call) override {
+    checkAlive();
+    auto result = Server::dispatchCall(interfaceId, methodId, call);
+    // The Actor interface's own methods (stop, link, ...) are control calls: they must be able to
+    // finish while the actor is being stopped.
+    if (interfaceId != capnp::typeId<proto::Actor>()) result.promise = guard(kj::mv(result.promise));
+    return result;
+  }
+
+  kj::Promise<void> stop(proto::Actor::Server::StopContext) override { return stopImpl(); }
+  kj::Promise<void> link(proto::Actor::Server::LinkContext call) override {
+    return linkImpl(call.getParams().getOther());
+  }
+  kj::Promise<void> monitor(proto::Actor::Server::MonitorContext call) override {
+    return monitorImpl(call.getParams().getWatcher());
+  }
+  kj::Promise<void> info(proto::Actor::Server::InfoContext call) override {
+    infoImpl(call.getResults().initAddress());
+    return kj::READY_NOW;
+  }
+};
+
+}  // namespace troupe

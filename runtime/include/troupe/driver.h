@@ -1,0 +1,82 @@
+// File: troupe/driver.h
+//
+// The driver: the function an app passes to troupe::run(). It runs on the head once every
+// expected node has joined, spawns actors with placements, calls them, and ends the job by
+// resolving its promise. Actors it spawns are the roots of the actor tree; when the promise
+// resolves (or fails), the head stops them (the cascade) and then tells every node to exit with
+// the job's status.
+
+#pragma once
+
+#include <kj/async.h>
+#include <kj/function.h>
+
+#include <string>
+#include <vector>
+
+#include "troupe/actor.h"
+
+namespace troupe {
+
+class Head;
+
+class Driver {
+ public:
+  explicit Driver(Head& head, std::vector<std::string> args);
+
+  template <typename T>
+  Ref<T> spawn(kj::StringPtr typeName, Placement placement, SpawnOptions options = {}) {
+    // Starts one actor. The placement is decided now: an impossible one throws with the reason
+    // ("no node in group 'dnn_group' has 1 free gpu: ..."). Calls on the returned ref queue until
+    // the actor has started.
+    auto spawned = spawnRaw(typeName, placement, kj::mv(options), false);
+    return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address));
+  }
+
+  template <typename T>
+  kj::Array<Ref<T>> spawnMany(kj::StringPtr typeName, Placement placement,
+                              SpawnOptions options = {}) {
+    // Starts every instance of a multi-instance placement (perVcpu, perNode, onePerNode).
+    auto spawned = spawnRaw(typeName, placement, kj::mv(options), true);
+    return KJ_MAP(s, spawned) { return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address)); };
+  }
+
+  template <typename T>
+  kj::Array<Ref<T>> spawnEach(kj::StringPtr typeName, Placement placement = Placement::any(),
+                              SpawnOptions options = {}) {
+    // One actor on every node: spawnMany with the placement made one-per-node.
+    return spawnMany<T>(typeName, placement.perNode(1), kj::mv(options));
+  }
+
+  template <typename T>
+  typename T::Client resolve(const ActorAddress& address) {
+    return resolveRaw(address).template castAs<T>();
+  }
+
+  kj::Promise<void> stop(uint64_t actorId);
+  // Stops an actor and its children (the cascade); resolves when they are gone.
+  kj::Promise<Exit> monitor(uint64_t actorId);
+  // Resolves once with the reason when the actor exits, also if it already has.
+  kj::Maybe<ActorAddress> lookup(kj::StringPtr name);
+  kj::Maybe<ActorAddress> current(uint64_t actorId);
+
+  const std::vector<std::string>& args() const { return args_; }
+  // The app's own command-line arguments (those troupe did not consume).
+  const NodeInfo& node() const;
+  std::vector<NodeInfo> nodes() const;
+  // Every node in the cluster, sorted by host.
+  EventLoop& loop();
+  kj::Timer& timer() { return loop().timer(); }
+
+ private:
+  kj::Array<ActorContext::Spawned> spawnRaw(kj::StringPtr typeName, const Placement& placement,
+                                            SpawnOptions options, bool many);
+  proto::Actor::Client resolveRaw(const ActorAddress& address);
+
+  Head& head_;
+  std::vector<std::string> args_;
+};
+
+using DriverFunction = kj::Function<kj::Promise<void>(Driver& job)>;
+
+}  // namespace troupe

@@ -1,0 +1,48 @@
+// File: troupe/registry.h
+//
+// The actor types a binary can host, registered explicitly in main() and handed to troupe::run().
+// The same binary runs on every instance, so every node can host every registered type.
+
+#pragma once
+
+#include <kj/function.h>
+
+#include <map>
+#include <string>
+
+#include "troupe/actor.h"
+
+namespace troupe {
+
+class Registry {
+ public:
+  template <typename A>
+  Registry& add(std::string typeName) {
+    // Registers actor class A (an ActorBase<Interface> constructible from ActorContext&) under
+    // `typeName`, the name spawn() uses. Registering a name twice is a bug.
+    KJ_REQUIRE(factories_.count(typeName) == 0, "actor type registered twice", typeName);
+    factories_.emplace(typeName, [](kj::Own<ActorContext> context) {
+      auto actor = kj::heap<A>(*context);
+      actor->adoptContext(kj::mv(context));
+      ActorCore& core = *actor;
+      typename A::Iface::Client client = kj::mv(actor);
+      return Created{client, core};
+    });
+    return *this;
+  }
+
+  struct Created {
+    proto::Actor::Client client;
+    ActorCore& core;
+  };
+
+  bool has(const std::string& typeName) const { return factories_.count(typeName) != 0; }
+  std::string names() const;  // "hello.Greeter, train.Trainer", for messages
+  Created create(const std::string& typeName, kj::Own<ActorContext> context) const;
+  // Throws a FAILED kj::Exception naming the type and the registered ones when unknown.
+
+ private:
+  std::map<std::string, kj::Function<Created(kj::Own<ActorContext>)>> factories_;
+};
+
+}  // namespace troupe

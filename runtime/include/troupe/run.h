@@ -1,0 +1,48 @@
+// File: troupe/run.h
+//
+// The entry point of every troupe binary:
+//
+//   int main(int argc, char* argv[]) {
+//     troupe::Registry types;
+//     types.add<Greeter>("hello.Greeter");
+//     return troupe::run(argc, argv, types, [](troupe::Driver& job) { ... });
+//   }
+//
+// run() reads the cluster description, decides this process's role, forms the cluster (the head
+// waits for every expected host; workers join with retry), then either runs the driver (on the
+// head) or serves as a worker until the head tells it to exit. It ends the process with the job's
+// exit code (troupe/exit_codes.h) and never returns; its int type only lets main() say
+// `return troupe::run(...)`.
+
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "troupe/driver.h"
+#include "troupe/registry.h"
+
+namespace troupe {
+
+struct RunOptions {
+  // Defaults an app may set in code; flags and TROUPE_* environment variables override them.
+  std::string headGroup;  // --head-group / TROUPE_HEAD_GROUP; empty: the GPU group, else first host
+  std::string clusterFile;  // --cluster / TROUPE_CLUSTER_FILE
+  std::string hostMapFile;  // --host-map / TROUPE_HOST_MAP
+  std::string token;        // --token / TROUPE_TOKEN
+  unsigned port = 7077;     // --port / TROUPE_PORT, when the host map has no entry
+  unsigned joinTimeoutMs = 60000;    // --join-timeout-ms: the cluster must form within this
+  unsigned heartbeatMs = 500;        // --heartbeat-ms: how often workers send heartbeats
+  unsigned nodeTimeoutMs = 3000;     // --node-timeout-ms: the head declares a silent node lost
+  unsigned headTimeoutMs = 5000;     // --head-timeout-ms: a worker exits after losing the head
+  unsigned stopTimeoutMs = 5000;     // --stop-timeout-ms: default per-actor stop deadline
+  unsigned vcpus = 0, gpus = 0;      // --vcpus/--gpus: override the instance table (0 = table)
+  uint64_t memoryBytes = 0;          // --memory-bytes
+  uint64_t maxMessageBytes = 64ull << 20;  // --max-message-bytes: larger messages are refused
+  std::string logLevel = "info";     // --log-level / TROUPE_LOG_LEVEL
+};
+
+[[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,
+                      RunOptions defaults = {});
+
+}  // namespace troupe

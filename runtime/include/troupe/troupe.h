@@ -1,0 +1,13 @@
+// File: troupe/troupe.h
+//
+// Everything an actor app includes. See docs/guide.md for a first app.
+
+#pragma once
+
+#include "troupe/actor.h"      // ActorBase, ActorContext, Ref, SpawnOptions, Exit
+#include "troupe/driver.h"     // Driver: spawn, call, stop, monitor from the head
+#include "troupe/exit_codes.h" // how processes exit
+#include "troupe/loop.h"       // EventLoop, offload
+#include "troupe/registry.h"   // Registry: the actor types a binary can host
+#include "troupe/run.h"        // troupe::run()
+#include "troupe/sched/placement.h"  // Placement: where actors go

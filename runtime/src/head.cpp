@@ -1,0 +1,715 @@
+#include "head.h"
+
+#include <spdlog/spdlog.h>
+
+#include "log.h"
+
+#include <algorithm>
+
+#include "troupe/exit_codes.h"
+#include "troupe/sched/decide.h"
+
+namespace troupe {
+
+namespace {
+
+sched::Resources capacityOf(const NodeInfo& info) {
+  return sched::Resources::of(info.vcpus(), info.gpus(), info.memoryBytes());
+}
+
+std::string nodeLine(const NodeInfo& info) {
+  return std::string(info.host().cStr()) + " (" + info.group().cStr() + ")";
+}
+
+}  // namespace
+
+// =======================================================================================
+// SpawnRequest
+
+SpawnRequest SpawnRequest::fromProto(proto::SpawnSpec::Reader spec) {
+  SpawnRequest r;
+  r.typeName = spec.getTypeName();
+  r.name = spec.getName();
+  r.args = kj::heapArray(spec.getArgs());
+  auto parsed = Placement::parse(spec.getPlacement().cStr());
+  if (!parsed) {
+    kj::throwFatalException(KJ_EXCEPTION(FAILED, kj::str(parsed.error.c_str())));
+  }
+  r.placement = *parsed.value;
+  r.parent = spec.getParent();
+  r.link = spec.getLink();
+  r.maxRestarts = spec.getMaxRestarts();
+  r.restartWindow = spec.getRestartWindowMs() * kj::MILLISECONDS;
+  r.stopTimeout = spec.getStopTimeoutMs() * kj::MILLISECONDS;
+  return r;
+}
+
+void SpawnRequest::toProto(proto::SpawnSpec::Builder spec) const {
+  spec.setTypeName(typeName);
+  spec.setName(name);
+  spec.setArgs(args);
+  spec.setPlacement(placement.toText());
+  spec.setParent(parent);
+  spec.setLink(link);
+  spec.setMaxRestarts(maxRestarts);
+  spec.setRestartWindowMs(restartWindow / kj::MILLISECONDS);
+  spec.setStopTimeoutMs(stopTimeout / kj::MILLISECONDS);
+}
+
+// =======================================================================================
+// Head: formation
+
+Head::Head(NodeRuntime& node, DriverFunction driver, std::vector<std::string> appArgs)
+    : node_(node), driverFn_(kj::mv(driver)), tasks_(*this), finished_(nullptr) {
+  driver_ = kj::heap<Driver>(*this, kj::mv(appArgs));
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  finishFulfiller_ = kj::mv(paf.fulfiller);
+  finished_ = paf.promise.fork();
+  for (auto& g : node_.config().groups) {
+    for (auto& h : g.hosts) {
+      if (h != node_.config().currentHost) view_.expectHost({h, g.name, g.instanceType});
+    }
+  }
+}
+
+Head::~Head() noexcept(false) {}
+
+void Head::taskFailed(kj::Exception&& exception) {
+  spdlog::debug("head task failed: {}", exception.getDescription().cStr());
+}
+
+uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
+  std::string host = info.host().cStr();
+  auto& config = node_.config();
+  if (!std::binary_search(config.hosts.begin(), config.hosts.end(), host)) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("host '", host, "' is not in the cluster description ", config.source,
+                        "; every instance must be started with the same cluster file")));
+  }
+  auto& group = config.groupOf(host);
+  if (group.name != info.group().cStr()) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("host '", host, "' says it is in group '", info.group(), "' but ",
+                        config.source, " puts it in '", group.name.c_str(), "'")));
+  }
+  if (view_.findHost(host) != nullptr) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("host '", host, "' has already joined; two processes claim to be it")));
+  }
+  uint32_t id = nextNodeId_++;
+  sched::NodeSpec spec;
+  spec.id = id;
+  spec.host = host;
+  spec.group = info.group().cStr();
+  spec.instanceType = info.instanceType().cStr();
+  spec.capacity = capacityOf(info);
+  view_.addNode(spec, sched::NodeState::ALIVE);
+  nodes_.emplace(id, NodeEntry{id, info, kj::mv(client), true, node_.loop().timer().now()});
+  if (id != 1) {
+    spdlog::info("{} joined from {} ({} vcpus, {} gpus); {} still expected", nodeLine(info),
+                 info.address(), info.vcpus(), info.gpus(), view_.getExpectedHosts().size());
+  }
+  if (view_.getExpectedHosts().empty() && formed_.get() != nullptr) formed_->fulfill();
+  return id;
+}
+
+void Head::watchConnection(uint32_t nodeId, kj::Promise<void> disconnected) {
+  tasks_.add(disconnected.then([]() { return std::string("its connection closed"); },
+                               [](kj::Exception&& e) {
+                                 return std::string("its connection failed: ") +
+                                        e.getDescription().cStr();
+                               })
+                 .then([this, nodeId](std::string why) { nodeLost(nodeId, why); }));
+}
+
+void Head::heartbeat(uint32_t nodeId) {
+  auto* n = findNode(nodeId);
+  if (n != nullptr) n->lastHeartbeat = node_.loop().timer().now();
+}
+
+kj::Promise<void> Head::formCluster() {
+  // The head is a node too: it joins its own directory first.
+  join(node_.info(), node_.selfClient());
+  if (view_.getExpectedHosts().empty()) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  formed_ = kj::mv(paf.fulfiller);
+  auto timeout = node_.options().joinTimeoutMs * kj::MILLISECONDS;
+  return paf.promise.exclusiveJoin(node_.loop().timer().afterDelay(timeout).then([this]() {
+    std::string missing;
+    for (auto& h : view_.getExpectedHosts()) {
+      if (!missing.empty()) missing += ", ";
+      missing += h.host + " (" + h.group + ")";
+    }
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("the cluster did not form within ", node_.options().joinTimeoutMs,
+                        " ms: still missing ", missing.c_str(),
+                        "; check that they started with the same cluster file and token and can "
+                        "reach ",
+                        node_.info().address())));
+  }));
+}
+
+kj::Promise<void> Head::checkHeartbeats() {
+  auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
+  return node_.loop().timer().afterDelay(interval).then([this]() {
+    auto now = node_.loop().timer().now();
+    auto limit = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
+    std::vector<uint32_t> silent;
+    for (auto& [id, n] : nodes_) {
+      if (id != 1 && n.alive && now - n.lastHeartbeat > limit) silent.push_back(id);
+    }
+    for (auto id : silent) {
+      nodeLost(id, kj::str("no heartbeat for ", node_.options().nodeTimeoutMs, " ms").cStr());
+    }
+    return checkHeartbeats();
+  });
+}
+
+kj::Promise<void> Head::run() {
+  node_.loop().onSignal(SIGTERM, [this](int) {
+    if (finishing_) node_.requestExit(INTERRUPTED, "second SIGTERM; not waiting any longer");
+    finish(INTERRUPTED, "SIGTERM on " + nodeLine(node_.info()) + " (the head)");
+  });
+  node_.loop().onSignal(SIGINT, [this](int) {
+    if (finishing_) node_.requestExit(INTERRUPTED, "second SIGINT; not waiting any longer");
+    finish(INTERRUPTED, "SIGINT on " + nodeLine(node_.info()) + " (the head)");
+  });
+  spdlog::info("head of {} hosts in groups {}; waiting for {} to join", node_.config().hosts.size(),
+               node_.config().groupNames(), view_.getExpectedHosts().size());
+  tasks_.add(formCluster().then(
+      [this]() {
+        tasks_.add(checkHeartbeats());
+        if (!finishing_) startDriver();
+      },
+      [this](kj::Exception&& e) { finish(JOIN_FAILED, e.getDescription().cStr()); }));
+  return finished_.addBranch();
+}
+
+void Head::startDriver() {
+  spdlog::info("cluster formed: {} nodes; starting the driver", nodes_.size());
+  driverRunning_ = true;
+  driverTask_ = kj::evalLater([this]() { return driverFn_(*driver_); })
+                    .then([this]() { finish(OK, "the driver finished"); },
+                          [this](kj::Exception&& e) {
+                            finish(JOB_FAILED,
+                                   std::string("the driver failed: ") + e.getDescription().cStr());
+                          })
+                    .eagerlyEvaluate(nullptr);
+}
+
+// =======================================================================================
+// Spawning
+
+Head::ActorEntry* Head::findActor(uint64_t id) {
+  auto it = actors_.find(id);
+  return it == actors_.end() ? nullptr : &it->second;
+}
+
+Head::NodeEntry* Head::findNode(uint32_t id) {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+ActorAddress Head::addressFor(uint64_t id, uint32_t incarnation, uint32_t nodeId,
+                              const SpawnRequest& spec) {
+  auto& n = nodes_.at(nodeId);
+  ActorAddress a;
+  a.id = id;
+  a.incarnation = incarnation;
+  a.nodeId = nodeId;
+  a.host = n.info.host().cStr();
+  a.group = n.info.group().cStr();
+  a.address = n.info.address().cStr();
+  a.typeName = spec.typeName;
+  a.name = spec.name;
+  return a;
+}
+
+kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
+  KJ_REQUIRE(!finishing_, "the job is ending; not starting more actors");
+  if (!node_.registry().has(request.typeName)) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("cannot spawn '", request.typeName,
+                        "': no actor type of that name is registered; registered types: ",
+                        node_.registry().names(), ". Register it in main() with Registry::add<T>(\"",
+                        request.typeName, "\")")));
+  }
+  if (request.parent != 0) {
+    auto* parent = findActor(request.parent);
+    KJ_REQUIRE(parent != nullptr && parent->state == State::RUNNING,
+               "the parent of a new actor must be running", request.parent);
+  }
+  if (!request.name.empty() && names_.count(request.name)) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("an actor named '", request.name, "' already exists; names are unique")));
+  }
+  KJ_REQUIRE(many || !request.placement.isMultiInstance(),
+             "a multi-instance placement needs spawnMany()", request.placement.describe());
+  auto decision = sched::placeMany(view_, request.placement);
+  if (auto* u = std::get_if<sched::Unschedulable>(&decision)) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("cannot place '", request.typeName, "': ", u->reason.c_str())));
+  }
+  if (auto* w = std::get_if<sched::Wait>(&decision)) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("cannot place '", request.typeName, "' yet: ", w->reason.c_str())));
+  }
+  auto& placed = std::get<sched::PlacedMany>(decision).nodeIds;
+  auto out = kj::heapArrayBuilder<ActorContext::Spawned>(placed.size());
+  size_t index = 0;
+  for (auto nodeId : placed) {
+    uint64_t id = nextActorId_++;
+    SpawnRequest spec;
+    spec.typeName = request.typeName;
+    spec.name = request.name.empty() || placed.size() == 1
+                    ? request.name
+                    : request.name + "-" + std::to_string(index);
+    spec.args = kj::heapArray(request.args.asPtr());
+    spec.placement = request.placement;
+    spec.parent = request.parent;
+    spec.link = request.link;
+    spec.maxRestarts = request.maxRestarts;
+    spec.restartWindow = request.restartWindow;
+    spec.stopTimeout = request.stopTimeout;
+    ++index;
+
+    KJ_ASSERT(view_.reserve(nodeId, spec.placement.getResources()), "scheduler overcommitted");
+    ActorEntry entry;
+    entry.address = addressFor(id, 1, nodeId, spec);
+    entry.reserved = true;
+    if (spec.link) {
+      entry.links.insert(spec.parent);
+      if (spec.parent != 0) actors_.at(spec.parent).links.insert(id);
+    }
+    if (!spec.name.empty()) names_[spec.name] = id;
+    if (spec.parent == 0) {
+      rootChildren_.push_back(id);
+    } else {
+      actors_.at(spec.parent).children.push_back(id);
+    }
+    entry.spec = kj::mv(spec);
+    auto& stored = actors_.emplace(id, kj::mv(entry)).first->second;
+    hostOn(stored);
+    out.add(ActorContext::Spawned{stored.client, stored.address});
+  }
+  return out.finish();
+}
+
+void Head::hostOn(ActorEntry& entry) {
+  auto& n = nodes_.at(entry.address.nodeId);
+  auto req = n.client.hostRequest();
+  entry.spec.toProto(req.initSpec());
+  entry.address.toProto(req.initAddress());
+  auto response = req.send();
+  entry.client = response.getActor();
+  auto id = entry.address.id;
+  auto incarnation = entry.address.incarnation;
+  auto description = entry.address.describe();
+  spdlog::info("started {}", description);
+  entry.started = response.ignoreResult()
+                      .catch_([this, id, incarnation, description](kj::Exception&& e) {
+                        actorExited(id, incarnation,
+                                    Exit::failed(std::string("could not start: ") +
+                                                 e.getDescription().cStr()));
+                        kj::throwFatalException(kj::mv(e));
+                      })
+                      .fork();
+  KJ_IF_MAYBE(s, entry.started) { tasks_.add(s->addBranch()); }
+}
+
+kj::Promise<void> Head::whenStarted(uint64_t id) {
+  auto* e = findActor(id);
+  if (e == nullptr) return kj::READY_NOW;
+  KJ_IF_MAYBE(s, e->started) { return s->addBranch(); }
+  return kj::READY_NOW;
+}
+
+kj::Maybe<ActorAddress> Head::resolve(uint64_t id) {
+  auto* e = findActor(id);
+  if (e == nullptr || e->state == State::DEAD) return nullptr;
+  return e->address;
+}
+
+kj::Maybe<ActorAddress> Head::lookup(kj::StringPtr name) {
+  auto it = names_.find(name.cStr());
+  if (it == names_.end()) return nullptr;
+  return resolve(it->second);
+}
+
+std::vector<NodeInfo> Head::nodes() const {
+  std::vector<NodeInfo> out;
+  for (auto& [id, n] : nodes_) {
+    if (n.alive) out.push_back(n.info);
+  }
+  std::sort(out.begin(), out.end(),
+            [](auto& a, auto& b) { return strcmp(a.host().cStr(), b.host().cStr()) < 0; });
+  return out;
+}
+
+proto::Node::Client Head::nodeAt(const std::string& address,
+                                 kj::Maybe<proto::Node::Client> otherwise) {
+  for (auto& [id, n] : nodes_) {
+    if (n.alive && address == n.info.address().cStr()) return n.client;
+  }
+  KJ_IF_MAYBE(o, otherwise) { return *o; }
+  return KJ_EXCEPTION(DISCONNECTED, kj::str("no live node listens at ", address.c_str()));
+}
+
+// =======================================================================================
+// Links, monitors, exits
+
+void Head::link(uint64_t a, uint64_t b) {
+  for (auto id : {a, b}) {
+    auto* e = findActor(id);
+    if (e == nullptr || e->state != State::RUNNING) {
+      kj::throwFatalException(KJ_EXCEPTION(
+          DISCONNECTED, kj::str("cannot link: actor #", id, " is not running")));
+    }
+  }
+  actors_.at(a).links.insert(b);
+  actors_.at(b).links.insert(a);
+}
+
+void Head::monitor(uint64_t target, proto::Watcher::Client watcher) {
+  auto* e = findActor(target);
+  if (e != nullptr && e->state != State::DEAD) {
+    e->watchers.push_back(kj::mv(watcher));
+    return;
+  }
+  // Dead already, or never existed: one `down` now.
+  Exit reason;
+  auto it = tombstones_.find(target);
+  if (it != tombstones_.end()) {
+    reason = it->second;
+  } else {
+    reason = Exit{ExitKind::NO_ACTOR, "no actor #" + std::to_string(target) + " ever existed"};
+  }
+  auto req = watcher.downRequest();
+  req.setId(target);
+  reason.toProto(req.initReason());
+  tasks_.add(req.send().ignoreResult());
+}
+
+std::string Head::originLine(const ActorEntry& entry, const Exit& reason) const {
+  return "actor " + entry.address.describe() + " " +
+         (reason.kind == ExitKind::NODE_LOST ? "was lost" : "failed") + ": " + reason.text;
+}
+
+void Head::actorExited(uint64_t id, uint32_t incarnation, Exit reason) {
+  auto* e = findActor(id);
+  if (e == nullptr || e->state != State::RUNNING || e->address.incarnation != incarnation) return;
+  if (reason.abnormal()) reason.text = originLine(*e, reason);
+  tasks_.add(terminate(id, kj::mv(reason), true, true));
+}
+
+void Head::nodeLost(uint32_t nodeId, std::string why) {
+  auto* n = findNode(nodeId);
+  if (n == nullptr || !n->alive) return;
+  n->alive = false;
+  view_.setState(nodeId, sched::NodeState::LOST);
+  if (finishing_) {
+    spdlog::debug("{} left: {}", nodeLine(n->info), why);
+    return;
+  }
+  spdlog::error("node {} was lost: {}", nodeLine(n->info), why);
+  std::vector<uint64_t> hosted;
+  for (auto& [id, a] : actors_) {
+    if (a.address.nodeId == nodeId && a.state == State::RUNNING) hosted.push_back(id);
+  }
+  auto text = "node " + nodeLine(n->info) + " was lost: " + why;
+  for (auto id : hosted) {
+    auto* a = findActor(id);
+    if (a == nullptr || a->state != State::RUNNING) continue;
+    Exit reason{ExitKind::NODE_LOST, originLine(*a, Exit{ExitKind::NODE_LOST, text})};
+    tasks_.add(terminate(id, reason, true, true));
+  }
+}
+
+kj::Promise<void> Head::stop(uint64_t id) {
+  return terminate(id, Exit::shutdown("stopped"), false, false);
+}
+
+kj::Promise<void> Head::terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart) {
+  auto* e = findActor(id);
+  if (e == nullptr || e->state != State::RUNNING) return kj::READY_NOW;
+  e->state = State::STOPPING;
+  return stopChildren(id)
+      .then([this, id, reason, alreadyGone]() -> kj::Promise<void> {
+        auto* e = findActor(id);
+        if (alreadyGone || e == nullptr) return kj::READY_NOW;
+        return stopOnNode(*e, reason);
+      })
+      .then([this, id, reason, mayRestart]() mutable {
+        auto* e = findActor(id);
+        if (e == nullptr) return;
+        releaseResources(*e);
+        if (mayRestart && reason.abnormal() && !finishing_ && tryRestart(*e, reason)) return;
+        finalize(id, reason);
+      });
+}
+
+kj::Promise<void> Head::stopChildren(uint64_t id) {
+  auto* e = findActor(id);
+  if (e == nullptr) return kj::READY_NOW;
+  // Reverse start order, one at a time, like an OTP supervisor.
+  std::vector<uint64_t> children(e->children.rbegin(), e->children.rend());
+  kj::Promise<void> chain = kj::READY_NOW;
+  for (auto child : children) {
+    chain = chain.then([this, child]() {
+      return terminate(child, Exit::shutdown("its parent is stopping"), false, false);
+    });
+  }
+  return chain;
+}
+
+kj::Promise<void> Head::stopOnNode(ActorEntry& entry, Exit reason) {
+  auto* n = findNode(entry.address.nodeId);
+  if (n == nullptr || !n->alive) return kj::READY_NOW;
+  auto req = n->client.stopRequest();
+  req.setId(entry.address.id);
+  reason.toProto(req.initReason());
+  auto timeout = entry.spec.stopTimeout;
+  req.setTimeoutMs(timeout / kj::MILLISECONDS);
+  auto client = n->client;
+  auto id = entry.address.id;
+  auto description = entry.address.describe();
+  // The node enforces the deadline; this one covers a node that does not answer at all.
+  return node_.loop()
+      .timer()
+      .timeoutAfter(timeout + 2 * kj::SECONDS, req.send().ignoreResult())
+      .catch_([this, client, id, reason, description](kj::Exception&& e) mutable {
+        spdlog::warn("stopping {} failed ({}); killing it", description,
+                     e.getDescription().cStr());
+        auto kill = client.killRequest();
+        kill.setId(id);
+        Exit{ExitKind::KILLED, reason.text}.toProto(kill.initReason());
+        tasks_.add(kill.send().ignoreResult());
+      });
+}
+
+void Head::releaseResources(ActorEntry& entry) {
+  if (!entry.reserved) return;
+  entry.reserved = false;
+  if (view_.findNode(entry.address.nodeId) != nullptr) {
+    view_.release(entry.address.nodeId, entry.spec.placement.getResources());
+  }
+}
+
+bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
+  if (entry.spec.maxRestarts == 0) return false;
+  auto now = node_.loop().timer().now();
+  while (!entry.restarts.empty() && now - entry.restarts.front() > entry.spec.restartWindow) {
+    entry.restarts.pop_front();
+  }
+  if (entry.restarts.size() >= entry.spec.maxRestarts) {
+    reason.text += kj::str(" (restart limit reached: ", entry.spec.maxRestarts, " within ",
+                           entry.spec.restartWindow / kj::MILLISECONDS, " ms)")
+                       .cStr();
+    return false;
+  }
+  auto decision = sched::place(view_, entry.spec.placement);
+  auto* placed = std::get_if<sched::Placed>(&decision);
+  if (placed == nullptr || !view_.reserve(placed->nodeId, entry.spec.placement.getResources())) {
+    std::string why = placed ? "no capacity" : std::visit([](auto& d) -> std::string {
+      if constexpr (requires { d.reason; }) return d.reason;
+      return "";
+    }, decision);
+    reason.text += " (could not restart it: " + why + ")";
+    return false;
+  }
+  entry.restarts.push_back(now);
+  entry.reserved = true;
+  entry.state = State::RUNNING;
+  entry.children.clear();
+  auto incarnation = entry.address.incarnation + 1;
+  entry.address = addressFor(entry.address.id, incarnation, placed->nodeId, entry.spec);
+  spdlog::warn("restarting {} (restart {} of {}) after: {}", entry.address.describe(),
+               entry.restarts.size(), entry.spec.maxRestarts, reason.text);
+  hostOn(entry);
+  return true;
+}
+
+void Head::finalize(uint64_t id, Exit reason) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) return;
+  auto entry = kj::mv(it->second);
+  actors_.erase(it);
+  tombstones_[id] = reason;
+  if (!entry.spec.name.empty()) names_.erase(entry.spec.name);
+  auto* siblings = &rootChildren_;
+  if (entry.spec.parent != 0) {
+    auto* parent = findActor(entry.spec.parent);
+    siblings = parent != nullptr ? &parent->children : nullptr;
+  }
+  if (siblings != nullptr) {
+    siblings->erase(std::remove(siblings->begin(), siblings->end(), id), siblings->end());
+  }
+  if (reason.abnormal()) {
+    spdlog::warn("{} exited: {}", entry.address.describe(), reason.describe());
+  } else {
+    spdlog::debug("{} exited: {}", entry.address.describe(), reason.describe());
+  }
+  for (auto& w : entry.watchers) {
+    auto req = w.downRequest();
+    req.setId(id);
+    reason.toProto(req.initReason());
+    tasks_.add(req.send().ignoreResult());
+  }
+  for (auto other : entry.links) {
+    if (other != 0) {
+      auto* o = findActor(other);
+      if (o != nullptr) o->links.erase(id);
+    }
+  }
+  if (!reason.abnormal()) return;
+  // An abnormal exit travels along links with the same reason.
+  for (auto other : entry.links) {
+    if (other == 0) {
+      finish(JOB_FAILED, reason.text);
+    } else {
+      tasks_.add(terminate(other, reason, false, true));
+    }
+  }
+}
+
+// =======================================================================================
+// The end of the job
+
+void Head::finish(int code, std::string reason) {
+  if (finishing_) return;
+  finishing_ = true;
+  code_ = code;
+  reason_ = reason;
+  if (code == OK) {
+    spdlog::info("job finished: {}", reason);
+  } else {
+    // The one line that says what failed, where, and why.
+    spdlog::error("job failed ({}): {}", exitCodeName(code), reason);
+  }
+  tasks_.add(kj::evalLater([this]() {
+    // Cancel the driver (outside of its own continuation).
+    driverTask_ = nullptr;
+    return endJob();
+  }));
+}
+
+kj::Promise<void> Head::endJob() {
+  // 1. The cascade: stop the driver's actors, newest first, each with its subtree.
+  std::vector<uint64_t> roots(rootChildren_.rbegin(), rootChildren_.rend());
+  kj::Promise<void> chain = kj::READY_NOW;
+  for (auto id : roots) {
+    chain = chain.then([this, id]() {
+      return terminate(id, Exit::shutdown("the job is ending"), false, false);
+    });
+  }
+  // 2. Every other node stops what it still hosts and exits with the job's status.
+  return chain
+      .then([this]() {
+        auto exits = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
+        for (auto& [id, n] : nodes_) {
+          if (id == 1 || !n.alive) continue;
+          auto req = n.client.exitRequest();
+          req.setStatus(code_);
+          req.setReason(reason_);
+          exits.add(node_.loop()
+                        .timer()
+                        .timeoutAfter(5 * kj::SECONDS, req.send().ignoreResult())
+                        .catch_([](kj::Exception&&) {}));
+        }
+        return kj::joinPromises(exits.finish());
+      })
+      // 3. The head exits last.
+      .then([this]() { return node_.stopAll(Exit::shutdown("the job is ending")); })
+      .then([this]() {
+        node_.requestExit(code_, reason_);
+        finishFulfiller_->fulfill();
+      });
+}
+
+// =======================================================================================
+// ClusterSession
+
+kj::Promise<void> ClusterSession::join(JoinContext call) {
+  auto p = call.getParams();
+  auto in = p.getInfo();
+  NodeInfo info;
+  info.host_ = in.getHost();
+  info.group_ = in.getGroup();
+  info.instanceType_ = in.getInstanceType();
+  info.address_ = in.getAddress();
+  info.vcpus_ = in.getVcpus();
+  info.gpus_ = in.getGpus();
+  info.memoryBytes_ = in.getMemoryBytes();
+  auto id = head_.join(info, p.getNode());
+  KJ_IF_MAYBE(c, connection_) { head_.watchConnection(id, c->onDisconnect()); }
+  auto r = call.getResults();
+  r.setNodeId(id);
+  r.setHeartbeatMs(head_.node().options().heartbeatMs);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ClusterSession::heartbeat(HeartbeatContext call) {
+  head_.heartbeat(call.getParams().getNodeId());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ClusterSession::spawn(SpawnContext call) {
+  auto spec = call.getParams().getSpec();
+  auto request = SpawnRequest::fromProto(spec);
+  bool many = request.placement.isMultiInstance();
+  auto spawned = head_.spawn(kj::mv(request), many);
+  auto list = call.getResults().initActors(spawned.size());
+  auto started = kj::heapArrayBuilder<kj::Promise<void>>(spawned.size());
+  for (size_t i = 0; i < spawned.size(); ++i) {
+    spawned[i].address.toProto(list[i]);
+    started.add(head_.whenStarted(spawned[i].address.id));
+  }
+  // Reply once every instance runs, so the caller can resolve the addresses at once.
+  return kj::joinPromises(started.finish());
+}
+
+kj::Promise<void> ClusterSession::resolve(ResolveContext call) {
+  auto id = call.getParams().getId();
+  KJ_IF_MAYBE(a, head_.resolve(id)) {
+    a->toProto(call.getResults().initActor());
+    return kj::READY_NOW;
+  }
+  return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " is not running"));
+}
+
+kj::Promise<void> ClusterSession::lookup(LookupContext call) {
+  auto name = call.getParams().getName();
+  KJ_IF_MAYBE(a, head_.lookup(name)) {
+    a->toProto(call.getResults().initActor());
+    return kj::READY_NOW;
+  }
+  return KJ_EXCEPTION(FAILED, kj::str("no running actor is named '", name, "'"));
+}
+
+kj::Promise<void> ClusterSession::actorExited(ActorExitedContext call) {
+  auto p = call.getParams();
+  head_.actorExited(p.getId(), p.getIncarnation(), Exit::fromProto(p.getReason()));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ClusterSession::link(LinkContext call) {
+  head_.link(call.getParams().getA(), call.getParams().getB());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ClusterSession::monitor(MonitorContext call) {
+  head_.monitor(call.getParams().getTarget(), call.getParams().getWatcher());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> ClusterSession::stop(StopContext call) {
+  return head_.stop(call.getParams().getId());
+}
+
+kj::Promise<void> ClusterSession::finish(FinishContext call) {
+  auto p = call.getParams();
+  head_.finish(p.getOk() ? OK : INTERRUPTED, p.getReason());
+  return kj::READY_NOW;
+}
+
+}  // namespace troupe

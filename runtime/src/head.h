@@ -1,0 +1,148 @@
+// The head: the cluster directory (nodes, groups, actors), the scheduler's books, the actor
+// lifecycle state machine (tree, links, monitors, restarts) and the job's end. Private to the
+// runtime; reached over RPC through ClusterSession and locally through Driver.
+
+#pragma once
+
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "node.h"
+#include "troupe/driver.h"
+#include "troupe/sched/cluster_view.h"
+
+namespace troupe {
+
+struct SpawnRequest {
+  std::string typeName;
+  std::string name;
+  kj::Array<kj::byte> args;
+  Placement placement;
+  uint64_t parent = 0;  // 0 = the driver
+  bool link = true;
+  uint32_t maxRestarts = 0;
+  kj::Duration restartWindow = 60 * kj::SECONDS;
+  kj::Duration stopTimeout = 5 * kj::SECONDS;
+
+  static SpawnRequest fromProto(proto::SpawnSpec::Reader spec);
+  void toProto(proto::SpawnSpec::Builder spec) const;
+};
+
+class Head final : private kj::TaskSet::ErrorHandler {
+ public:
+  Head(NodeRuntime& node, DriverFunction driver, std::vector<std::string> appArgs);
+  ~Head() noexcept(false);
+
+  kj::Promise<void> run();
+  // Forms the cluster, runs the driver and ends the job; resolves when every node has been told
+  // to exit (node().exitCode() is then the job's status).
+
+  NodeRuntime& node() { return node_; }
+
+  // -- Cluster (called by ClusterSession and Driver) --
+  uint32_t join(const NodeInfo& info, proto::Node::Client client);
+  void watchConnection(uint32_t nodeId, kj::Promise<void> disconnected);
+  void heartbeat(uint32_t nodeId);
+  kj::Array<ActorContext::Spawned> spawn(SpawnRequest request, bool many);
+  kj::Promise<void> whenStarted(uint64_t id);
+  kj::Maybe<ActorAddress> resolve(uint64_t id);
+  kj::Maybe<ActorAddress> lookup(kj::StringPtr name);
+  void actorExited(uint64_t id, uint32_t incarnation, Exit reason);
+  void link(uint64_t a, uint64_t b);
+  void monitor(uint64_t target, proto::Watcher::Client watcher);
+  kj::Promise<void> stop(uint64_t id);
+  void finish(int code, std::string reason);
+  std::vector<NodeInfo> nodes() const;
+  proto::Node::Client nodeAt(const std::string& address, kj::Maybe<proto::Node::Client> otherwise);
+
+ private:
+  struct NodeEntry {
+    uint32_t id;
+    NodeInfo info;
+    proto::Node::Client client;
+    bool alive = true;
+    kj::TimePoint lastHeartbeat;
+  };
+  enum class State { RUNNING, STOPPING, DEAD };
+  struct ActorEntry {
+    ActorAddress address;
+    SpawnRequest spec;
+    std::vector<uint64_t> children;  // start order
+    std::set<uint64_t> links;        // 0 = the driver
+    std::vector<proto::Watcher::Client> watchers;
+    std::deque<kj::TimePoint> restarts;
+    State state = State::RUNNING;
+    bool reserved = false;
+    proto::Actor::Client client = nullptr;
+    kj::Maybe<kj::ForkedPromise<void>> started;
+  };
+
+  void taskFailed(kj::Exception&& exception) override;
+  kj::Promise<void> formCluster();
+  kj::Promise<void> checkHeartbeats();
+  void startDriver();
+  kj::Promise<void> endJob();
+
+  ActorEntry* findActor(uint64_t id);
+  NodeEntry* findNode(uint32_t id);
+  ActorAddress addressFor(uint64_t id, uint32_t incarnation, uint32_t nodeId,
+                          const SpawnRequest& spec);
+  void hostOn(ActorEntry& entry);
+  void nodeLost(uint32_t nodeId, std::string why);
+  kj::Promise<void> terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart);
+  kj::Promise<void> stopChildren(uint64_t id);
+  kj::Promise<void> stopOnNode(ActorEntry& entry, Exit reason);
+  bool tryRestart(ActorEntry& entry, Exit& reason);
+  void finalize(uint64_t id, Exit reason);
+  void releaseResources(ActorEntry& entry);
+  std::string originLine(const ActorEntry& entry, const Exit& reason) const;
+
+  NodeRuntime& node_;
+  DriverFunction driverFn_;
+  kj::Own<Driver> driver_;
+  kj::TaskSet tasks_;
+  sched::ClusterView view_;
+  std::map<uint32_t, NodeEntry> nodes_;
+  uint32_t nextNodeId_ = 1;
+  std::map<uint64_t, ActorEntry> actors_;
+  std::vector<uint64_t> rootChildren_;
+  std::map<uint64_t, Exit> tombstones_;
+  std::map<std::string, uint64_t> names_;
+  uint64_t nextActorId_ = 1;
+  kj::Own<kj::PromiseFulfiller<void>> formed_;
+  kj::Promise<void> driverTask_ = nullptr;
+  bool driverRunning_ = false;
+  bool finishing_ = false;
+  int code_ = 0;
+  std::string reason_;
+  kj::Own<kj::PromiseFulfiller<void>> finishFulfiller_;
+  kj::ForkedPromise<void> finished_;
+};
+
+class ClusterSession final : public proto::Cluster::Server {
+  // The head's Cluster capability as one connection (or the head itself) sees it: a node that
+  // joins over this session is declared lost when the connection drops.
+ public:
+  ClusterSession(Head& head, kj::Maybe<Connection&> connection)
+      : head_(head), connection_(connection) {}
+
+  kj::Promise<void> join(JoinContext call) override;
+  kj::Promise<void> heartbeat(HeartbeatContext call) override;
+  kj::Promise<void> spawn(SpawnContext call) override;
+  kj::Promise<void> resolve(ResolveContext call) override;
+  kj::Promise<void> lookup(LookupContext call) override;
+  kj::Promise<void> actorExited(ActorExitedContext call) override;
+  kj::Promise<void> link(LinkContext call) override;
+  kj::Promise<void> monitor(MonitorContext call) override;
+  kj::Promise<void> stop(StopContext call) override;
+  kj::Promise<void> finish(FinishContext call) override;
+
+ private:
+  Head& head_;
+  kj::Maybe<Connection&> connection_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,405 @@
+#include "node.h"
+
+#include <spdlog/spdlog.h>
+
+#include "log.h"
+#include <unistd.h>
+
+#include "coalescing_stream.h"
+#include "head.h"
+#include "troupe/exit_codes.h"
+
+namespace troupe {
+
+bool tokensEqual(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b) {
+  // Runs over the longer input whatever the contents, so timing says nothing about the token.
+  size_t n = kj::max(a.size(), b.size());
+  kj::byte diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    kj::byte x = i < a.size() ? a[i] : 0;
+    kj::byte y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+// =======================================================================================
+// Connection
+
+Connection::Connection(kj::Own<kj::AsyncIoStream> stream, capnp::rpc::twoparty::Side side,
+                       capnp::Capability::Client bootstrap, capnp::ReaderOptions options,
+                       std::string peer)
+    : stream_(kj::mv(stream)),
+      network_(*stream_, side, options),
+      rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))),
+      disconnected_(network_.onDisconnect().fork()),
+      peer_(kj::mv(peer)) {}
+
+Connection::~Connection() noexcept(false) {}
+
+capnp::Capability::Client Connection::peerBootstrap() {
+  capnp::word scratch[4];
+  memset(scratch, 0, sizeof(scratch));
+  capnp::MallocMessageBuilder message(scratch);
+  auto vatId = message.getRoot<capnp::rpc::twoparty::VatId>();
+  vatId.setSide(network_.getSide() == capnp::rpc::twoparty::Side::CLIENT
+                    ? capnp::rpc::twoparty::Side::SERVER
+                    : capnp::rpc::twoparty::Side::CLIENT);
+  return rpc_.bootstrap(vatId);
+}
+
+// =======================================================================================
+// The Node and Gate servers
+
+namespace {
+
+class NodeServer final : public proto::Node::Server {
+ public:
+  explicit NodeServer(NodeRuntime& node) : node_(node) {}
+
+  kj::Promise<void> host(HostContext call) override {
+    auto params = call.getParams();
+    auto client = node_.host(params.getSpec(), ActorAddress::fromProto(params.getAddress()));
+    call.getResults().setActor(kj::mv(client));
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> resolve(ResolveContext call) override {
+    auto id = call.getParams().getId();
+    KJ_IF_MAYBE(client, node_.find(id)) {
+      call.getResults().setActor(*client);
+      return kj::READY_NOW;
+    }
+    return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " is not hosted on ",
+                                              node_.info().host(),
+                                              ": it has exited or lives elsewhere now; ask the "
+                                              "cluster for its current address"));
+  }
+  kj::Promise<void> stop(StopContext call) override {
+    auto p = call.getParams();
+    return node_.stopActor(p.getId(), Exit::fromProto(p.getReason()),
+                           p.getTimeoutMs() * kj::MILLISECONDS);
+  }
+  kj::Promise<void> kill(KillContext call) override {
+    auto p = call.getParams();
+    node_.killActor(p.getId(), Exit::fromProto(p.getReason()));
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> exit(ExitContext call) override {
+    int status = call.getParams().getStatus();
+    std::string reason = call.getParams().getReason();
+    return node_.stopAll(Exit::shutdown("the job is ending")).then([this, status, reason]() {
+      node_.requestExit(status, reason);
+    });
+  }
+  kj::Promise<void> ping(PingContext) override { return kj::READY_NOW; }
+
+ private:
+  NodeRuntime& node_;
+};
+
+class GateServer final : public proto::Gate::Server {
+ public:
+  GateServer(NodeRuntime& node, Connection*& connection, std::string peer)
+      : node_(node), connection_(connection), peer_(kj::mv(peer)) {}
+
+  kj::Promise<void> login(LoginContext call) override {
+    auto token = call.getParams().getToken();
+    auto expected = kj::StringPtr(node_.options().token.c_str()).asBytes();
+    if (!tokensEqual(token, expected)) {
+      spdlog::warn("refused a login from {}: wrong cluster token", peer_);
+      return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
+    }
+    auto results = call.getResults();
+    results.setNode(node_.selfClient());
+    KJ_IF_MAYBE(head, node_.head()) {
+      kj::Maybe<Connection&> conn;
+      if (connection_ != nullptr) conn = *connection_;
+      results.setCluster(kj::heap<ClusterSession>(*head, conn));
+    }
+    return kj::READY_NOW;
+  }
+
+ private:
+  NodeRuntime& node_;
+  Connection*& connection_;  // set right after the connection is made
+  std::string peer_;
+};
+
+std::string peerName(kj::AsyncIoStream& stream) {
+  struct sockaddr_storage addr;
+  kj::uint len = sizeof(addr);
+  try {
+    stream.getpeername(reinterpret_cast<struct sockaddr*>(&addr), &len);
+    char host[64] = "?";
+    if (addr.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<struct sockaddr_in*>(&addr);
+      inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+      return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+    }
+  } catch (...) {
+  }
+  return "unknown peer";
+}
+
+}  // namespace
+
+// =======================================================================================
+// NodeRuntime
+
+NodeRuntime::NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions options,
+                         ClusterConfig config, HostMap hosts)
+    : loop_(loop),
+      registry_(registry),
+      options_(kj::mv(options)),
+      config_(kj::mv(config)),
+      hosts_(kj::mv(hosts)),
+      tasks_(*this),
+      self_(nullptr),
+      exitRequested_(nullptr) {
+  info_.host_ = config_.currentHost;
+  info_.group_ = config_.currentGroup;
+  info_.instanceType_ = config_.currentInstanceType;
+  info_.address_ = hosts_.addressOf(config_.currentHost);
+  headHost_ = config_.headHost(options_.headGroup);
+  info_.isHead_ = headHost_ == config_.currentHost;
+  self_ = kj::heap<NodeServer>(*this);
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  exitFulfiller_ = kj::mv(paf.fulfiller);
+  exitRequested_ = paf.promise.fork();
+}
+
+NodeRuntime::~NodeRuntime() noexcept(false) {}
+
+capnp::ReaderOptions NodeRuntime::readerOptions() const {
+  capnp::ReaderOptions o;
+  o.traversalLimitInWords = options_.maxMessageBytes / sizeof(capnp::word);
+  return o;
+}
+
+void NodeRuntime::taskFailed(kj::Exception&& exception) {
+  spdlog::debug("background task failed: {}", exception.getDescription().cStr());
+}
+
+void NodeRuntime::listen() {
+  std::string address = info_.address_;
+  // Bind the port on every interface when the host map gives no address of our own.
+  std::string bindTo = address;
+  if (hosts_.addresses.count(config_.currentHost) == 0) {
+    bindTo = "*:" + std::to_string(hosts_.defaultPort);
+  }
+  try {
+    auto addr = loop_.io().getNetwork().parseAddress(bindTo).wait(loop_.waitScope());
+    listener_ = addr->listen();
+  } catch (const kj::Exception& e) {
+    throw ConfigError("cannot listen on " + bindTo + " for host '" + config_.currentHost +
+                      "': " + e.getDescription().cStr() +
+                      "; is another process using the port? pick another with --port or the "
+                      "host map");
+  }
+  tasks_.add(acceptLoop(*listener_));
+}
+
+kj::Promise<void> NodeRuntime::acceptLoop(kj::ConnectionReceiver& receiver) {
+  return receiver.accept().then([this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
+    accepted(kj::mv(stream));
+    return acceptLoop(receiver);
+  });
+}
+
+void NodeRuntime::accepted(kj::Own<kj::AsyncIoStream> stream) {
+  auto peer = peerName(*stream);
+  try {
+    setNoDelay(*stream);
+  } catch (...) {
+  }
+  auto id = nextInbound_++;
+  // The gate needs the connection (to learn of its end) but is made before it.
+  auto slot = kj::heap<Connection*>(nullptr);
+  auto gate = kj::heap<GateServer>(*this, *slot, peer);
+  auto conn = kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
+                                   capnp::rpc::twoparty::Side::SERVER, kj::mv(gate),
+                                   readerOptions(), peer);
+  *slot = conn.get();
+  tasks_.add(conn->onDisconnect()
+                 .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
+                       [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
+                 .then([this, id, peer, slot = kj::mv(slot)](kj::Maybe<kj::Exception> error) mutable {
+                   KJ_IF_MAYBE(e, error) {
+                     spdlog::debug("connection from {} dropped: {}", peer,
+                                   e->getDescription().cStr());
+                   }
+                   *slot = nullptr;
+                   // Destroy the connection outside of its own disconnect callback.
+                   return kj::evalLater([this, id]() { inbound_.erase(id); });
+                 }));
+  inbound_.emplace(id, kj::mv(conn));
+}
+
+kj::Promise<kj::Own<Connection>> NodeRuntime::connect(const std::string& address) {
+  return loop_.io()
+      .getNetwork()
+      .parseAddress(address)
+      .then([](kj::Own<kj::NetworkAddress> addr) {
+        auto connecting = addr->connect();
+        return connecting.attach(kj::mv(addr));
+      })
+      .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
+        setNoDelay(*stream);
+        return kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
+                                    capnp::rpc::twoparty::Side::CLIENT,
+                                    capnp::Capability::Client(nullptr), readerOptions(), address);
+      });
+}
+
+proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
+  if (address == info_.address_) return self_;
+  auto it = peers_.find(address);
+  if (it != peers_.end()) return it->second.node;
+  KJ_IF_MAYBE(h, head_) {
+    // The head already holds a connection to every worker that joined.
+    return h->nodeAt(address, nullptr);
+  }
+  auto connected =
+      connect(address)
+          .then([this, address](kj::Own<Connection> conn) {
+            auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
+            login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
+            proto::Node::Client node = login.send().getNode();
+            tasks_.add(conn->onDisconnect().then([this, address]() {
+              return kj::evalLater([this, address]() { peers_.erase(address); });
+            }));
+            auto it = peers_.find(address);
+            if (it != peers_.end()) it->second.connection = kj::mv(conn);
+            return node;
+          })
+          .fork();
+  tasks_.add(connected.addBranch().ignoreResult().catch_([this, address](kj::Exception&& e) {
+    spdlog::warn("cannot connect to {}: {}", address, e.getDescription().cStr());
+    peers_.erase(address);
+  }));
+  proto::Node::Client client = connected.addBranch();
+  peers_.emplace(address, Peer{client, kj::Own<Connection>()});
+  return client;
+}
+
+proto::Cluster::Client NodeRuntime::cluster() {
+  KJ_IF_MAYBE(c, cluster_) { return *c; }
+  KJ_FAIL_REQUIRE("this node has not joined the cluster yet");
+}
+
+// -- hosting --
+
+proto::Actor::Client NodeRuntime::host(proto::SpawnSpec::Reader spec, ActorAddress address) {
+  std::string type = spec.getTypeName();
+  KJ_REQUIRE(!exiting(), "node is exiting; not starting more actors", info_.host());
+  if (!registry_.has(type)) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("actor type '", type, "' is not registered on ", info_.host(),
+                        "; registered types: ", registry_.names(),
+                        ". Register it in main() with Registry::add<T>(\"", type, "\")")));
+  }
+  auto id = address.id;
+  KJ_REQUIRE(actors_.count(id) == 0, "actor already hosted here", id);
+  auto context = kj::heap<ActorContext>(*this, address, kj::heapArray(spec.getArgs()));
+  auto created = registry_.create(type, kj::mv(context));
+  Hosted hosted{address, created.client, &created.core, spec.getStopTimeoutMs() * kj::MILLISECONDS};
+  auto& core = created.core;
+  hosted.started = kj::evalLater([&core]() { return core.onStart(); })
+                       .then([]() {},
+                             [this, id](kj::Exception&& e) {
+                               actorExited(id, Exit::failed(e.getDescription().cStr()));
+                             })
+                       .eagerlyEvaluate(nullptr);
+  spdlog::debug("hosting {}", address.describe());
+  actors_.emplace(id, kj::mv(hosted));
+  return created.client;
+}
+
+kj::Maybe<proto::Actor::Client> NodeRuntime::find(uint64_t id) {
+  auto it = actors_.find(id);
+  if (it == actors_.end() || it->second.core->exited()) return nullptr;
+  return it->second.client;
+}
+
+void NodeRuntime::forget(uint64_t id) {
+  tasks_.add(kj::evalLater([this, id]() { actors_.erase(id); }));
+}
+
+kj::Promise<void> NodeRuntime::stopActor(uint64_t id, Exit reason, kj::Duration timeout) {
+  auto it = actors_.find(id);
+  if (it == actors_.end() || it->second.stopping || it->second.core->exited()) {
+    return kj::READY_NOW;
+  }
+  auto& hosted = it->second;
+  hosted.stopping = true;
+  hosted.started = nullptr;  // cancel onStart() work still running
+  auto* core = hosted.core;
+  auto description = hosted.address.describe();
+  return loop_.timer()
+      .timeoutAfter(timeout, kj::evalNow([core]() { return core->onStop(); }))
+      .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
+            [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
+      .then([this, id, core, reason, description, timeout](kj::Maybe<kj::Exception> error) {
+        Exit final = reason;
+        KJ_IF_MAYBE(e, error) {
+          spdlog::warn("actor {} did not stop cleanly within {} ms: {}", description,
+                       timeout / kj::MILLISECONDS, e->getDescription().cStr());
+        }
+        if (actors_.count(id) && !core->exited()) core->markExited(final);
+        forget(id);
+      });
+}
+
+void NodeRuntime::killActor(uint64_t id, Exit reason) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) return;
+  it->second.started = nullptr;
+  if (!it->second.core->exited()) it->second.core->markExited(reason);
+  forget(id);
+}
+
+kj::Promise<void> NodeRuntime::stopAll(Exit reason) {
+  kj::Promise<void> chain = kj::READY_NOW;
+  for (auto it = actors_.rbegin(); it != actors_.rend(); ++it) {
+    auto id = it->first;
+    auto timeout = it->second.stopTimeout;
+    chain = chain.then([this, id, reason, timeout]() { return stopActor(id, reason, timeout); });
+  }
+  return chain;
+}
+
+void NodeRuntime::actorExited(uint64_t id, Exit reason) {
+  auto it = actors_.find(id);
+  if (it == actors_.end() || it->second.core->exited() || it->second.stopping) return;
+  auto address = it->second.address;
+  it->second.core->markExited(reason);
+  // Dropping the onStart() promise must wait: we may be inside it.
+  tasks_.add(kj::evalLater([this, id]() {
+    auto it = actors_.find(id);
+    if (it != actors_.end()) it->second.started = nullptr;
+  }));
+  forget(id);
+  if (reason.abnormal()) {
+    spdlog::warn("actor {} exited: {}", address.describe(), reason.describe());
+  } else {
+    spdlog::debug("actor {} exited: {}", address.describe(), reason.describe());
+  }
+  auto req = cluster().actorExitedRequest();
+  req.setId(id);
+  req.setIncarnation(address.incarnation);
+  reason.toProto(req.initReason());
+  tasks_.add(req.send().ignoreResult());
+}
+
+void NodeRuntime::requestExit(int code, std::string reason) {
+  if (exiting()) return;
+  exitCode_ = code;
+  if (code != 0) {
+    spdlog::error("exiting with {} ({}): {}", code, exitCodeName(code), reason);
+  } else {
+    spdlog::info("exiting with 0: {}", reason);
+  }
+  exitFulfiller_->fulfill();
+}
+
+}  // namespace troupe

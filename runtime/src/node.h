@@ -1,0 +1,138 @@
+// The per-process core: this node's identity, its listener and connections, the actors it hosts,
+// and the way the process ends. Private to the runtime.
+
+#pragma once
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "troupe/actor.h"
+#include "troupe/config.h"
+#include "troupe/registry.h"
+#include "troupe/run.h"
+
+namespace troupe {
+
+class Head;
+
+class Connection {
+  // One RPC connection: a TCP stream (TCP_NODELAY, writes coalesced per event-loop turn), its
+  // two-party network and RPC system. The acceptor side exports `bootstrap` (a Gate).
+ public:
+  Connection(kj::Own<kj::AsyncIoStream> stream, capnp::rpc::twoparty::Side side,
+             capnp::Capability::Client bootstrap, capnp::ReaderOptions options, std::string peer);
+  ~Connection() noexcept(false);
+  KJ_DISALLOW_COPY(Connection);
+
+  capnp::Capability::Client peerBootstrap();
+  kj::Promise<void> onDisconnect() { return disconnected_.addBranch(); }
+  const std::string& peer() const { return peer_; }
+
+ private:
+  kj::Own<kj::AsyncIoStream> stream_;
+  capnp::TwoPartyVatNetwork network_;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
+  kj::ForkedPromise<void> disconnected_;
+  std::string peer_;
+};
+
+class NodeRuntime final : private kj::TaskSet::ErrorHandler {
+ public:
+  NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions options, ClusterConfig config,
+              HostMap hosts);
+  ~NodeRuntime() noexcept(false);
+
+  EventLoop& loop() { return loop_; }
+  const NodeInfo& info() const { return info_; }
+  const RunOptions& options() const { return options_; }
+  const ClusterConfig& config() const { return config_; }
+  const HostMap& hosts() const { return hosts_; }
+  const Registry& registry() const { return registry_; }
+  const std::string& headHost() const { return headHost_; }
+  capnp::ReaderOptions readerOptions() const;
+
+  // -- network --
+  void listen();
+  // Binds this node's address and starts accepting. Throws ConfigError when it cannot.
+  kj::Promise<kj::Own<Connection>> connect(const std::string& address);
+  // A client connection to another node's port (no login yet).
+  proto::Node::Client selfClient() { return self_; }
+  proto::Node::Client peerNode(const std::string& address);
+  // The Node capability of the node listening at `address`, over a direct connection cached per
+  // peer (or this node itself).
+
+  proto::Cluster::Client cluster();
+  // The head's Cluster capability (local on the head).
+  void setCluster(proto::Cluster::Client cluster) { cluster_ = kj::mv(cluster); }
+  void setHead(Head& head) { head_ = head; }
+  kj::Maybe<Head&> head() { return head_; }
+
+  // -- hosting --
+  proto::Actor::Client host(proto::SpawnSpec::Reader spec, ActorAddress address);
+  kj::Maybe<proto::Actor::Client> find(uint64_t id);
+  kj::Promise<void> stopActor(uint64_t id, Exit reason, kj::Duration timeout);
+  // Runs the actor's onStop() within `timeout`, then drops it.
+  void killActor(uint64_t id, Exit reason);
+  kj::Promise<void> stopAll(Exit reason);
+  // Stops every hosted actor, newest first.
+  void actorExited(uint64_t id, Exit reason);
+  // The actor ended by itself (ActorContext::exit, or its onStart() failed): tell the head.
+  size_t hostedCount() const { return actors_.size(); }
+
+  // -- the end --
+  void requestExit(int code, std::string reason);
+  // Ends this process with `code` once the current turn is over. The first call wins.
+  kj::Promise<void> whenExitRequested() { return exitRequested_.addBranch(); }
+  int exitCode() const { return exitCode_; }
+  bool exiting() const { return exitCode_ >= 0; }
+
+  kj::TaskSet& tasks() { return tasks_; }
+
+ private:
+  struct Hosted {
+    ActorAddress address;
+    proto::Actor::Client client;
+    ActorCore* core;
+    kj::Duration stopTimeout;
+    kj::Promise<void> started = nullptr;
+    bool stopping = false;
+  };
+  struct Peer {
+    proto::Node::Client node;
+    kj::Own<Connection> connection;  // null while connecting
+  };
+
+  void taskFailed(kj::Exception&& exception) override;
+  kj::Promise<void> acceptLoop(kj::ConnectionReceiver& receiver);
+  void accepted(kj::Own<kj::AsyncIoStream> stream);
+  void forget(uint64_t id);  // drop a hosted actor at the end of this turn
+
+  EventLoop& loop_;
+  const Registry& registry_;
+  RunOptions options_;
+  ClusterConfig config_;
+  HostMap hosts_;
+  NodeInfo info_;
+  std::string headHost_;
+  kj::TaskSet tasks_;
+  proto::Node::Client self_;
+  kj::Maybe<proto::Cluster::Client> cluster_;
+  kj::Maybe<Head&> head_;
+  kj::Own<kj::ConnectionReceiver> listener_;
+  std::map<uint64_t, kj::Own<Connection>> inbound_;
+  uint64_t nextInbound_ = 0;
+  std::map<std::string, Peer> peers_;
+  std::map<uint64_t, Hosted> actors_;  // by id, which is start order
+  int exitCode_ = -1;
+  kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;
+  kj::ForkedPromise<void> exitRequested_;
+};
+
+bool tokensEqual(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b);
+// Constant-time comparison (no early exit on the first difference).
+
+}  // namespace troupe

@@ -1,0 +1,349 @@
+// troupe::run(): options, role, cluster formation (workers), and the end of the process.
+
+#include "troupe/run.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "log.h"
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <random>
+
+#include "head.h"
+#include "node.h"
+#include "troupe/exit_codes.h"
+#include "troupe/sched/instance_types.h"
+
+namespace troupe {
+
+namespace {
+
+[[noreturn]] void endProcess(int code) {
+  spdlog::shutdown();
+  fflush(stdout);
+  fflush(stderr);
+  _exit(code);
+}
+
+void setupLogging(const std::string& tag, const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("troupe");
+  logger->set_pattern("%H:%M:%S.%e %^%-5l%$ [" + tag + "] %v");
+  logger->set_level(spdlog::level::from_str(level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+unsigned machineCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// Parses flags and TROUPE_* variables over the app's defaults. Returns the app's own arguments.
+std::vector<std::string> parseOptions(int argc, char* argv[], RunOptions& o) {
+  CLI::App cli("troupe node");
+  cli.allow_extras();
+  cli.set_help_flag("--troupe-help", "troupe's options");
+  cli.add_option("--cluster", o.clusterFile, "cluster description (resourceconfig.json shape)")
+      ->envname("TROUPE_CLUSTER_FILE");
+  cli.add_option("--host-map", o.hostMapFile, "JSON host -> \"ip:port\"")
+      ->envname("TROUPE_HOST_MAP");
+  cli.add_option("--token", o.token, "cluster token (the same on every instance)")
+      ->envname("TROUPE_TOKEN");
+  cli.add_option("--head-group", o.headGroup, "the group whose first host is the head")
+      ->envname("TROUPE_HEAD_GROUP");
+  cli.add_option("--port", o.port, "port when the host map has no entry")->envname("TROUPE_PORT");
+  cli.add_option("--join-timeout-ms", o.joinTimeoutMs)->envname("TROUPE_JOIN_TIMEOUT_MS");
+  cli.add_option("--heartbeat-ms", o.heartbeatMs)->envname("TROUPE_HEARTBEAT_MS");
+  cli.add_option("--node-timeout-ms", o.nodeTimeoutMs)->envname("TROUPE_NODE_TIMEOUT_MS");
+  cli.add_option("--head-timeout-ms", o.headTimeoutMs)->envname("TROUPE_HEAD_TIMEOUT_MS");
+  cli.add_option("--stop-timeout-ms", o.stopTimeoutMs)->envname("TROUPE_STOP_TIMEOUT_MS");
+  cli.add_option("--vcpus", o.vcpus)->envname("TROUPE_VCPUS");
+  cli.add_option("--gpus", o.gpus)->envname("TROUPE_GPUS");
+  cli.add_option("--memory-bytes", o.memoryBytes)->envname("TROUPE_MEMORY_BYTES");
+  cli.add_option("--max-message-bytes", o.maxMessageBytes)->envname("TROUPE_MAX_MESSAGE_BYTES");
+  cli.add_option("--log-level", o.logLevel)->envname("TROUPE_LOG_LEVEL");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(cli.exit(e));
+  } catch (const CLI::ParseError& e) {
+    throw ConfigError(std::string("bad option: ") + e.what() + " (see --troupe-help)");
+  }
+  auto extras = cli.remaining();
+  if (o.heartbeatMs == 0 || o.nodeTimeoutMs <= o.heartbeatMs || o.headTimeoutMs <= o.heartbeatMs) {
+    throw ConfigError("heartbeat-ms (" + std::to_string(o.heartbeatMs) +
+                      ") must be > 0 and below node-timeout-ms (" +
+                      std::to_string(o.nodeTimeoutMs) + ") and head-timeout-ms (" +
+                      std::to_string(o.headTimeoutMs) + ")");
+  }
+  return extras;
+}
+
+std::string randomToken() {
+  std::random_device rd;
+  std::string t;
+  for (int i = 0; i < 32; ++i) t += "0123456789abcdef"[rd() % 16];
+  return t;
+}
+
+struct Loaded {
+  ClusterConfig config;
+  HostMap hosts;
+};
+
+Loaded loadCluster(RunOptions& o) {
+  Loaded l;
+  if (o.clusterFile.empty()) {
+    const char* smRoot = getenv("TROUPE_SM_ROOT");
+    std::string sm = std::string(smRoot ? smRoot : "/opt/ml") + "/input/config/resourceconfig.json";
+    if (std::filesystem::exists(sm)) o.clusterFile = sm;
+  }
+  if (o.clusterFile.empty()) {
+    // No description: a one-node cluster on this machine, handy for a first run.
+    l.config = ClusterConfig::parse(R"({"current_host":"localhost","hosts":["localhost"],
+                                        "current_group_name":"local"})",
+                                    "(built-in single-node cluster)");
+    l.hosts.addresses["localhost"] = "127.0.0.1:0";
+    if (o.token.empty()) o.token = randomToken();
+    return l;
+  }
+  l.config = ClusterConfig::load(o.clusterFile);
+  if (!o.hostMapFile.empty()) l.hosts = HostMap::load(o.hostMapFile);
+  l.hosts.defaultPort = o.port;
+  if (o.token.empty()) {
+    if (l.config.hosts.size() > 1) {
+      throw ConfigError("no cluster token: set TROUPE_TOKEN (or --token) to the same secret on "
+                        "every instance of the job");
+    }
+    o.token = randomToken();
+  }
+  return l;
+}
+
+NodeInfo sizeOf(const ClusterConfig& c, const RunOptions& o) {
+  NodeInfo info;
+  auto type = sched::findInstanceType(c.currentInstanceType);
+  info.vcpus_ = o.vcpus ? o.vcpus : type ? type->vcpus : machineCpus();
+  info.gpus_ = o.gpus ? o.gpus : type ? type->gpus : 0;
+  info.memoryBytes_ = o.memoryBytes   ? o.memoryBytes
+                      : type          ? static_cast<uint64_t>(type->memoryGib * (1ull << 30))
+                                      : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                            sysconf(_SC_PAGESIZE);
+  if (!type && !c.currentInstanceType.empty() && !o.vcpus) {
+    spdlog::warn("instance type '{}' is not in troupe's table; using this machine's size ({} vcpus)",
+                 c.currentInstanceType, info.vcpus_);
+  }
+  return info;
+}
+
+// =======================================================================================
+// A worker: join the head with retry, heartbeat, and exit with the job (or on losing the head).
+
+class Worker {
+ public:
+  explicit Worker(NodeRuntime& node)
+      : node_(node),
+        headAddress_(node.hosts().addressOf(node.headHost())),
+        deadline_(node.loop().timer().now() + node.options().joinTimeoutMs * kj::MILLISECONDS) {}
+
+  void start() {
+    node_.loop().onSignal(SIGTERM, [this](int) { interrupted("SIGTERM"); });
+    node_.loop().onSignal(SIGINT, [this](int) { interrupted("SIGINT"); });
+    node_.tasks().add(attempt(kj::str("")));
+  }
+
+ private:
+  std::string headLine() const { return node_.headHost() + " at " + headAddress_; }
+
+  kj::Promise<void> attempt(kj::String lastError) {
+    if (node_.loop().timer().now() > deadline_) {
+      node_.requestExit(JOIN_FAILED, "could not join the head " + headLine() + " within " +
+                                         std::to_string(node_.options().joinTimeoutMs) +
+                                         " ms: " + lastError.cStr());
+      return kj::READY_NOW;
+    }
+    return node_.connect(headAddress_)
+        .then([this](kj::Own<Connection> conn) {
+          auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
+          login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
+          auto cluster = login.send().getCluster();
+          auto join = cluster.joinRequest();
+          auto info = join.initInfo();
+          auto& me = node_.info();
+          info.setHost(me.host());
+          info.setGroup(me.group());
+          info.setInstanceType(me.instanceType());
+          info.setAddress(me.address());
+          info.setVcpus(me.vcpus());
+          info.setGpus(me.gpus());
+          info.setMemoryBytes(me.memoryBytes());
+          info.setPid(getpid());
+          join.setNode(node_.selfClient());
+          return join.send().then(
+              [this, cluster, conn = kj::mv(conn)](auto response) mutable {
+                joined(kj::mv(conn), kj::mv(cluster), response.getNodeId());
+              });
+        })
+        .catch_([this, lastError = kj::mv(lastError)](kj::Exception&& e) -> kj::Promise<void> {
+          kj::String what = kj::str(e.getDescription());
+          std::string text = what.cStr();
+          if (text.find("authentication failed") != std::string::npos) {
+            node_.requestExit(AUTH_FAILED, "authentication failed: the head " + headLine() +
+                                               " refused this node's cluster token; start every "
+                                               "instance with the same TROUPE_TOKEN");
+            return kj::READY_NOW;
+          }
+          if (e.getType() == kj::Exception::Type::FAILED && text.find("host '") != std::string::npos) {
+            node_.requestExit(JOIN_FAILED, "the head refused to let this node join: " +
+                                               std::string(what.cStr()));
+            return kj::READY_NOW;
+          }
+          auto delay = kj::min(backoff_, 2 * kj::SECONDS);
+          backoff_ = backoff_ * 2;
+          spdlog::debug("joining {} failed ({}); retrying in {} ms", headLine(), what.cStr(),
+                        delay / kj::MILLISECONDS);
+          return node_.loop().timer().afterDelay(delay).then(
+              [this, what = kj::mv(what)]() mutable { return attempt(kj::mv(what)); });
+        });
+  }
+
+  void joined(kj::Own<Connection> conn, proto::Cluster::Client cluster, uint32_t nodeId) {
+    spdlog::info("joined the head {} as node {}", headLine(), nodeId);
+    nodeId_ = nodeId;
+    node_.setCluster(cluster);
+    lastHeard_ = node_.loop().timer().now();
+    node_.tasks().add(conn->onDisconnect().then(
+        [this]() { headGone("the connection closed"); },
+        [this](kj::Exception&& e) { headGone(e.getDescription().cStr()); }));
+    headConnection_ = kj::mv(conn);
+    node_.tasks().add(heartbeatLoop());
+  }
+
+  void headGone(std::string why) {
+    if (node_.exiting()) return;
+    node_.requestExit(HEAD_LOST, "lost the head " + headLine() + ": " + why);
+  }
+
+  kj::Promise<void> heartbeatLoop() {
+    auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
+    return node_.loop().timer().afterDelay(interval).then([this]() {
+      auto now = node_.loop().timer().now();
+      auto limit = node_.options().headTimeoutMs * kj::MILLISECONDS;
+      if (now - lastHeard_ > limit) {
+        headGone("no answer for " + std::to_string(node_.options().headTimeoutMs) + " ms");
+        return kj::Promise<void>(kj::READY_NOW);
+      }
+      auto req = node_.cluster().heartbeatRequest();
+      req.setNodeId(nodeId_);
+      node_.tasks().add(req.send().then([this](auto&&) {
+        lastHeard_ = node_.loop().timer().now();
+      }));
+      return heartbeatLoop();
+    });
+  }
+
+  void interrupted(const char* signal) {
+    if (node_.exiting()) return;
+    if (signalled_) {
+      node_.requestExit(INTERRUPTED, std::string("second ") + signal + "; not waiting any longer");
+      return;
+    }
+    signalled_ = true;
+    std::string reason = std::string(signal) + " on " + node_.info().host().cStr() + " (" +
+                         node_.info().group().cStr() + ")";
+    spdlog::warn("{}: asking the head to end the job", reason);
+    if (headConnection_.get() == nullptr) {
+      node_.requestExit(INTERRUPTED, reason + " before joining");
+      return;
+    }
+    auto req = node_.cluster().finishRequest();
+    req.setOk(false);
+    req.setReason(reason);
+    node_.tasks().add(req.send().ignoreResult());
+    // The head answers with Node.exit(); if it does not, leave anyway.
+    auto limit = node_.options().headTimeoutMs * kj::MILLISECONDS;
+    node_.tasks().add(node_.loop().timer().afterDelay(limit).then([this, reason]() {
+      node_.requestExit(INTERRUPTED, reason + "; the head did not end the job in time");
+    }));
+  }
+
+  NodeRuntime& node_;
+  std::string headAddress_;
+  kj::TimePoint deadline_;
+  kj::Duration backoff_ = 100 * kj::MILLISECONDS;
+  kj::Own<Connection> headConnection_;
+  uint32_t nodeId_ = 0;
+  kj::TimePoint lastHeard_ = kj::origin<kj::TimePoint>();
+  bool signalled_ = false;
+};
+
+}  // namespace
+
+int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOptions options) {
+  // Under `troupe sim`: die with the simulator even if it is SIGKILLed.
+  if (const char* parent = getenv("TROUPE_DIE_WITH_PARENT")) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (std::to_string(getppid()) != parent) _exit(INTERRUPTED);
+  }
+
+  std::vector<std::string> appArgs;
+  Loaded loaded;
+  try {
+    appArgs = parseOptions(argc, argv, options);
+    loaded = loadCluster(options);
+  } catch (const ConfigError& e) {
+    fprintf(stderr, "troupe: configuration error: %s\n", e.what());
+    endProcess(CONFIG_ERROR);
+  }
+  auto& config = loaded.config;
+  bool isHead = config.currentHost == config.headHost(options.headGroup);
+  setupLogging(config.currentHost + " " + config.currentGroup + (isHead ? " head" : " worker"),
+               options.logLevel);
+  auto size = sizeOf(config, options);
+
+  try {
+    EventLoop loop(size.vcpus());
+    NodeRuntime node(loop, registry, options, config, loaded.hosts);
+    auto& info = const_cast<NodeInfo&>(node.info());
+    info.vcpus_ = size.vcpus_;
+    info.gpus_ = size.gpus_;
+    info.memoryBytes_ = size.memoryBytes_;
+    node.listen();
+
+    kj::Own<Head> head;
+    kj::Own<Worker> worker;
+    if (node.info().isHead()) {
+      head = kj::heap<Head>(node, kj::mv(driver), appArgs);
+      node.setHead(*head);
+      node.setCluster(kj::heap<ClusterSession>(*head, nullptr));
+      node.tasks().add(head->run());
+    } else {
+      spdlog::info("worker; head is {} at {}", node.headHost(),
+                   node.hosts().addressOf(node.headHost()));
+      worker = kj::heap<Worker>(node);
+      worker->start();
+    }
+    node.whenExitRequested().wait(loop.waitScope());
+    // Let replies already queued (Node.exit's return, for one) reach the wire.
+    loop.timer().afterDelay(100 * kj::MILLISECONDS).wait(loop.waitScope());
+    endProcess(node.exitCode());
+  } catch (const ConfigError& e) {
+    spdlog::error("configuration error: {}", e.what());
+    endProcess(CONFIG_ERROR);
+  } catch (const kj::Exception& e) {
+    spdlog::critical("internal error: {}", e.getDescription().cStr());
+    endProcess(INTERNAL_ERROR);
+  } catch (const std::exception& e) {
+    spdlog::critical("internal error: {}", e.what());
+    endProcess(INTERNAL_ERROR);
+  }
+}
+
+}  // namespace troupe
