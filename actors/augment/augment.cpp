@@ -1,0 +1,155 @@
+#include "troupe/augment/augment.h"
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace troupe::train {
+namespace {
+
+void require(bool ok, const char* field, double value, const char* allowed) {
+  if (ok) return;
+  throw std::invalid_argument(std::string("AugmentConfig.") + field + " is " +
+                              std::to_string(value) + "; it must be " + allowed);
+}
+
+// splitmix64 finaliser: spreads (batchSeed, index) so neighbouring images get unrelated streams.
+uint64_t imageSeed(uint64_t batchSeed, uint64_t index) {
+  uint64_t z = batchSeed + 0x9e3779b97f4a7c15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z ? z : 1;  // cv::RNG treats state 0 as "use the default seed".
+}
+
+}  // namespace
+
+void AugmentConfig::validate() const {
+  require(padding >= 0 && padding <= 14, "padding", padding, "in [0, 14]");
+  require(flipProbability >= 0 && flipProbability <= 1, "flipProbability", flipProbability,
+          "in [0, 1]");
+  require(maxRotationDegrees >= 0 && maxRotationDegrees <= 180, "maxRotationDegrees",
+          maxRotationDegrees, "in [0, 180]");
+  require(minScale > 0 && minScale <= 4, "minScale", minScale, "in (0, 4]");
+  require(maxScale >= minScale && maxScale <= 4, "maxScale", maxScale, "in [minScale, 4]");
+  require(brightness >= 0 && brightness <= 1, "brightness", brightness, "in [0, 1]");
+  require(contrast >= 0 && contrast <= 1, "contrast", contrast, "in [0, 1]");
+  require(blurKernel == 0 || (blurKernel >= 3 && blurKernel <= 99 && blurKernel % 2 == 1),
+          "blurKernel", blurKernel, "0 (no blur) or an odd number in [3, 99]");
+  require(blurSigmaMin > 0, "blurSigmaMin", blurSigmaMin, "positive");
+  require(blurSigmaMax >= blurSigmaMin, "blurSigmaMax", blurSigmaMax, ">= blurSigmaMin");
+  require(noiseStddev >= 0 && noiseStddev <= 1, "noiseStddev", noiseStddev, "in [0, 1]");
+  require(mean >= 0 && mean <= 1, "mean", mean, "in [0, 1]");
+  require(stddev > 0, "stddev", stddev, "positive");
+}
+
+AugmentConfig AugmentConfig::none() {
+  AugmentConfig c;
+  c.padding = 0;
+  c.flipProbability = 0;
+  c.maxRotationDegrees = 0;
+  c.minScale = c.maxScale = 1;
+  c.brightness = 0;
+  c.contrast = 0;
+  c.blurKernel = 0;
+  c.noiseStddev = 0;
+  return c;
+}
+
+Augmenter::Augmenter(const AugmentConfig& config) : config_(config) {
+  config_.validate();
+}
+
+void Augmenter::augment(std::span<const uint8_t> pixels, int rows, int cols, uint64_t batchSeed,
+                        std::span<float> out) const {
+  if (rows <= 0 || cols <= 0) {
+    throw std::invalid_argument("Augmenter::augment: image size " + std::to_string(rows) + "x" +
+                                std::to_string(cols) + " is not positive");
+  }
+  const size_t imageSize = size_t(rows) * cols;
+  if (pixels.size() % imageSize != 0 || out.size() != pixels.size()) {
+    throw std::invalid_argument("Augmenter::augment: " + std::to_string(pixels.size()) +
+                                " input bytes and " + std::to_string(out.size()) +
+                                " output floats do not fit images of " + std::to_string(rows) +
+                                "x" + std::to_string(cols));
+  }
+  const size_t count = pixels.size() / imageSize;
+  for (size_t i = 0; i < count; ++i) {
+    augmentOne(pixels.data() + i * imageSize, rows, cols, imageSeed(batchSeed, i),
+               out.data() + i * imageSize);
+  }
+}
+
+std::vector<float> Augmenter::augment(std::span<const uint8_t> pixels, int rows, int cols,
+                                      uint64_t batchSeed) const {
+  std::vector<float> out(pixels.size());
+  augment(pixels, rows, cols, batchSeed, out);
+  return out;
+}
+
+void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t seed,
+                           float* out) const {
+  const AugmentConfig& c = config_;
+  cv::RNG rng(seed);
+  // Every parameter is drawn, used or not, so one image's stream does not depend on the config
+  // of an unrelated step; cheap next to the image work.
+  const int dx = rng.uniform(0, 2 * c.padding + 1);
+  const int dy = rng.uniform(0, 2 * c.padding + 1);
+  const bool flip = rng.uniform(0.0f, 1.0f) < c.flipProbability;
+  const double angle = rng.uniform(-c.maxRotationDegrees, c.maxRotationDegrees + 1e-6f);
+  const double scale = rng.uniform(c.minScale, c.maxScale + 1e-6f);
+  const double brightness = rng.uniform(-c.brightness, c.brightness + 1e-6f);
+  const double contrast = 1.0 + rng.uniform(-c.contrast, c.contrast + 1e-6f);
+  const double sigma = rng.uniform(c.blurSigmaMin, c.blurSigmaMax + 1e-6f);
+
+  cv::Mat src(rows, cols, CV_8UC1, const_cast<uint8_t*>(pixels));
+  cv::Mat img;
+  if (c.padding > 0) {
+    cv::Mat padded;
+    cv::copyMakeBorder(src, padded, c.padding, c.padding, c.padding, c.padding, cv::BORDER_CONSTANT,
+                       cv::Scalar(0));
+    img = padded(cv::Rect(dx, dy, cols, rows)).clone();
+  } else {
+    img = src.clone();
+  }
+  if (flip) cv::flip(img, img, 1);
+  if (angle != 0.0 || scale != 1.0) {
+    cv::Mat m =
+        cv::getRotationMatrix2D(cv::Point2f(cols / 2.0f - 0.5f, rows / 2.0f - 0.5f), angle, scale);
+    cv::warpAffine(img, img, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
+  }
+  cv::Mat f;
+  img.convertTo(f, CV_32F, 1.0 / 255.0);
+  if (c.brightness > 0 || c.contrast > 0) {
+    // torchvision-style contrast: blend with the image's mean grey, then shift.
+    const double meanGrey = cv::mean(f)[0];
+    f.convertTo(f, CV_32F, contrast, (1.0 - contrast) * meanGrey + brightness);
+  }
+  if (c.blurKernel > 0) cv::GaussianBlur(f, f, cv::Size(c.blurKernel, c.blurKernel), sigma);
+  if (c.noiseStddev > 0) {
+    cv::Mat noise(rows, cols, CV_32F);
+    rng.fill(noise, cv::RNG::NORMAL, 0.0, c.noiseStddev);
+    f += noise;
+  }
+  cv::min(cv::max(f, 0.0), 1.0, f);
+  // Writes straight into the caller's row: `dst` has the right size and type, so no realloc.
+  cv::Mat dst(rows, cols, CV_32F, out);
+  f.convertTo(dst, CV_32F, 1.0 / c.stddev, -c.mean / c.stddev);
+}
+
+std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean, float stddev) {
+  if (!(stddev > 0)) {
+    throw std::invalid_argument("normalizeImages: stddev is " + std::to_string(stddev) +
+                                "; it must be positive");
+  }
+  std::vector<float> out(pixels.size());
+  if (pixels.empty()) return out;
+  cv::Mat src(1, int(pixels.size()), CV_8UC1, const_cast<uint8_t*>(pixels.data()));
+  cv::Mat dst(1, int(out.size()), CV_32F, out.data());
+  src.convertTo(dst, CV_32F, 1.0 / (255.0 * stddev), -mean / stddev);
+  return out;
+}
+
+}  // namespace troupe::train

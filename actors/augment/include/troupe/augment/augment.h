@@ -1,0 +1,78 @@
+// File: troupe/augment/augment.h
+//
+// The data group's work: turn a batch of 8-bit grey images into augmented, normalised float32
+// rows (batch x rows*cols) the trainer can multiply directly. Each image goes through, in order:
+// random crop with zero padding, horizontal flip, a small affine (rotation and scale about the
+// centre), brightness/contrast jitter, Gaussian blur, Gaussian noise, clamping to [0, 1] and
+// normalisation ((x - mean) / stddev). All image operations are OpenCV imgproc calls.
+//
+// Reproducibility: image `i` of a batch draws its random parameters from a generator seeded by
+// (batchSeed, i) only, so a batch re-sent after a producer restart is bit-identical, and images
+// may be processed in any order or on any thread.
+//
+// Cost: the blur kernel size is the knob that makes augmentation CPU-heavy, as GaussianBlur(11)
+// did in the PyTorch example this project reproduces; 0 disables it.
+
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace troupe::train {
+
+/// What the augmenter does. Defaults are mild Fashion-MNIST settings. Invalid values are
+/// reported by validate(), which the Augmenter constructor calls.
+struct AugmentConfig {
+  int padding = 2;                  ///< Crop offset range in pixels (zero padding); 0 disables.
+  float flipProbability = 0.5f;     ///< Chance of a horizontal flip, in [0, 1].
+  float maxRotationDegrees = 8.0f;  ///< Rotation drawn from [-max, max], max in [0, 180].
+  float minScale = 0.95f;           ///< Scale drawn from [minScale, maxScale], within (0, 4].
+  float maxScale = 1.05f;
+  float brightness = 0.1f;    ///< Added offset drawn from [-b, b] (1 = full range), b in [0, 1].
+  float contrast = 0.1f;      ///< Contrast factor drawn from [1 - c, 1 + c], c in [0, 1].
+  int blurKernel = 0;         ///< Gaussian blur kernel side: 0 = off, else odd in [3, 99].
+  float blurSigmaMin = 0.1f;  ///< Blur sigma drawn from [min, max] (torchvision's default).
+  float blurSigmaMax = 2.0f;
+  float noiseStddev = 0.02f;  ///< Std-dev of additive Gaussian noise on [0, 1] pixels, in [0, 1].
+  float mean = 0.2860f;       ///< Normalisation: Fashion-MNIST training-set pixel mean ...
+  float stddev = 0.3530f;     ///< ... and standard deviation (on [0, 1] pixels).
+
+  /// Throws std::invalid_argument naming the first bad field, its value and the allowed range.
+  void validate() const;
+
+  /// Every augmentation off: output is only scaled and normalised. For evaluation data.
+  static AugmentConfig none();
+};
+
+/// Applies an AugmentConfig. Immutable after construction, so one Augmenter may be shared by all
+/// threads of a pool.
+class Augmenter {
+ public:
+  /// Validates `config` (std::invalid_argument on bad values).
+  explicit Augmenter(const AugmentConfig& config);
+
+  /// Augments `pixels.size() / (rows * cols)` images of `rows` x `cols` bytes, stored
+  /// contiguously, into `out` (one row of rows*cols floats per image). `batchSeed` fixes every
+  /// random choice; derive it from (run seed, epoch, batch position) so retries reproduce.
+  /// Throws std::invalid_argument when the sizes do not fit together.
+  void augment(std::span<const uint8_t> pixels, int rows, int cols, uint64_t batchSeed,
+               std::span<float> out) const;
+
+  /// As above, allocating the output.
+  std::vector<float> augment(std::span<const uint8_t> pixels, int rows, int cols,
+                             uint64_t batchSeed) const;
+
+  const AugmentConfig& config() const { return config_; }
+
+ private:
+  void augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t seed, float* out) const;
+
+  AugmentConfig config_;
+};
+
+/// Scales bytes to [0, 1] and normalises with (mean, stddev), no augmentation; for test data.
+std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean = 0.2860f,
+                                   float stddev = 0.3530f);
+
+}  // namespace troupe::train

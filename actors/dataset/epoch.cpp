@@ -1,0 +1,116 @@
+#include "troupe/dataset/epoch.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace troupe::data {
+namespace {
+
+// splitmix64: tiny, fast, fully specified, so the same seed gives the same permutation on every
+// platform and standard library.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Unbiased value in [0, bound) by rejection (bound > 0).
+  uint64_t below(uint64_t bound) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t r;
+    do r = next();
+    while (r >= limit);
+    return r % bound;
+  }
+};
+
+}  // namespace
+
+uint64_t mixSeed(uint64_t a, uint64_t b, uint64_t c) {
+  SplitMix64 g{a};
+  g.state ^= SplitMix64{b + 0x632be59bd9b4e019ull}.next();
+  g.state ^= SplitMix64{c + 0x85157af5ull}.next() * 3;
+  return g.next();
+}
+
+std::vector<uint32_t> shardIndices(size_t sampleCount, uint32_t shardIndex, uint32_t shardCount) {
+  if (shardCount == 0) throw DatasetError("shard count is 0; it must be at least 1");
+  if (shardIndex >= shardCount) {
+    throw DatasetError("shard index " + std::to_string(shardIndex) + " is out of range for " +
+                       std::to_string(shardCount) + " shards (0.." +
+                       std::to_string(shardCount - 1) + ")");
+  }
+  if (shardCount > sampleCount) {
+    throw DatasetError("shard count " + std::to_string(shardCount) + " exceeds the " +
+                       std::to_string(sampleCount) +
+                       " samples; some shards would be empty, use fewer data actors");
+  }
+  const size_t begin = sampleCount * shardIndex / shardCount;
+  const size_t end = sampleCount * (size_t(shardIndex) + 1) / shardCount;
+  std::vector<uint32_t> out(end - begin);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = uint32_t(begin + i);
+  return out;
+}
+
+std::vector<uint32_t> epochOrder(std::span<const uint32_t> shard, uint64_t seed, uint64_t epoch) {
+  std::vector<uint32_t> out(shard.begin(), shard.end());
+  SplitMix64 g{mixSeed(seed, epoch)};
+  for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[g.below(i)]);  // Fisher-Yates
+  return out;
+}
+
+EpochCursor::EpochCursor(std::vector<uint32_t> shard, uint64_t seed, CursorState state)
+    : shard_(std::move(shard)),
+      seed_(seed),
+      epoch_(state.epoch),
+      order_(epochOrder(shard_, seed, state.epoch)),
+      handedOut_(state.acknowledged),
+      acknowledged_(state.acknowledged) {
+  if (state.acknowledged > order_.size()) {
+    throw DatasetError("cannot restore cursor at position " + std::to_string(state.acknowledged) +
+                       " of epoch " + std::to_string(state.epoch) + ": the shard has only " +
+                       std::to_string(order_.size()) + " samples");
+  }
+}
+
+CursorBatch EpochCursor::next(size_t maxSamples) {
+  if (maxSamples == 0) throw DatasetError("EpochCursor::next: maxSamples must be at least 1");
+  CursorBatch batch;
+  batch.epoch = epoch_;
+  batch.begin = handedOut_;
+  const uint64_t end = std::min<uint64_t>(order_.size(), handedOut_ + maxSamples);
+  batch.samples.assign(order_.begin() + handedOut_, order_.begin() + end);
+  handedOut_ = end;
+  return batch;
+}
+
+void EpochCursor::acknowledge(uint64_t epoch, uint64_t position) {
+  if (epoch < epoch_) return;  // Late message from an epoch we already completed.
+  if (epoch > epoch_) {
+    throw DatasetError("acknowledgement for epoch " + std::to_string(epoch) +
+                       " but the cursor is in epoch " + std::to_string(epoch_));
+  }
+  if (position > handedOut_) {
+    throw DatasetError("acknowledgement of position " + std::to_string(position) + " in epoch " +
+                       std::to_string(epoch) + " but only " + std::to_string(handedOut_) +
+                       " samples were handed out");
+  }
+  if (position > acknowledged_) acknowledged_ = position;
+}
+
+void EpochCursor::startNextEpoch() {
+  if (!complete()) {
+    throw DatasetError("cannot start epoch " + std::to_string(epoch_ + 1) + ": epoch " +
+                       std::to_string(epoch_) + " has " + std::to_string(acknowledged_) + " of " +
+                       std::to_string(order_.size()) + " samples acknowledged");
+  }
+  ++epoch_;
+  order_ = epochOrder(shard_, seed_, epoch_);
+  handedOut_ = 0;
+  acknowledged_ = 0;
+}
+
+}  // namespace troupe::data
