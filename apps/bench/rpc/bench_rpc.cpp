@@ -337,7 +337,8 @@ class ServerProcess {
 struct Options {
   size_t payloadBytes = 64;
   uint sequentialCalls = 5000;
-  uint pipelinedCalls = 100000;
+  uint pipelinedCalls = 50000;
+  uint rounds = 2;
   std::vector<uint> windows = {128, 1024};
   uint warmupCalls = 1000;
   bool json = false;
@@ -348,7 +349,7 @@ struct Figures {
   double p50Us = 0;
   double p99Us = 0;
   std::map<uint, double> callsPerSecond;  // By window.
-  double userUsPerCall = 0;               // Client process CPU, at the last window.
+  double userUsPerCall = 0;  // Client process CPU, in the best round at the last window.
   double systemUsPerCall = 0;
 };
 
@@ -413,21 +414,30 @@ Figures measure(const Mode& mode, kj::AsyncIoContext& io, uint port, const Optio
   figures.p99Us = percentile(roundTrips, 0.99);
 
   for (uint window : options.windows) {
-    auto cpuStart = cpuTime();
-    auto start = std::chrono::steady_clock::now();
-    runPipelined(*caller, options.pipelinedCalls, window, io.waitScope);
-    std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    figures.callsPerSecond[window] = options.pipelinedCalls / elapsed.count();
-    auto cpuEnd = cpuTime();
-    figures.userUsPerCall = (cpuEnd.user - cpuStart.user) * 1e6 / options.pipelinedCalls;
-    figures.systemUsPerCall = (cpuEnd.system - cpuStart.system) * 1e6 / options.pipelinedCalls;
+    // Best of `rounds`: the machine is shared, and a round that lost its core says nothing.
+    double best = 0;
+    for (uint round = 0; round < options.rounds; ++round) {
+      auto cpuStart = cpuTime();
+      auto start = std::chrono::steady_clock::now();
+      runPipelined(*caller, options.pipelinedCalls, window, io.waitScope);
+      std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+      auto cpuEnd = cpuTime();
+      double rate = options.pipelinedCalls / elapsed.count();
+      if (rate <= best) continue;
+      best = rate;
+      figures.callsPerSecond[window] = rate;
+      figures.userUsPerCall = (cpuEnd.user - cpuStart.user) * 1e6 / options.pipelinedCalls;
+      figures.systemUsPerCall = (cpuEnd.system - cpuStart.system) * 1e6 / options.pipelinedCalls;
+    }
   }
   return figures;
 }
 
 void printTable(const std::vector<Figures>& results, const Options& options) {
-  printf("bench_rpc: %zu-byte payload, %u sequential calls, %u pipelined calls per window\n\n",
-         options.payloadBytes, options.sequentialCalls, options.pipelinedCalls);
+  printf(
+      "bench_rpc: %zu-byte payload, %u sequential calls, best of %u rounds of %u pipelined "
+      "calls per window\n\n",
+      options.payloadBytes, options.sequentialCalls, options.rounds, options.pipelinedCalls);
   printf("%-26s %9s %9s", "mode", "p50 us", "p99 us");
   for (uint window : options.windows)
     printf("  %12s", ("calls/s w=" + std::to_string(window)).c_str());
@@ -457,6 +467,7 @@ void printJson(const std::vector<Figures>& results, const Options& options) {
                         {"payload_bytes", options.payloadBytes},
                         {"sequential_calls", options.sequentialCalls},
                         {"pipelined_calls", options.pipelinedCalls},
+                        {"rounds", options.rounds},
                         {"modes", modes}};
   printf("%s\n", out.dump().c_str());
 }
@@ -497,6 +508,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000000));
   app.add_option("--pipelined", options.pipelinedCalls, "calls per pipelined run")
       ->check(CLI::Range(1, 100000000));
+  app.add_option("--rounds", options.rounds, "pipelined rounds per window; the best is reported")
+      ->check(CLI::Range(1, 100));
   app.add_option("--windows", options.windows, "calls in flight, one run per value");
   app.add_option("--modes", only, "modes to run (raw_tcp, capnp, capnp_coalescing); default all");
   CLI11_PARSE(app, argc, argv);
