@@ -16,8 +16,9 @@
 //   * writes large buffers straight through, in the same `writev` as whatever was buffered before
 //     them, resolving them only once the kernel took them,
 //   * serves reads from a 64 KiB read-ahead buffer.
-// Measured on this stack: pipelined calls/s went from ~50k to 100-160k and system time per call
-// from ~12 us to < 0.5 us.
+// Measured (DESIGN.md section 4; docs/benchmarks.md "RPC"): syscalls per pipelined call drop
+// ~40x and system time per call to < 0.5 us; calls/s rise 1.2-3x depending on how expensive
+// syscalls are on the machine.
 
 #pragma once
 
