@@ -100,7 +100,7 @@ void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t s
   const bool flip = rng.uniform(0.0f, 1.0f) < c.flipProbability;
   const double angle = rng.uniform(-c.maxRotationDegrees, c.maxRotationDegrees + 1e-6f);
   const double scale = rng.uniform(c.minScale, c.maxScale + 1e-6f);
-  const double brightness = rng.uniform(-c.brightness, c.brightness + 1e-6f);
+  const double brightness = 1.0 + rng.uniform(-c.brightness, c.brightness + 1e-6f);
   const double contrast = 1.0 + rng.uniform(-c.contrast, c.contrast + 1e-6f);
   const double sigma = rng.uniform(c.blurSigmaMin, c.blurSigmaMax + 1e-6f);
 
@@ -123,9 +123,10 @@ void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t s
   cv::Mat f;
   img.convertTo(f, CV_32F, 1.0 / 255.0);
   if (c.brightness > 0 || c.contrast > 0) {
-    // torchvision-style contrast: blend with the image's mean grey, then shift.
-    const double meanGrey = cv::mean(f)[0];
-    f.convertTo(f, CV_32F, contrast, (1.0 - contrast) * meanGrey + brightness);
+    // torchvision ColorJitter semantics: brightness scales (black background stays black, as in
+    // the unaugmented test set), contrast blends with the mean grey.
+    const double meanGrey = cv::mean(f)[0] * brightness;
+    f.convertTo(f, CV_32F, contrast * brightness, (1.0 - contrast) * meanGrey);
   }
   if (c.blurKernel > 0) cv::GaussianBlur(f, f, cv::Size(c.blurKernel, c.blurKernel), sigma);
   if (c.noiseStddev > 0) {

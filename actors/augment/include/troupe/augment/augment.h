@@ -24,12 +24,12 @@ namespace troupe::train {
 /// What the augmenter does. Defaults are mild Fashion-MNIST settings. Invalid values are
 /// reported by validate(), which the Augmenter constructor calls.
 struct AugmentConfig {
-  int padding = 2;                  ///< Crop offset range in pixels (zero padding); 0 disables.
+  int padding = 1;                  ///< Crop offset range in pixels (zero padding); 0 disables.
   float flipProbability = 0.5f;     ///< Chance of a horizontal flip, in [0, 1].
-  float maxRotationDegrees = 8.0f;  ///< Rotation drawn from [-max, max], max in [0, 180].
+  float maxRotationDegrees = 5.0f;  ///< Rotation drawn from [-max, max], max in [0, 180].
   float minScale = 0.95f;           ///< Scale drawn from [minScale, maxScale], within (0, 4].
   float maxScale = 1.05f;
-  float brightness = 0.1f;    ///< Added offset drawn from [-b, b] (1 = full range), b in [0, 1].
+  float brightness = 0.1f;    ///< Brightness factor from [1 - b, 1 + b], b in [0, 1]; black stays.
   float contrast = 0.1f;      ///< Contrast factor drawn from [1 - c, 1 + c], c in [0, 1].
   int blurKernel = 0;         ///< Gaussian blur kernel side: 0 = off, else odd in [3, 99].
   float blurSigmaMin = 0.1f;  ///< Blur sigma drawn from [min, max] (torchvision's default).

@@ -1,0 +1,154 @@
+#include "troupe/trainer/mlp.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "test_util.h"
+
+using Catch::Matchers::Contains;
+using troupe::train::DeviceKind;
+using troupe::train::Mlp;
+using troupe::train::MlpConfig;
+
+namespace {
+
+struct TinyBatch {
+  std::vector<float> inputs;
+  std::vector<uint8_t> labels;
+};
+
+TinyBatch randomBatch(int rows, int inputs, int classes, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::normal_distribution<float> normal;
+  TinyBatch b;
+  for (int i = 0; i < rows * inputs; ++i) b.inputs.push_back(normal(random));
+  for (int i = 0; i < rows; ++i) b.labels.push_back(uint8_t(random() % classes));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("backprop gradients match finite differences on a tiny net", "[trainer]") {
+  auto device = troupe::train::makeCpuDevice();
+  MlpConfig config;
+  config.layerSizes = {6, 5, 4, 3};
+  config.seed = 3;
+  Mlp mlp(config, *device);
+  const TinyBatch batch = randomBatch(7, 6, 3, 11);
+  // Fresh biases are exactly 0, so a sample whose previous layer is all dead sits exactly on a
+  // ReLU kink, where finite differences see half a slope. Random biases move off the kinks.
+  {
+    std::vector<float> p = mlp.parameters();
+    std::mt19937 random(5);
+    std::normal_distribution<float> normal(0.0f, 0.2f);
+    for (float& x : p) x += normal(random);
+    mlp.setParameters(p);
+  }
+  mlp.computeGradients(batch.inputs, batch.labels);
+  const std::vector<float> analytic = mlp.gradients();
+  const std::vector<float> params = mlp.parameters();
+  REQUIRE(analytic.size() == mlp.parameterCount());
+  REQUIRE(params.size() == 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
+
+  // Central differences in float32: eps trades truncation against rounding error (loss ~1, so
+  // ~1e-7 / eps absolute). Inputs and parameters are fixed, so no nudge crosses a kink.
+  const float eps = 1e-3f;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<float> p = params;
+    p[i] = params[i] + eps;
+    mlp.setParameters(p);
+    const double up = mlp.loss(batch.inputs, batch.labels);
+    p[i] = params[i] - eps;
+    mlp.setParameters(p);
+    const double down = mlp.loss(batch.inputs, batch.labels);
+    const double numeric = (up - down) / (2 * eps);
+    const double error =
+        std::abs(numeric - analytic[i]) / std::max(5e-2, std::abs(numeric) + std::abs(analytic[i]));
+    worst = std::max(worst, error);
+    if (error > 2e-2) {
+      ++bad;
+      UNSCOPED_INFO("param " << i << " numeric " << numeric << " analytic " << analytic[i]);
+    }
+  }
+  INFO("worst relative error " << worst);
+  CHECK(bad == 0);
+  mlp.setParameters(params);
+}
+
+TEST_CASE("training drives the loss down on a fixed batch", "[trainer]") {
+  auto device = troupe::train::makeCpuDevice();
+  MlpConfig config;
+  config.layerSizes = {20, 32, 5};
+  config.learningRate = 0.05f;
+  Mlp mlp(config, *device);
+  const TinyBatch batch = randomBatch(40, 20, 5, 2);
+  const float first = mlp.trainStep(batch.inputs, batch.labels);
+  float last = first;
+  for (int i = 0; i < 200; ++i) last = mlp.trainStep(batch.inputs, batch.labels);
+  CHECK(last < 0.1f * first);
+  CHECK(mlp.evaluate(batch.inputs, batch.labels, 16) == 1.0);
+}
+
+TEST_CASE("bad configs and batches are explained", "[trainer]") {
+  auto device = troupe::train::makeCpuDevice();
+  MlpConfig config;
+  config.layerSizes = {10};
+  CHECK_THROWS_WITH(Mlp(config, *device), Contains("at least input and output"));
+  config.layerSizes = {10, 0, 3};
+  CHECK_THROWS_WITH(Mlp(config, *device), Contains("layerSizes[1] is 0"));
+  config.layerSizes = {10, 3};
+  config.momentum = 1.0f;
+  CHECK_THROWS_WITH(Mlp(config, *device), Contains("momentum"));
+  config.momentum = 0.9f;
+  Mlp mlp(config, *device);
+  std::vector<float> inputs(25);
+  std::vector<uint8_t> labels = {0, 1};
+  CHECK_THROWS_WITH(mlp.trainStep(inputs, labels), Contains("25 input floats for 2 labels"));
+  inputs.resize(20);
+  labels[1] = 3;
+  CHECK_THROWS_WITH(mlp.trainStep(inputs, labels),
+                    Contains("label 1 is 3") && Contains("3 classes"));
+}
+
+TEST_CASE("save writes weights and a JSON header that load reads back", "[trainer]") {
+  troupe::test::TempDir dir;
+  auto device = troupe::train::makeCpuDevice();
+  MlpConfig config;
+  config.layerSizes = {8, 6, 4};
+  Mlp mlp(config, *device);
+  const TinyBatch batch = randomBatch(5, 8, 4, 1);
+  mlp.trainStep(batch.inputs, batch.labels);
+  mlp.save(dir.path() / "model", {.epoch = 3, .accuracy = 0.5});
+  CHECK(std::filesystem::file_size(dir.path() / "model" / "model.bin") ==
+        mlp.parameterCount() * sizeof(float));
+  std::ifstream json(dir.path() / "model" / "model.json");
+  std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Contains("\"layerSizes\"") && Contains("\"epoch\": 3"));
+
+  troupe::train::ModelInfo info;
+  Mlp loaded = Mlp::load(dir.path() / "model", *device, &info);
+  CHECK(loaded.config().layerSizes == config.layerSizes);
+  CHECK(loaded.parameters() == mlp.parameters());
+  CHECK(info.epoch == 3);
+  CHECK(info.accuracy == 0.5);
+
+  std::filesystem::resize_file(dir.path() / "model" / "model.bin", 12);
+  CHECK_THROWS_WITH(Mlp::load(dir.path() / "model", *device), Contains("model.bin has 12 bytes"));
+}
+
+TEST_CASE("device selection falls back to the CPU and says why", "[trainer]") {
+  auto selection = troupe::train::selectDevice(DeviceKind::kAuto);
+  REQUIRE(selection.device);
+  INFO(selection.reason);
+  if (selection.device->name() == "cpu") {
+    CHECK_THAT(selection.reason, Contains("using CPU"));
+    CHECK_THROWS_WITH(troupe::train::selectDevice(DeviceKind::kCuda),
+                      Contains("CUDA device requested but"));
+  }
+  CHECK(troupe::train::selectDevice(DeviceKind::kCpu).device->name() == "cpu");
+}
