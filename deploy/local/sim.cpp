@@ -110,11 +110,22 @@ int main(int argc, char* argv[]) {
   sim->add_option("--linger-ms", lingerMs,
                   "after the first instance exits, how long the others get before SIGTERM");
   sim->add_flag("--keep", keep, "keep the per-instance roots (printed at start)");
-  sim->add_option("app", app, "the app binary and its arguments (after --)")->required();
+  std::vector<std::string> envArgs;
+  sim->add_option("--env", envArgs,
+                  "HOST_OR_GROUP:KEY=VALUE, an extra environment variable for some instances");
+  // Everything from the app's path on belongs to the app.
+  sim->prefix_command();
+  sim->footer("APP [ARGS...] follows the options, after an optional --");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e) == 0 ? 0 : troupe::CONFIG_ERROR;
+  }
+  app = sim->remaining();
+  if (!app.empty() && app[0] == "--") app.erase(app.begin());
+  if (app.empty()) {
+    fprintf(stderr, "troupe sim: no app given; usage: troupe sim [OPTIONS] -- APP [ARGS...]\n");
+    return troupe::CONFIG_ERROR;
   }
 
   std::vector<GroupArg> groups;
@@ -124,6 +135,13 @@ int main(int argc, char* argv[]) {
   } catch (const std::invalid_argument& e) {
     fprintf(stderr, "troupe sim: %s\n", e.what());
     return troupe::CONFIG_ERROR;
+  }
+  for (auto& e : envArgs) {
+    auto colon = e.find(':');
+    if (colon == std::string::npos || e.find('=', colon) == std::string::npos) {
+      fprintf(stderr, "troupe sim: --env '%s': expected HOST_OR_GROUP:KEY=VALUE\n", e.c_str());
+      return troupe::CONFIG_ERROR;
+    }
   }
   if (access(app[0].c_str(), X_OK) != 0) {
     fprintf(stderr, "troupe sim: app '%s' is not an executable file; build it first\n",
@@ -200,6 +218,16 @@ int main(int argc, char* argv[]) {
     opts.env.push_back("TROUPE_TOKEN=" + token);
     opts.env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
     if (!headGroup.empty()) opts.env.push_back("TROUPE_HEAD_GROUP=" + headGroup);
+    for (auto& e : envArgs) {
+      auto colon = e.find(':');
+      auto who = e.substr(0, colon);
+      if (who != in.host && who != in.group) continue;
+      // Replace a variable set above rather than add a second one (getenv finds the first).
+      auto kv = e.substr(colon + 1);
+      auto key = kv.substr(0, kv.find('=') + 1);
+      std::erase_if(opts.env, [&](const std::string& v) { return v.rfind(key, 0) == 0; });
+      opts.env.push_back(kv);
+    }
     std::string prefix = "[" + in.host + "] ";
     opts.onLine = [prefix](kj::StringPtr line, bool err) {
       fprintf(err ? stderr : stdout, "%s%s\n", prefix.c_str(), line.cStr());

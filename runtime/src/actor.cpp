@@ -99,7 +99,7 @@ kj::Promise<kj::Array<ActorContext::Spawned>> ActorContext::spawnRaw(kj::StringP
   SpawnRequest spec;
   spec.typeName = typeName.cStr();
   spec.name = options.name;
-  spec.args = kj::mv(options.argBytes);
+  spec.args = kj::heapArray<kj::byte>(options.argBytes.data(), options.argBytes.size());
   spec.placement = placement;
   spec.parent = self_.id;
   spec.link = options.link;
@@ -220,7 +220,7 @@ kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
   SpawnRequest spec;
   spec.typeName = typeName.cStr();
   spec.name = options.name;
-  spec.args = kj::mv(options.argBytes);
+  spec.args = kj::heapArray<kj::byte>(options.argBytes.data(), options.argBytes.size());
   spec.placement = placement;
   spec.parent = 0;
   spec.link = options.link;

@@ -379,11 +379,8 @@ void NodeRuntime::actorExited(uint64_t id, Exit reason) {
     if (it != actors_.end()) it->second.started = nullptr;
   }));
   forget(id);
-  if (reason.abnormal()) {
-    spdlog::warn("actor {} exited: {}", address.describe(), reason.describe());
-  } else {
-    spdlog::debug("actor {} exited: {}", address.describe(), reason.describe());
-  }
+  // The head logs the exit with what follows from it; here it is only a detail.
+  spdlog::debug("actor {} exited: {}", address.describe(), reason.describe());
   auto req = cluster().actorExitedRequest();
   req.setId(id);
   req.setIncarnation(address.incarnation);

@@ -28,6 +28,7 @@
 #include <kj/time.h>
 
 #include <string>
+#include <vector>
 
 #include "troupe.capnp.h"
 #include "troupe/loop.h"
@@ -116,7 +117,8 @@ class SpawnOptions {
     capnp::MallocMessageBuilder message;
     fill(message.initRoot<S>());
     auto words = capnp::messageToFlatArray(message);
-    argBytes = kj::heapArray<kj::byte>(words.asBytes());
+    auto bytes = words.asBytes();
+    argBytes.assign(bytes.begin(), bytes.end());
     return *this;
   }
 
@@ -125,7 +127,7 @@ class SpawnOptions {
   uint32_t maxRestarts = 0;
   kj::Duration restartWindow = 60 * kj::SECONDS;
   kj::Duration stopDeadline = 5 * kj::SECONDS;
-  kj::Array<kj::byte> argBytes;
+  std::vector<kj::byte> argBytes;  // a flat Cap'n Proto message
 };
 
 class NodeInfo {
@@ -164,7 +166,7 @@ class ActorContext {
     // The arguments given at spawn (SpawnOptions::args<S>). Valid for the actor's lifetime.
     KJ_REQUIRE(argBytes_.size() >= sizeof(capnp::word), "this actor was spawned without args",
                self_.describe());
-    if (argReader_ == nullptr) {
+    if (argReader_.get() == nullptr) {
       argWords_ = kj::heapArray<capnp::word>(argBytes_.size() / sizeof(capnp::word));
       memcpy(argWords_.begin(), argBytes_.begin(), argWords_.size() * sizeof(capnp::word));
       argReader_ = kj::heap<capnp::FlatArrayMessageReader>(argWords_);

@@ -1,0 +1,260 @@
+// Multi-process clusters on loopback: how jobs end, on every path, and that nothing is left.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "harness.h"
+
+using namespace std::chrono_literals;
+using harness::Run;
+
+namespace {
+
+const std::vector<std::string> kThree = {"--group", "data_group=2:ml.c5.xlarge", "--group",
+                                         "dnn_group=1:ml.p3.2xlarge"};
+
+std::vector<std::string> probe(const std::string& scenario) {
+  return {harness::probeApp(), "--scenario", scenario};
+}
+
+std::vector<std::string> with(std::vector<std::string> a, std::vector<std::string> b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+harness::Instance instanceIn(const Run& run, const std::string& group) {
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == group) return i;
+  }
+  FAIL("no instance in group " << group);
+  return {};
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+int connectTo(const std::string& address) {
+  auto colon = address.rfind(':');
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(std::stoi(address.substr(colon + 1)));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("a job that ends normally: every process exits 0", "[cluster]") {
+  Run run(harness::sim(kThree, probe("normal")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(count(out, "PING ") == 3);
+  CHECK(out.find("all 3 instances exited 0") != std::string::npos);
+  // The cascade stopped every actor before the nodes exited.
+  CHECK(count(out, "STOPPED p") == 3);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("kill -9 of a worker mid-job: every other process exits non-zero, naming the host",
+          "[cluster][fault]") {
+  Run run(harness::sim(kThree, probe("hold")));
+  REQUIRE(run.waitFor("READY", 30s));
+  auto victim = instanceIn(run, "data_group");
+  auto killedAt = std::chrono::steady_clock::now();
+  REQUIRE(kill(victim.pid, SIGKILL) == 0);
+  int code = run.wait(20s);
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - killedAt);
+  auto out = run.output();
+  INFO(out);
+  WARN("the job ended " << took.count() << " ms after kill -9 of " << victim.host);
+  REQUIRE(code != 0);
+  CHECK(took < 5000ms);
+  // The one failure line names the lost host.
+  CHECK(out.find("node " + victim.host + " (data_group) was lost") != std::string::npos);
+  CHECK(out.find("job failed") != std::string::npos);
+  for (auto& [host, i] : run.instances()) {
+    CHECK(run.exitLine(host).find("exited with") != std::string::npos);
+  }
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("kill -9 of the head: workers exit non-zero with HEAD_LOST", "[cluster][fault]") {
+  Run run(harness::sim(with(kThree, {"--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=2000"}),
+                       probe("hold")));
+  REQUIRE(run.waitFor("READY", 30s));
+  auto head = instanceIn(run, "dnn_group");
+  REQUIRE(kill(head.pid, SIGKILL) == 0);
+  REQUIRE(run.wait(20s) != 0);
+  auto out = run.output();
+  INFO(out);
+  for (auto& [host, i] : run.instances()) {
+    if (host == head.host) continue;
+    CHECK(run.exitLine(host).find("exited with 3 (HEAD_LOST)") != std::string::npos);
+  }
+  CHECK(out.find("lost the head " + head.host) != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("SIGTERM to troupe sim: a graceful cascade, every process exits", "[cluster][fault]") {
+  Run run(harness::sim(kThree, probe("hold")));
+  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE(kill(run.pid(), SIGTERM) == 0);
+  REQUIRE(run.wait(20s) == 6);  // INTERRUPTED
+  auto out = run.output();
+  INFO(out);
+  CHECK(count(out, "STOPPED p") == 3);  // actors were stopped, not just killed
+  for (auto& [host, i] : run.instances()) {
+    CHECK(run.exitLine(host).find("exited with 6 (INTERRUPTED)") != std::string::npos);
+  }
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("links: an abnormal exit propagates with its reason, a normal one does not",
+          "[cluster][lifecycle]") {
+  Run run(harness::sim(kThree, probe("links")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("B DOWN failed: actor 'a'") != std::string::npos);
+  CHECK(out.find("failed: boom") != std::string::npos);
+  CHECK(out.find("D ALIVE") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("monitors: one down with the reason, also after the death", "[cluster][lifecycle]") {
+  Run run(harness::sim(kThree, probe("monitors")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("EARLY failed: actor 'a'") != std::string::npos);
+  CHECK(out.find("LATE failed: actor 'a'") != std::string::npos);
+  CHECK(out.find("on purpose") != std::string::npos);
+  CHECK(out.find("NOBODY no actor") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("restarts: new incarnations, then escalation to the driver past the limit",
+          "[cluster][lifecycle]") {
+  Run run(harness::sim(kThree, probe("restarts")));
+  REQUIRE(run.wait(30s) == 1);  // JOB_FAILED once the limit is passed
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("INCARNATION 1 on") != std::string::npos);
+  CHECK(out.find("INCARNATION 2 on") != std::string::npos);
+  CHECK(out.find("INCARNATION 3 on") != std::string::npos);
+  CHECK(out.find("INCARNATION 4") == std::string::npos);
+  CHECK(out.find("restart limit reached: 2") != std::string::npos);
+  CHECK(out.find("crash 3") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("the cascade stops children before parents and kills a stubborn actor",
+          "[cluster][lifecycle]") {
+  Run run(harness::sim(kThree, probe("cascade")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  auto child2 = out.find("STOPPED parent.2");
+  auto child1 = out.find("STOPPED parent.1");
+  auto parent = out.find("STOPPED parent\n");
+  REQUIRE(child2 != std::string::npos);
+  REQUIRE(child1 != std::string::npos);
+  REQUIRE(parent != std::string::npos);
+  CHECK(child2 < child1);
+  CHECK(child1 < parent);
+  CHECK(out.find("STOPPED stubborn") != std::string::npos);
+  CHECK(out.find("did not stop cleanly within 300 ms") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a wrong token is refused: that node exits AUTH_FAILED, the head reports it missing",
+          "[cluster][bad-input]") {
+  Run run(harness::sim({"--group", "data_group=1", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
+                        "data_group:TROUPE_TOKEN=not-the-token", "--env",
+                        "dnn_group:TROUPE_JOIN_TIMEOUT_MS=3000"},
+                       probe("normal")));
+  REQUIRE(run.wait(30s) != 0);
+  auto out = run.output();
+  INFO(out);
+  auto data = instanceIn(run, "data_group");
+  auto head = instanceIn(run, "dnn_group");
+  CHECK(run.exitLine(data.host).find("exited with 4 (AUTH_FAILED)") != std::string::npos);
+  CHECK(run.exitLine(head.host).find("exited with 5 (JOIN_FAILED)") != std::string::npos);
+  CHECK(out.find("authentication failed") != std::string::npos);
+  CHECK(out.find("refused a login from") != std::string::npos);
+  CHECK(out.find("still missing " + data.host) != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("stray connections, garbage and oversized messages do not disturb the job",
+          "[cluster][bad-input]") {
+  Run run(harness::sim(kThree, probe("linger")));
+  REQUIRE(run.waitFor("READY", 30s));
+  std::vector<int> fds;
+  for (auto& [host, i] : run.instances()) {
+    fds.push_back(connectTo(i.address));  // connects and says nothing
+    int garbage = connectTo(i.address);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xfe\xfd";
+    CHECK(write(garbage, junk, sizeof(junk)) == sizeof(junk));
+    fds.push_back(garbage);
+    int huge = connectTo(i.address);
+    uint32_t frame[2] = {0, 0x10000000};  // one segment of 2 GiB: over the message limit
+    CHECK(write(huge, frame, sizeof(frame)) == sizeof(frame));
+    fds.push_back(huge);
+  }
+  REQUIRE(run.wait(30s) == 0);
+  for (int fd : fds) close(fd);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("LINGERED") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("spawning an unregistered type fails the job with a clear error",
+          "[cluster][bad-input]") {
+  Run run(harness::sim(kThree, probe("unregistered")));
+  REQUIRE(run.wait(30s) == 1);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("cannot spawn 'no.SuchType': no actor type of that name is registered; "
+                 "registered types: probe.Probe") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("an impossible placement fails at once with the reason", "[cluster][bad-input]") {
+  Run run(harness::sim(kThree, probe("unplaceable")));
+  REQUIRE(run.wait(30s) == 1);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("cannot place 'probe.Probe': no node in group 'dnn_group' has 64 free gpu") !=
+        std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a malformed cluster file: exit 2 naming the file and the key", "[bad-input]") {
+  char path[] = "/tmp/troupe-cluster-XXXXXX";
+  int fd = mkstemp(path);
+  const char text[] = R"({"hosts": ["algo-1"], "current_group_name": "g"})";
+  REQUIRE(write(fd, text, sizeof(text) - 1) == sizeof(text) - 1);
+  close(fd);
+  Run run({harness::probeApp()}, {std::string("TROUPE_CLUSTER_FILE=") + path});
+  REQUIRE(run.wait(10s) == 2);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find(std::string("cluster file ") + path + ": key 'current_host' is missing") !=
+        std::string::npos);
+  unlink(path);
+}

@@ -1,0 +1,138 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace harness {
+
+std::string troupeBinary() { return TROUPE_BINARY; }
+std::string probeApp() { return PROBE_APP; }
+
+bool processExists(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno != ESRCH;
+  // A zombie is not running; it only lacks a reaper.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return !(close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z');
+}
+
+std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app) {
+  std::vector<std::string> argv = {troupeBinary(), "sim"};
+  argv.insert(argv.end(), simArgs.begin(), simArgs.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), app.begin(), app.end());
+  return argv;
+}
+
+Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
+  char tmpl[] = "/tmp/troupe-test-XXXXXX";
+  int fd = mkstemp(tmpl);
+  close(fd);
+  outPath_ = tmpl;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, outPath_.c_str(), O_WRONLY | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (strncmp(*e, "TROUPE_", 7) != 0) env.push_back(*e);
+  }
+  env.insert(env.end(), extraEnv.begin(), extraEnv.end());
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = 0;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+Run::~Run() {
+  auto inst = instances();
+  if (status_ < 0 && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  for (auto& [host, i] : inst) {
+    if (processExists(i.pid)) kill(i.pid, SIGKILL);
+  }
+  unlink(outPath_.c_str());
+}
+
+int Run::wait(std::chrono::milliseconds timeout) {
+  if (status_ >= 0) return status_;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int st = 0;
+    pid_t r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      return status_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+bool Run::waitFor(const std::string& text, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string Run::output() const {
+  std::ifstream in(outPath_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::map<std::string, Instance> Run::instances() const {
+  std::map<std::string, Instance> out;
+  static const std::regex line(
+      R"(troupe sim: (\S+)\s+(\S+)\s+\S+\s+(\S+)\s+pid=(\d+))");
+  auto text = output();
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+    Instance i;
+    i.host = (*it)[1];
+    i.group = (*it)[2];
+    i.address = (*it)[3];
+    i.pid = std::stoi((*it)[4]);
+    out[i.host] = i;
+  }
+  return out;
+}
+
+std::vector<pid_t> Run::leftovers() const {
+  std::vector<pid_t> left;
+  for (auto& [host, i] : instances()) {
+    if (processExists(i.pid)) left.push_back(i.pid);
+  }
+  return left;
+}
+
+std::string Run::exitLine(const std::string& host) const {
+  auto text = output();
+  auto at = text.find("troupe sim: " + host + " (");
+  if (at == std::string::npos) return "";
+  return text.substr(at, text.find('\n', at) - at);
+}
+
+}  // namespace harness

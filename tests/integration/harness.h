@@ -1,0 +1,55 @@
+// Starting `troupe sim` (or an app alone) as a real child process for integration tests, and
+// making sure nothing it started outlives the test.
+
+#pragma once
+
+#include <spawn.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace harness {
+
+struct Instance {
+  std::string host, group, address;
+  pid_t pid = 0;
+};
+
+class Run {
+  // One child process whose stdout and stderr go to a file. The destructor SIGKILLs and reaps it
+  // and every instance it reported, if they still run.
+ public:
+  Run(std::vector<std::string> argv, std::vector<std::string> extraEnv = {});
+  ~Run();
+  Run(const Run&) = delete;
+
+  pid_t pid() const { return pid_; }
+  int wait(std::chrono::milliseconds timeout);
+  // The exit code (128 + signal when killed), or -1 on timeout.
+  bool waitFor(const std::string& text, std::chrono::milliseconds timeout);
+  std::string output() const;
+  std::map<std::string, Instance> instances() const;
+  // Parsed from the simulator's "troupe sim: algo-N GROUP TYPE ADDRESS pid=N" lines.
+  std::vector<pid_t> leftovers() const;
+  // Instances that still exist (not reaped, or still running).
+  std::string exitLine(const std::string& host) const;
+  // The simulator's "HOST (GROUP) exited with N" line for `host`, or "".
+
+ private:
+  pid_t pid_ = 0;
+  int status_ = -1;
+  std::string outPath_;
+};
+
+std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app);
+// argv for `troupe sim SIMARGS -- APP...`.
+
+std::string troupeBinary();
+std::string probeApp();
+
+bool processExists(pid_t pid);
+
+}  // namespace harness

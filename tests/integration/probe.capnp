@@ -1,0 +1,21 @@
+@0x9296125b503d0947;
+# A test actor for the integration tests: it reports where it runs, and can crash, finish, spawn
+# children and refuse to stop on command.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("probe");
+
+using Troupe = import "/troupe.capnp";
+
+struct ProbeArgs {
+  label @0 :Text;
+  hangOnStop @1 :Bool;   # onStop() never finishes: the stop deadline must kill it
+}
+
+interface Probe extends(Troupe.Actor) {
+  ping @0 () -> (host :Text, group :Text, incarnation :UInt32, pid :UInt32);
+  crash @1 (why :Text);
+  finish @2 ();
+  spawnChildren @3 (count :UInt32) -> (ids :List(UInt64));
+  echo @4 (payload :Data) -> (payload :Data);
+}

@@ -1,0 +1,276 @@
+// The app behind the integration tests: `probe_app --scenario NAME`. Each scenario exercises one
+// part of the lifecycle across real processes and prints lines the tests look for.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "probe.capnp.h"
+#include "troupe/troupe.h"
+
+namespace {
+
+void say(const std::string& line) {
+  printf("%s\n", line.c_str());
+  fflush(stdout);
+}
+
+class Probe final : public troupe::ActorBase<probe::Probe> {
+ public:
+  explicit Probe(troupe::ActorContext& context) : ActorBase(context) {
+    auto args = context.args<probe::ProbeArgs>();
+    label_ = args.getLabel();
+    hangOnStop_ = args.getHangOnStop();
+  }
+
+  kj::Promise<void> ping(PingContext call) override {
+    auto r = call.getResults();
+    r.setHost(node().host());
+    r.setGroup(node().group());
+    r.setIncarnation(self().incarnation);
+    r.setPid(getpid());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> crash(CrashContext call) override {
+    context().fail(call.getParams().getWhy());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> finish(FinishContext) override {
+    context().exit(troupe::Exit::normal("done"));
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> spawnChildren(SpawnChildrenContext call) override {
+    auto count = call.getParams().getCount();
+    auto promises = kj::heapArrayBuilder<kj::Promise<troupe::Ref<probe::Probe>>>(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      auto label = label_ + "." + std::to_string(i + 1);
+      promises.add(context().spawn<probe::Probe>(
+          "probe.Probe", troupe::Placement::any().cpus(0),
+          troupe::SpawnOptions().args<probe::ProbeArgs>(
+              [&](auto a) { a.setLabel(label); })));
+    }
+    return kj::joinPromises(promises.finish()).then([call](auto refs) mutable {
+      auto ids = call.getResults().initIds(refs.size());
+      for (size_t i = 0; i < refs.size(); ++i) ids.set(i, refs[i].id());
+    });
+  }
+  kj::Promise<void> echo(EchoContext call) override {
+    call.getResults().setPayload(call.getParams().getPayload());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> onStop() override {
+    say("STOPPED " + label_);
+    if (hangOnStop_) return kj::NEVER_DONE;
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::string label_;
+  bool hangOnStop_ = false;
+};
+
+troupe::SpawnOptions labelled(const std::string& label, bool hang = false) {
+  return troupe::SpawnOptions().named(label).args<probe::ProbeArgs>([&](auto a) {
+    a.setLabel(label);
+    a.setHangOnStop(hang);
+  });
+}
+
+using Job = troupe::Driver;
+using Scenario = kj::Promise<void> (*)(Job&);
+
+kj::Promise<void> pingAll(kj::ArrayPtr<troupe::Ref<probe::Probe>> probes) {
+  auto replies = KJ_MAP(p, probes) -> kj::Promise<void> {
+    return p.pingRequest().send().then([](auto r) {
+      say(std::string("PING ") + r.getHost().cStr() + " " + r.getGroup().cStr());
+    });
+  };
+  return kj::joinPromises(kj::mv(replies));
+}
+
+// Every node answers; the job ends; everything exits 0.
+kj::Promise<void> normal(Job& job) {
+  auto probes = job.spawnEach<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                            labelled("p"));
+  return pingAll(probes).attach(kj::mv(probes));
+}
+
+// Pings every node forever: the tests kill things while it runs.
+kj::Promise<void> pingForever(Job& job, kj::Array<troupe::Ref<probe::Probe>>& probes) {
+  return job.timer().afterDelay(100 * kj::MILLISECONDS).then([&job, &probes]() {
+    auto replies = KJ_MAP(p, probes) -> kj::Promise<void> {
+      return p.pingRequest().send().ignoreResult();
+    };
+    return kj::joinPromises(kj::mv(replies)).then([&job, &probes]() {
+      return pingForever(job, probes);
+    });
+  });
+}
+
+kj::Promise<void> hold(Job& job) {
+  auto probes = kj::heap(job.spawnEach<probe::Probe>(
+      "probe.Probe", troupe::Placement::any().cpus(0), labelled("p")));
+  auto& ref = *probes;
+  return pingAll(ref).then([&job, &ref]() {
+    say("READY");
+    return pingForever(job, ref);
+  }).attach(kj::mv(probes));
+}
+
+// Pings every node for a few seconds, then ends well: the tests poke the ports meanwhile.
+kj::Promise<void> linger(Job& job) {
+  auto probes = kj::heap(job.spawnEach<probe::Probe>(
+      "probe.Probe", troupe::Placement::any().cpus(0), labelled("p")));
+  auto& ref = *probes;
+  return pingAll(ref)
+      .then([&job, &ref]() {
+        say("READY");
+        return job.timer().timeoutAfter(4 * kj::SECONDS, pingForever(job, ref));
+      })
+      .catch_([](kj::Exception&& e) {
+        if (e.getType() != kj::Exception::Type::OVERLOADED &&
+            std::string(e.getDescription().cStr()).find("timed out") == std::string::npos) {
+          kj::throwFatalException(kj::mv(e));
+        }
+        say("LINGERED");
+      })
+      .attach(kj::mv(probes));
+}
+
+// Links: an abnormal exit takes the linked actor down with the same reason; a normal one doesn't.
+kj::Promise<void> links(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::prefer("data_group").cpus(0),
+                                   labelled("a").unlinked());
+  auto b = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("b").unlinked());
+  auto c = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("c").unlinked());
+  auto d = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("d").unlinked());
+  auto linkAB = a.linkRequest();
+  linkAB.setOther(b.id());
+  auto linkCD = c.linkRequest();
+  linkCD.setOther(d.id());
+  auto bDown = job.monitor(b.id());
+  return kj::joinPromises(kj::arr(linkAB.send().ignoreResult(), linkCD.send().ignoreResult()))
+      .then([a, c]() mutable {
+        auto crash = a.crashRequest();
+        crash.setWhy("boom");
+        return kj::joinPromises(
+            kj::arr(crash.send().ignoreResult(), c.finishRequest().send().ignoreResult()));
+      })
+      .then([bDown = kj::mv(bDown)]() mutable { return kj::mv(bDown); })
+      .then([&job, d](troupe::Exit reason) mutable {
+        say("B DOWN " + reason.describe());
+        // c ended normally: d must still answer.
+        return job.timer().afterDelay(300 * kj::MILLISECONDS).then([d]() mutable {
+          return d.pingRequest().send().then([](auto) { say("D ALIVE"); });
+        });
+      });
+}
+
+// Monitors: one `down` with the reason, also when watching starts after the death.
+kj::Promise<void> monitors(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("a").unlinked());
+  auto early = job.monitor(a.id());
+  auto crash = a.crashRequest();
+  crash.setWhy("on purpose");
+  return crash.send()
+      .ignoreResult()
+      .then([early = kj::mv(early)]() mutable { return kj::mv(early); })
+      .then([&job, id = a.id()](troupe::Exit r) {
+        say("EARLY " + r.describe());
+        return job.monitor(id);
+      })
+      .then([&job](troupe::Exit r) {
+        say("LATE " + r.describe());
+        return job.monitor(999999);
+      })
+      .then([](troupe::Exit r) { say("NOBODY " + r.describe()); });
+}
+
+// Restarts: re-placed by the scheduler, the new incarnation answers; past the limit the exit
+// escalates to the driver and the job fails.
+kj::Promise<void> crashAndPing(Job& job, uint64_t id, int round) {
+  auto address = KJ_ASSERT_NONNULL(job.current(id));
+  auto probe = job.resolve<probe::Probe>(address);
+  return probe.pingRequest().send().then([&job, id, round, probe](auto r) mutable {
+    say("INCARNATION " + std::to_string(r.getIncarnation()) + " on " + r.getHost().cStr());
+    auto crash = probe.crashRequest();
+    crash.setWhy("crash " + std::to_string(round));
+    return crash.send().ignoreResult().then([&job, id, round]() {
+      return job.timer().afterDelay(300 * kj::MILLISECONDS).then([&job, id, round]() {
+        return crashAndPing(job, id, round + 1);
+      });
+    });
+  });
+}
+
+kj::Promise<void> restarts(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::prefer("data_group").cpus(0),
+                                   labelled("r").restarts(2, 60 * kj::SECONDS));
+  return crashAndPing(job, a.id(), 1);
+}
+
+// The cascade: children stop before their parent, newest first; a child that ignores its stop is
+// killed at the deadline.
+kj::Promise<void> cascade(Job& job) {
+  auto parent = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                        labelled("parent"));
+  auto hang = job.spawn<probe::Probe>(
+      "probe.Probe", troupe::Placement::any().cpus(0),
+      labelled("stubborn", true).stopTimeout(300 * kj::MILLISECONDS));
+  auto req = parent.spawnChildrenRequest();
+  req.setCount(2);
+  return req.send().then([hang](auto r) mutable {
+    say("CHILDREN " + std::to_string(r.getIds().size()));
+    return hang.pingRequest().send().ignoreResult();
+  });
+}
+
+kj::Promise<void> unregistered(Job& job) {
+  job.spawn<probe::Probe>("no.SuchType", troupe::Placement::any());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> unplaceable(Job& job) {
+  job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("dnn_group").gpus(64));
+  return kj::READY_NOW;
+}
+
+Scenario find(const std::string& name) {
+  if (name == "normal") return normal;
+  if (name == "hold") return hold;
+  if (name == "linger") return linger;
+  if (name == "links") return links;
+  if (name == "monitors") return monitors;
+  if (name == "restarts") return restarts;
+  if (name == "cascade") return cascade;
+  if (name == "unregistered") return unregistered;
+  if (name == "unplaceable") return unplaceable;
+  return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  troupe::Registry types;
+  types.add<Probe>("probe.Probe");
+  troupe::RunOptions defaults;
+  defaults.headGroup = "dnn_group";
+  return troupe::run(
+      argc, argv, types,
+      [](troupe::Driver& job) -> kj::Promise<void> {
+        std::string name = "normal";
+        auto& args = job.args();
+        for (size_t i = 0; i + 1 < args.size(); ++i) {
+          if (args[i] == "--scenario") name = args[i + 1];
+        }
+        auto scenario = find(name);
+        KJ_REQUIRE(scenario != nullptr, "unknown scenario", name);
+        return scenario(job);
+      },
+      defaults);
+}
