@@ -391,6 +391,7 @@ void NodeRuntime::actorExited(uint64_t id, Exit reason) {
 void NodeRuntime::requestExit(int code, std::string reason) {
   if (exiting()) return;
   exitCode_ = code;
+  exitReason_ = reason;
   if (code != 0) {
     spdlog::error("exiting with {} ({}): {}", code, exitCodeName(code), reason);
   } else {

@@ -88,6 +88,8 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   // Ends this process with `code` once the current turn is over. The first call wins.
   kj::Promise<void> whenExitRequested() { return exitRequested_.addBranch(); }
   int exitCode() const { return exitCode_; }
+  const std::string& exitReason() const { return exitReason_; }
+  // The one line saying why the process ends (for SageMaker's output/failure).
   bool exiting() const { return exitCode_ >= 0; }
 
   kj::TaskSet& tasks() { return tasks_; }
@@ -128,6 +130,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   std::map<std::string, Peer> peers_;
   std::map<uint64_t, Hosted> actors_;  // by id, which is start order
   int exitCode_ = -1;
+  std::string exitReason_;
   kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;
   kj::ForkedPromise<void> exitRequested_;
 };
