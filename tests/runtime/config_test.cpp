@@ -1,0 +1,86 @@
+// The cluster description: SageMaker's resourceconfig.json shape, and the errors for bad ones.
+#include <catch2/catch.hpp>
+
+#include "troupe/config.h"
+
+using troupe::ClusterConfig;
+using troupe::ConfigError;
+
+namespace {
+
+const char* kHetero = R"({
+  "current_host": "algo-1", "current_group_name": "data_group",
+  "current_instance_type": "ml.c5.xlarge", "hosts": ["algo-2", "algo-1", "algo-3"],
+  "network_interface_name": "eth0",
+  "instance_groups": [
+    {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": ["algo-2"]},
+    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge",
+     "hosts": ["algo-3", "algo-1"]}]})";
+
+}  // namespace
+
+TEST_CASE("a heterogeneous description parses; hosts and groups come out sorted", "[config]") {
+  auto c = ClusterConfig::parse(kHetero, "rc.json");
+  CHECK(c.currentHost == "algo-1");
+  CHECK(c.currentGroup == "data_group");
+  CHECK(c.hosts == std::vector<std::string>{"algo-1", "algo-2", "algo-3"});
+  REQUIRE(c.groups.size() == 2);
+  CHECK(c.groups[0].name == "data_group");
+  CHECK(c.groups[0].hosts == std::vector<std::string>{"algo-1", "algo-3"});
+  CHECK(c.groupOf("algo-2").name == "dnn_group");
+}
+
+TEST_CASE("the head is the first host of the head group, by default the GPU group", "[config]") {
+  auto c = ClusterConfig::parse(kHetero, "rc.json");
+  CHECK(c.headHost("") == "algo-2");           // ml.p3.2xlarge has a GPU
+  CHECK(c.headHost("data_group") == "algo-1");
+  CHECK_THROWS_WITH(c.headHost("dnn_grup"),
+                    "head group 'dnn_grup' is unknown; groups are: data_group, dnn_group");
+}
+
+TEST_CASE("a homogeneous description has one group holding every host", "[config]") {
+  auto c = ClusterConfig::parse(
+      R"({"current_host":"algo-2","hosts":["algo-1","algo-2"],"current_group_name":"homogeneousCluster",
+          "current_instance_type":"ml.c5.xlarge"})",
+      "rc.json");
+  REQUIRE(c.groups.size() == 1);
+  CHECK(c.groups[0].name == "homogeneousCluster");
+  CHECK(c.headHost("") == "algo-1");  // no GPU group: the first host
+}
+
+TEST_CASE("bad descriptions name the file, the key and the value", "[config][bad-input]") {
+  auto fails = [](const char* json) {
+    try {
+      ClusterConfig::parse(json, "rc.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(fails("{not json").find("cluster file rc.json is not valid JSON") == 0);
+  CHECK(fails("[]") == "cluster file rc.json must hold a JSON object");
+  CHECK(fails(R"({"hosts":["a"]})") == "cluster file rc.json: key 'current_host' is missing");
+  CHECK(fails(R"({"current_host":1,"hosts":["a"]})") ==
+        "cluster file rc.json: key 'current_host' must be a string, not 1");
+  CHECK(fails(R"({"current_host":"b","hosts":["a"]})") ==
+        "cluster file rc.json: current_host 'b' is not in 'hosts' (1 hosts)");
+  CHECK(fails(R"({"current_host":"a","hosts":["a","a"]})") ==
+        "cluster file rc.json: host 'a' appears twice in 'hosts'; list each host once");
+  CHECK(fails(R"({"current_host":"a","hosts":["a","b"],"instance_groups":[
+                 {"instance_group_name":"g","hosts":["a"]}]})") ==
+        "cluster file rc.json: host 'b' is in no instance group; add it to one of: g");
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"instance_groups":[
+                 {"instance_group_name":"g","hosts":["a"]},{"instance_group_name":"h","hosts":["a"]}]})") ==
+        "cluster file rc.json: host 'a' is in two groups, 'g' and 'h'; a host belongs to one group");
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"instance_groups":[
+                 {"instance_group_name":"g","hosts":["a"]},{"instance_group_name":"h","hosts":[]}]})") ==
+        "cluster file rc.json: instance group 'h' has no hosts; give it at least one or remove it");
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"current_group_name":"x","instance_groups":[
+                 {"instance_group_name":"g","hosts":["a"]}]})") ==
+        "cluster file rc.json: current_group_name 'x' does not match the group of current_host 'a' ('g')");
+}
+
+TEST_CASE("a missing file is a clear error", "[config][bad-input]") {
+  CHECK_THROWS_WITH(ClusterConfig::load("/nonexistent/rc.json"),
+                    Catch::StartsWith("cluster file '/nonexistent/rc.json' cannot be read"));
+}
