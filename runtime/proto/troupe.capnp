@@ -65,6 +65,8 @@ struct SpawnSpec {
   maxRestarts @6 :UInt32;   # restarts allowed within restartWindowMs before escalating
   restartWindowMs @7 :UInt32 = 60000;
   stopTimeoutMs @8 :UInt32 = 5000;  # after this, a stopping actor is killed
+  index @9 :UInt32;         # which instance of a multi-instance spawn (0-based) ...
+  count @10 :UInt32 = 1;    # ... out of how many
 }
 
 interface Gate {

@@ -83,8 +83,9 @@ kj::Promise<Exit> monitorThrough(proto::Cluster::Client cluster, uint64_t id) {
 // =======================================================================================
 // ActorContext
 
-ActorContext::ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args)
-    : node_(node), self_(kj::mv(self)), argBytes_(kj::mv(args)) {}
+ActorContext::ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args,
+                           uint32_t index, uint32_t count)
+    : node_(node), self_(kj::mv(self)), index_(index), count_(count), argBytes_(kj::mv(args)) {}
 
 const NodeInfo& ActorContext::node() const { return node_.info(); }
 EventLoop& ActorContext::loop() { return node_.loop(); }

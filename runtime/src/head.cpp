@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "log.h"
+#include "troupe/log.h"
 
 #include <algorithm>
 
@@ -41,6 +41,8 @@ SpawnRequest SpawnRequest::fromProto(proto::SpawnSpec::Reader spec) {
   r.maxRestarts = spec.getMaxRestarts();
   r.restartWindow = spec.getRestartWindowMs() * kj::MILLISECONDS;
   r.stopTimeout = spec.getStopTimeoutMs() * kj::MILLISECONDS;
+  r.index = spec.getIndex();
+  r.count = spec.getCount();
   return r;
 }
 
@@ -54,6 +56,8 @@ void SpawnRequest::toProto(proto::SpawnSpec::Builder spec) const {
   spec.setMaxRestarts(maxRestarts);
   spec.setRestartWindowMs(restartWindow / kj::MILLISECONDS);
   spec.setStopTimeoutMs(stopTimeout / kj::MILLISECONDS);
+  spec.setIndex(index);
+  spec.setCount(count);
 }
 
 // =======================================================================================
@@ -271,6 +275,8 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
     spec.maxRestarts = request.maxRestarts;
     spec.restartWindow = request.restartWindow;
     spec.stopTimeout = request.stopTimeout;
+    spec.index = index;
+    spec.count = placed.size();
     ++index;
 
     KJ_ASSERT(view_.reserve(nodeId, spec.placement.getResources()), "scheduler overcommitted");

@@ -26,6 +26,7 @@ struct SpawnRequest {
   uint32_t maxRestarts = 0;
   kj::Duration restartWindow = 60 * kj::SECONDS;
   kj::Duration stopTimeout = 5 * kj::SECONDS;
+  uint32_t index = 0, count = 1;  // position within a multi-instance spawn
 
   static SpawnRequest fromProto(proto::SpawnSpec::Reader spec);
   void toProto(proto::SpawnSpec::Builder spec) const;

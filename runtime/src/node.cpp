@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "log.h"
+#include "troupe/log.h"
 #include <unistd.h>
 
 #include "coalescing_stream.h"
@@ -300,7 +300,8 @@ proto::Actor::Client NodeRuntime::host(proto::SpawnSpec::Reader spec, ActorAddre
   }
   auto id = address.id;
   KJ_REQUIRE(actors_.count(id) == 0, "actor already hosted here", id);
-  auto context = kj::heap<ActorContext>(*this, address, kj::heapArray(spec.getArgs()));
+  auto context = kj::heap<ActorContext>(*this, address, kj::heapArray(spec.getArgs()),
+                                        spec.getIndex(), spec.getCount());
   auto created = registry_.create(type, kj::mv(context));
   Hosted hosted{address, created.client, &created.core, spec.getStopTimeoutMs() * kj::MILLISECONDS};
   auto& core = created.core;

@@ -7,7 +7,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "log.h"
+#include "troupe/log.h"
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include "head.h"
 #include "node.h"
 #include "troupe/exit_codes.h"
+#include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 
 namespace troupe {
@@ -37,6 +38,23 @@ void setupLogging(const std::string& tag, const std::string& level) {
   logger->set_level(spdlog::level::from_str(level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+}
+
+std::string localHostName() {
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+std::string allowedCpus() {
+  cpu_set_t set;
+  std::vector<unsigned> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+  return formatCpuList(cpus);
 }
 
 unsigned machineCpus() {
@@ -98,47 +116,138 @@ struct Loaded {
   HostMap hosts;
 };
 
+bool smRootGiven() {
+  const char* root = getenv("TROUPE_SM_ROOT");
+  return root != nullptr && *root != '\0';
+}
+
+std::string smClusterFile() {
+  return SageMakerEnv::defaultRoot() + "/input/config/resourceconfig.json";
+}
+
+// Whether this process runs under a SageMaker-shaped root, whose output/ then gets the outcome
+// file: TROUPE_SM_ROOT is set, or the cluster file is (or will be) the root's. A developer machine
+// that merely lacks a cluster file never gets files written into /opt/ml.
+bool underSageMaker(const RunOptions& o) {
+  if (smRootGiven()) return true;
+  if (o.clusterFile.empty()) return std::filesystem::exists(smClusterFile());
+  return o.clusterFile == smClusterFile();
+}
+
 Loaded loadCluster(RunOptions& o) {
   Loaded l;
-  if (o.clusterFile.empty()) {
-    const char* smRoot = getenv("TROUPE_SM_ROOT");
-    std::string sm = std::string(smRoot ? smRoot : "/opt/ml") + "/input/config/resourceconfig.json";
-    if (std::filesystem::exists(sm)) o.clusterFile = sm;
+  // With TROUPE_SM_ROOT set the root's file is the description, so a missing one is an error.
+  if (o.clusterFile.empty() && (smRootGiven() || std::filesystem::exists(smClusterFile()))) {
+    o.clusterFile = smClusterFile();
   }
-  if (o.clusterFile.empty()) {
-    // No description: a one-node cluster on this machine, handy for a first run.
-    l.config = ClusterConfig::parse(R"({"current_host":"localhost","hosts":["localhost"],
-                                        "current_group_name":"local"})",
-                                    "(built-in single-node cluster)");
-    l.hosts.addresses["localhost"] = "127.0.0.1:0";
-    if (o.token.empty()) o.token = randomToken();
-    return l;
+  if (!o.clusterFile.empty()) {
+    l.config = ClusterConfig::load(o.clusterFile);
+  } else {
+    auto env = processEnvironment();
+    if (auto slurm = clusterFromSlurm(env)) {
+      l.config = ClusterConfig::parse(*slurm,
+                                      "the Slurm job's environment (SLURMD_NODENAME, "
+                                      "SLURM_JOB_NODELIST*, TROUPE_SLURM_GROUPS)");
+    } else if (auto k8s = clusterFromK8s(env)) {
+      l.config = ClusterConfig::parse(*k8s, "the pod's environment (TROUPE_K8S_GROUPS, HOSTNAME)");
+    } else {
+      // No description: a one-node cluster on this machine, handy for a first run.
+      l.config = ClusterConfig::parse(R"({"current_host":"localhost","hosts":["localhost"],
+                                          "current_group_name":"local"})",
+                                      "(built-in single-node cluster)");
+      l.hosts.addresses["localhost"] = "127.0.0.1:0";
+      if (o.token.empty()) o.token = randomToken();
+      return l;
+    }
   }
-  l.config = ClusterConfig::load(o.clusterFile);
   if (!o.hostMapFile.empty()) l.hosts = HostMap::load(o.hostMapFile);
   l.hosts.defaultPort = o.port;
   if (o.token.empty()) {
     if (l.config.hosts.size() > 1) {
-      throw ConfigError("no cluster token: set TROUPE_TOKEN (or --token) to the same secret on "
-                        "every instance of the job");
+      throw ConfigError(
+          "no cluster token: set TROUPE_TOKEN (or --token) to the same secret on "
+          "every instance of the job");
     }
     o.token = randomToken();
   }
   return l;
 }
 
+// Listen on the interface the description names (SageMaker: network_interface_name, "eth0"),
+// not on every address, unless the host map already says where this host listens.
+void listenOnInterface(Loaded& l) {
+  auto& c = l.config;
+  if (c.networkInterface.empty() || l.hosts.addresses.count(c.currentHost) != 0) return;
+  auto ip = interfaceAddress(c.networkInterface);
+  if (!ip) {
+    spdlog::warn(
+        "network interface '{}' (network_interface_name in {}) does not exist or has no "
+        "IPv4 address; listening on every address",
+        c.networkInterface, c.source);
+    return;
+  }
+  l.hosts.addresses[c.currentHost] = *ip + ":" + std::to_string(l.hosts.defaultPort);
+}
+
+// `troupe sim --pin`: run on the CPU set TROUPE_CPUS names. Before any thread starts, so every
+// thread inherits it.
+void pinFromEnvironment() {
+  const char* text = getenv("TROUPE_CPUS");
+  if (text == nullptr || *text == '\0') return;
+  auto cpus = parseCpuList(text, "TROUPE_CPUS");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (auto c : cpus) {
+    if (c >= CPU_SETSIZE)
+      throw ConfigError("TROUPE_CPUS '" + std::string(text) + "': no CPU " + std::to_string(c));
+    CPU_SET(c, &set);
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    throw ConfigError("TROUPE_CPUS '" + std::string(text) + "': cannot run on those CPUs (" +
+                      strerror(errno) + "); this machine allows " + allowedCpus());
+  }
+}
+
+// The end of the process, and on SageMaker its outcome file.
+class Outcome {
+ public:
+  void setOutputDir(std::string dir) { outputDir_ = std::move(dir); }
+  void setWho(std::string who) { who_ = std::move(who); }
+  const std::string& who() const { return who_; }
+
+  [[noreturn]] void end(int code, const std::string& reason) {
+    if (!outputDir_.empty()) {
+      bool ok = code == OK
+                    ? writeSuccessFile(outputDir_, reason.empty() ? "the job succeeded" : reason)
+                    : writeFailureFile(outputDir_, reason,
+                                       "exit code " + std::to_string(code) + " (" +
+                                           exitCodeName(code) + ") on " + who_);
+      if (!ok) {
+        fprintf(stderr, "troupe: cannot write %s/%s\n", outputDir_.c_str(),
+                code == OK ? "success" : "failure");
+      }
+    }
+    endProcess(code);
+  }
+
+ private:
+  std::string outputDir_;  // empty: not under SageMaker
+  std::string who_;
+};
+
 NodeInfo sizeOf(const ClusterConfig& c, const RunOptions& o) {
   NodeInfo info;
   auto type = sched::findInstanceType(c.currentInstanceType);
   info.vcpus_ = o.vcpus ? o.vcpus : type ? type->vcpus : machineCpus();
   info.gpus_ = o.gpus ? o.gpus : type ? type->gpus : 0;
-  info.memoryBytes_ = o.memoryBytes   ? o.memoryBytes
-                      : type          ? static_cast<uint64_t>(type->memoryGib * (1ull << 30))
-                                      : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                                            sysconf(_SC_PAGESIZE);
+  info.memoryBytes_ = o.memoryBytes ? o.memoryBytes
+                      : type
+                          ? static_cast<uint64_t>(type->memoryGib * (1ull << 30))
+                          : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (!type && !c.currentInstanceType.empty() && !o.vcpus) {
-    spdlog::warn("instance type '{}' is not in troupe's table; using this machine's size ({} vcpus)",
-                 c.currentInstanceType, info.vcpus_);
+    spdlog::warn(
+        "instance type '{}' is not in troupe's table; using this machine's size ({} vcpus)",
+        c.currentInstanceType, info.vcpus_);
   }
   return info;
 }
@@ -186,10 +295,9 @@ class Worker {
           info.setMemoryBytes(me.memoryBytes());
           info.setPid(getpid());
           join.setNode(node_.selfClient());
-          return join.send().then(
-              [this, cluster, conn = kj::mv(conn)](auto response) mutable {
-                joined(kj::mv(conn), kj::mv(cluster), response.getNodeId());
-              });
+          return join.send().then([this, cluster, conn = kj::mv(conn)](auto response) mutable {
+            joined(kj::mv(conn), kj::mv(cluster), response.getNodeId());
+          });
         })
         .catch_([this, lastError = kj::mv(lastError)](kj::Exception&& e) -> kj::Promise<void> {
           kj::String what = kj::str(e.getDescription());
@@ -200,9 +308,10 @@ class Worker {
                                                "instance with the same TROUPE_TOKEN");
             return kj::READY_NOW;
           }
-          if (e.getType() == kj::Exception::Type::FAILED && text.find("host '") != std::string::npos) {
-            node_.requestExit(JOIN_FAILED, "the head refused to let this node join: " +
-                                               std::string(what.cStr()));
+          if (e.getType() == kj::Exception::Type::FAILED &&
+              text.find("host '") != std::string::npos) {
+            node_.requestExit(
+                JOIN_FAILED, "the head refused to let this node join: " + std::string(what.cStr()));
             return kj::READY_NOW;
           }
           auto delay = kj::min(backoff_, 2 * kj::SECONDS);
@@ -242,9 +351,8 @@ class Worker {
       }
       auto req = node_.cluster().heartbeatRequest();
       req.setNodeId(nodeId_);
-      node_.tasks().add(req.send().then([this](auto&&) {
-        lastHeard_ = node_.loop().timer().now();
-      }));
+      node_.tasks().add(
+          req.send().then([this](auto&&) { lastHeard_ = node_.loop().timer().now(); }));
       return heartbeatLoop();
     });
   }
@@ -293,19 +401,31 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     if (std::to_string(getppid()) != parent) _exit(INTERRUPTED);
   }
 
+  Outcome outcome;
+  outcome.setWho(localHostName());
+  if (smRootGiven()) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
   std::vector<std::string> appArgs;
   Loaded loaded;
   try {
+    pinFromEnvironment();
     appArgs = parseOptions(argc, argv, options);
+    if (underSageMaker(options)) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
     loaded = loadCluster(options);
+    auto& c = loaded.config;
+    outcome.setWho(c.currentHost + " (" + c.currentGroup + ")");
+    SageMakerEnv::setCurrent(underSageMaker(options)
+                                 ? SageMakerEnv::load(SageMakerEnv::defaultRoot())
+                                 : SageMakerEnv::inactive());
   } catch (const ConfigError& e) {
     fprintf(stderr, "troupe: configuration error: %s\n", e.what());
-    endProcess(CONFIG_ERROR);
+    outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
   }
   auto& config = loaded.config;
   bool isHead = config.currentHost == config.headHost(options.headGroup);
   setupLogging(config.currentHost + " " + config.currentGroup + (isHead ? " head" : " worker"),
                options.logLevel);
+  if (getenv("TROUPE_CPUS") != nullptr) spdlog::info("pinned to CPUs {}", allowedCpus());
+  listenOnInterface(loaded);
   auto size = sizeOf(config, options);
 
   try {
@@ -333,16 +453,17 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     node.whenExitRequested().wait(loop.waitScope());
     // Let replies already queued (Node.exit's return, for one) reach the wire.
     loop.timer().afterDelay(100 * kj::MILLISECONDS).wait(loop.waitScope());
-    endProcess(node.exitCode());
+    outcome.end(node.exitCode(), node.exitReason());
   } catch (const ConfigError& e) {
     spdlog::error("configuration error: {}", e.what());
-    endProcess(CONFIG_ERROR);
+    outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
   } catch (const kj::Exception& e) {
     spdlog::critical("internal error: {}", e.getDescription().cStr());
-    endProcess(INTERNAL_ERROR);
+    outcome.end(INTERNAL_ERROR,
+                "internal error on " + outcome.who() + ": " + e.getDescription().cStr());
   } catch (const std::exception& e) {
     spdlog::critical("internal error: {}", e.what());
-    endProcess(INTERNAL_ERROR);
+    outcome.end(INTERNAL_ERROR, "internal error on " + outcome.who() + ": " + e.what());
   }
 }
 

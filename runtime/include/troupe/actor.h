@@ -154,9 +154,15 @@ class ActorContext {
   // What an actor can do besides serving calls: spawn children, resolve and monitor other actors,
   // run CPU work on the pool, and exit. One per actor incarnation, owned by the actor.
  public:
-  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args);
+  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args,
+               uint32_t index = 0, uint32_t count = 1);
 
   const ActorAddress& self() const { return self_; }
+  uint32_t instanceIndex() const { return index_; }
+  uint32_t instanceCount() const { return count_; }
+  // For actors started together by spawnMany()/spawnEach(): this one's position (0-based) and
+  // how many were started — e.g. which shard of a dataset to serve. 0 and 1 otherwise; kept
+  // across restarts.
   const NodeInfo& node() const;
   EventLoop& loop();
   kj::Timer& timer() { return loop().timer(); }
@@ -237,6 +243,7 @@ class ActorContext {
 
   NodeRuntime& node_;
   ActorAddress self_;
+  uint32_t index_, count_;
   kj::Array<kj::byte> argBytes_;
   kj::Array<capnp::word> argWords_;
   kj::Own<capnp::FlatArrayMessageReader> argReader_;

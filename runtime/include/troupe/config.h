@@ -13,6 +13,11 @@
 //
 // A homogeneous job has no `instance_groups`: every host is then in one group named after
 // `current_group_name` (SageMaker says "homogeneousCluster").
+//
+// Where run() finds it, first match wins: --cluster / TROUPE_CLUSTER_FILE; SageMaker's
+// $TROUPE_SM_ROOT/input/config/resourceconfig.json (root /opt/ml by default; with
+// TROUPE_SM_ROOT set the file must exist); a Slurm job's environment (clusterFromSlurm); a
+// Kubernetes pod's (clusterFromK8s); else a one-node cluster on this machine.
 
 #pragma once
 
@@ -69,5 +74,43 @@ struct HostMap {
   static HostMap load(const std::string& path);  // {"algo-1": "127.0.0.1:41001", ...}
   std::string addressOf(const std::string& host) const;
 };
+
+// -- cluster descriptions from the environment --
+
+using Environment = std::map<std::string, std::string>;
+Environment processEnvironment();
+// This process's environment variables.
+
+std::vector<std::string> expandHostList(const std::string& list, const std::string& what);
+// Slurm's hostlist syntax: "node[01-03,07],gpu1" -> node01 node02 node03 node07 gpu1 (zero
+// padding kept; several bracket groups multiply: "r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). Throws
+// ConfigError naming `what` (the variable) and the text when it does not parse.
+
+std::optional<std::string> clusterFromSlurm(const Environment& env);
+// A description in resourceconfig.json's shape for a Slurm job, or none when `env` is not a
+// Slurm task's (no SLURMD_NODENAME, or no node list). A heterogeneous job (`#SBATCH hetjob`,
+// SLURM_HET_SIZE=N) gives one instance group per component from
+// SLURM_JOB_NODELIST_HET_GROUP_<n>; a plain job one group from SLURM_JOB_NODELIST. Group names
+// (and optionally instance types) come from
+// TROUPE_SLURM_GROUPS="data_group,dnn_group:ml.p3.2xlarge", one entry per component; without it
+// they are het_group_0, het_group_1... (a plain job: "slurm"). The current host is SLURMD_NODENAME.
+// Throws ConfigError naming the variable and its value.
+
+std::optional<std::string> clusterFromK8s(const Environment& env);
+// A description for a pod of a troupe job on Kubernetes (deploy/k8s), or none without
+// TROUPE_K8S_GROUPS. TROUPE_K8S_GROUPS="data_group=2,dnn_group=1:ml.p3.2xlarge" names each group,
+// its size and optionally its instance type. The pods of group G are G with '_' made '-' plus
+// "-<index>" (a StatefulSet's or an Indexed Job's hostnames: data-group-0, data-group-1, ...),
+// reached as "<pod>.<service>" through the headless service TROUPE_K8S_SERVICE (default
+// "troupe"). This pod is TROUPE_POD_NAME, else HOSTNAME; it listens on eth0.
+
+std::optional<std::string> interfaceAddress(const std::string& name);
+// The first IPv4 address of network interface `name` ("eth0" -> "10.0.12.7"), or none when the
+// interface does not exist or has no IPv4 address.
+
+std::vector<unsigned> parseCpuList(const std::string& text, const std::string& what);
+// "0-3,7" -> {0,1,2,3,7}. Throws ConfigError naming `what` and the text when it is not a list.
+std::string formatCpuList(const std::vector<unsigned>& cpus);
+// {0,1,2,3,7} -> "0-3,7".
 
 }  // namespace troupe

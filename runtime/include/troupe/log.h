@@ -1,4 +1,6 @@
-// Logging helpers private to the runtime: lets spdlog format KJ strings.
+// File: troupe/log.h
+//
+// Lets spdlog (fmt) format KJ strings, so runtime, actor and app code log KJ and std strings alike.
 #pragma once
 
 #include <kj/string.h>

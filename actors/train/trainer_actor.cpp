@@ -1,0 +1,356 @@
+#include "trainer_actor.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include "troupe/log.h"
+
+#include "troupe/augment/augment.h"
+#include "troupe/dataset/epoch.h"
+#include "troupe/dataset/fashion_mnist.h"
+
+namespace troupe::train {
+
+namespace {
+
+class Sink final : public hetero::BatchSink::Server {
+  // The trainer's end of the stream. It lives as long as an augmenter holds it, so it must not
+  // outlive the trainer's attention: the trainer detaches it when it stops.
+ public:
+  explicit Sink(std::shared_ptr<TrainerActor*> trainer) : trainer_(kj::mv(trainer)) {}
+  kj::Promise<void> push(PushContext call) override {
+    if (*trainer_ != nullptr) (*trainer_)->deliver(call.getParams().getBatch());
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<TrainerActor*> trainer_;  // null once the trainer is gone
+};
+
+double seconds(kj::Duration d) { return d / kj::NANOSECONDS / 1e9; }
+
+struct Quiet : kj::TaskSet::ErrorHandler {
+  void taskFailed(kj::Exception&& e) override {
+    spdlog::debug("trainer task failed: {}", e.getDescription().cStr());
+  }
+};
+Quiet quiet;
+
+}  // namespace
+
+TrainerActor::TrainerActor(ActorContext& context)
+    : ActorBase(context), args_(context.args<hetero::TrainerArgs>()) {
+  batchSize_ = args_.getBatchSize();
+  prefetch_ = std::max<uint32_t>(1, args_.getPrefetch());
+  seed_ = args_.getSeed();
+  dataDir_ = args_.getDataDir();
+  modelDir_ = args_.getModelDir();
+  deviceName_ = args_.getDevice();
+  KJ_REQUIRE(batchSize_ > 0, "batch size must be at least 1");
+  KJ_REQUIRE(args_.getLearningRate() > 0, "learning rate must be positive",
+             args_.getLearningRate());
+  tasks_ = kj::heap<kj::TaskSet>(quiet);
+  self_ = std::make_shared<TrainerActor*>(this);
+}
+
+TrainerActor::~TrainerActor() noexcept(false) { *self_ = nullptr; }
+
+kj::Promise<void> TrainerActor::onStart() {
+  auto kind = deviceName_ == "cpu"    ? DeviceKind::kCpu
+              : deviceName_ == "cuda" ? DeviceKind::kCuda
+                                      : DeviceKind::kAuto;
+  auto selection = selectDevice(kind);
+  device_ = kj::mv(selection.device);
+  deviceReason_ = selection.reason;
+  spdlog::info("trainer on {}: {}", node().host(), deviceReason_);
+  // The model's elementwise work is small; one OpenMP thread keeps idle OpenMP workers from
+  // spinning on the cores BLAS and the augmenters need.
+  omp_set_num_threads(1);
+  MlpConfig config;
+  config.learningRate = args_.getLearningRate();
+  config.momentum = args_.getMomentum();
+  config.seed = seed_;
+  model_ = std::make_shared<Mlp>(config, *device_);
+  return context()
+      .offload([dir = dataDir_]() {
+        auto set = data::loadFashionMnist(dir, data::Split::kTest);
+        auto test = std::make_shared<Test>();
+        test->images = normalizeImages(set.pixels);
+        test->labels = set.labels;
+        return std::shared_ptr<const Test>(kj::mv(test));
+      })
+      .then([this](std::shared_ptr<const Test> test) { test_ = kj::mv(test); });
+}
+
+kj::Promise<void> TrainerActor::progress(ProgressContext call) {
+  auto r = call.getResults();
+  r.setEpoch(epoch_);
+  r.setSteps(totalSteps_);
+  uint64_t samples = stats_.samples;
+  for (auto& h : history_) samples += h.samples;
+  r.setSamples(samples);
+  r.setWaitSeconds(totalWait_ + stats_.waitSeconds);
+  r.setSeconds(seconds(context().timer().now() - started_));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> TrainerActor::train(TrainContext call) {
+  auto p = call.getParams();
+  epochs_ = p.getEpochs();
+  trainSamples_ = p.getTrainSamples();
+  KJ_REQUIRE(epochs_ > 0, "train() needs at least one epoch");
+  KJ_REQUIRE(p.getSources().size() > 0, "train() needs at least one augmenter");
+  sources_.clear();
+  uint32_t shard = 0;
+  for (auto a : p.getSources()) {
+    auto address = ActorAddress::fromProto(a);
+    sources_.push_back(Source{address.id, shard++, address.incarnation,
+                              context().resolve<hetero::Augmenter>(address)});
+  }
+  plannedSteps_ = 0;
+  for (auto& s : sources_) {
+    auto n = data::shardIndices(trainSamples_, s.shard, sources_.size()).size();
+    plannedSteps_ += (n + batchSize_ - 1) / batchSize_;
+  }
+  plannedSteps_ *= epochs_;
+  started_ = context().timer().now();
+
+  kj::Promise<void> chain = kj::READY_NOW;
+  for (uint32_t e = 0; e < epochs_; ++e) {
+    chain = chain.then([this, e]() { return runEpoch(e); });
+  }
+  return chain.then([this, call]() mutable {
+    auto r = call.getResults();
+    r.setDevice(deviceReason_);
+    auto list = r.initEpochs(history_.size());
+    for (size_t i = 0; i < history_.size(); ++i) {
+      auto& h = history_[i];
+      auto e = list[i];
+      e.setEpoch(i);
+      e.setSamples(h.samples);
+      e.setDuplicates(h.duplicates);
+      e.setMissing(h.missing);
+      e.setRejected(h.rejected);
+      e.setTestAccuracy(h.accuracy);
+      e.setSeconds(h.seconds);
+      e.setSteps(h.steps);
+      e.setStepSeconds(h.stepSeconds);
+      e.setWaitSeconds(h.waitSeconds);
+      e.setLoss(h.loss);
+    }
+    if (!modelDir_.empty()) {
+      model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history_.size()),
+                                        history_.empty() ? 0 : history_.back().accuracy});
+      spdlog::info("model saved to {}", modelDir_);
+    }
+  });
+}
+
+kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch) {
+  epoch_ = epoch;
+  stats_ = EpochStats();
+  seen_.assign(trainSamples_, 0);
+  queue_.clear();
+  auto start = context().timer().now();
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    auto& s = sources_[i];
+    s.acked = 0;
+    s.produced = false;
+    s.end = 0;
+    auto shard = data::shardIndices(trainSamples_, s.shard, sources_.size());
+    s.expected = data::epochOrder(shard, seed_, epoch);
+    startSource(i);
+  }
+  return consume(epoch).then([this, epoch, start]() {
+    for (auto& s : sources_) s.session = 0;  // late batches of this epoch are stale now
+    for (auto v : seen_) stats_.missing += v == 0;
+    return context()
+        .offload([model = model_, test = test_]() {
+          return model->evaluate(test->images, test->labels);
+        })
+        .then([this, epoch, start](double accuracy) {
+          stats_.accuracy = accuracy;
+          stats_.seconds = seconds(context().timer().now() - start);
+          totalWait_ += stats_.waitSeconds;
+          spdlog::info(
+              "epoch {}: {} samples, {} duplicates, {} missing, {} rejected batches, test "
+              "accuracy {:.4f}, {:.1f} s",
+              epoch, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected, accuracy,
+              stats_.seconds);
+          history_.push_back(stats_);
+        });
+  });
+}
+
+void TrainerActor::startSource(uint32_t index) {
+  auto& s = sources_[index];
+  s.session = nextSession_++;
+  auto req = s.client.produceRequest();
+  req.setSession(s.session);
+  req.setEpoch(epoch_);
+  req.setFrom(s.acked);
+  req.setCredits(prefetch_);
+  req.setSink(kj::heap<Sink>(self_));
+  auto session = s.session;
+  tasks_->add(req.send().then(
+      [this, index, session](auto response) -> kj::Promise<void> {
+        auto& s = sources_[index];
+        if (s.session != session) return kj::READY_NOW;
+        s.end = response.getEnd();
+        s.produced = true;
+        wake();
+        return kj::READY_NOW;
+      },
+      [this, index, session](kj::Exception&& e) -> kj::Promise<void> {
+        if (sources_[index].session != session) return kj::READY_NOW;
+        return recover(index, kj::mv(e), 0);
+      }));
+}
+
+kj::Promise<void> TrainerActor::recover(uint32_t index, kj::Exception error, int attempt) {
+  auto& s = sources_[index];
+  if (attempt == 0) {
+    spdlog::warn("shard {}: the stream from augmenter #{} broke ({}); resuming from sample {} "
+                 "once it runs again",
+                 s.shard, s.actorId, error.getDescription().cStr(), s.acked);
+  }
+  s.session = 0;  // whatever still arrives from the old stream is stale
+  return context().timer().afterDelay(200 * kj::MILLISECONDS).then([this, index, attempt]() {
+    auto& s = sources_[index];
+    return context().current(s.actorId).then(
+        [this, index, attempt](ActorAddress address) -> kj::Promise<void> {
+          auto& s = sources_[index];
+          if (address.incarnation == s.incarnation) {
+            // Not restarted yet: the head has not noticed, or is still placing it.
+            return recover(index, KJ_EXCEPTION(DISCONNECTED, "waiting"), attempt + 1);
+          }
+          spdlog::info("shard {}: augmenter #{} runs again on {} (incarnation {}); resuming",
+                       s.shard, s.actorId, address.host, address.incarnation);
+          s.incarnation = address.incarnation;
+          s.client = context().resolve<hetero::Augmenter>(address);
+          // Batches queued from the old stream are dropped: the new one resends from `acked`.
+          std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
+          startSource(index);
+          return kj::READY_NOW;
+        },
+        [this, index, attempt](kj::Exception&& e) {
+          return recover(index, kj::mv(e), attempt + 1);
+        });
+  });
+}
+
+void TrainerActor::deliver(hetero::Batch::Reader batch) {
+  Pending p;
+  p.session = batch.getSession();
+  p.epoch = batch.getEpoch();
+  p.begin = batch.getBegin();
+  p.source = batch.getShard();
+  for (auto id : batch.getSampleIds()) p.ids.push_back(id);
+  auto labels = batch.getLabels();
+  p.labels.assign(labels.begin(), labels.end());
+  auto images = batch.getImages();
+  p.images.resize(images.size() / sizeof(float));
+  memcpy(p.images.data(), images.begin(), p.images.size() * sizeof(float));
+  queue_.push_back(kj::mv(p));
+  wake();
+}
+
+void TrainerActor::wake() {
+  KJ_IF_MAYBE(w, waiter_) {
+    (*w)->fulfill();
+    waiter_ = nullptr;
+  }
+}
+
+kj::Promise<void> TrainerActor::dataReady() {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiter_ = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+bool TrainerActor::epochDone() const {
+  for (auto& s : sources_) {
+    if (!s.produced || s.acked < s.end) return false;
+  }
+  return true;
+}
+
+void TrainerActor::grant(Source& s, uint32_t credits) {
+  auto req = s.client.grantRequest();
+  req.setSession(s.session);
+  req.setCredits(credits);
+  tasks_->add(req.send().ignoreResult());
+}
+
+kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) const {
+  size_t n = b.ids.size();
+  if (n == 0 || n > batchSize_) return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
+  if (b.labels.size() != n || b.images.size() != n * 784) {
+    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ",
+                   b.images.size(), " floats");
+  }
+  if (b.begin + n > s.expected.size() ||
+      !std::equal(b.ids.begin(), b.ids.end(), s.expected.begin() + b.begin)) {
+    return kj::str("sample ids at position ", b.begin, " are not the shard's");
+  }
+  for (auto id : b.ids) {
+    if (id >= trainSamples_) return kj::str("sample id ", id, " out of range");
+  }
+  return nullptr;
+}
+
+kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
+  if (queue_.empty()) {
+    if (epochDone()) return kj::READY_NOW;
+    auto waitStart = context().timer().now();
+    return dataReady().then([this, epoch, waitStart]() {
+      stats_.waitSeconds += seconds(context().timer().now() - waitStart);
+      return consume(epoch);
+    });
+  }
+  auto b = kj::mv(queue_.front());
+  queue_.pop_front();
+  if (b.source >= sources_.size()) {
+    ++stats_.rejected;
+    spdlog::warn("rejected a batch from unknown shard {}", b.source);
+    return consume(epoch);
+  }
+  auto& s = sources_[b.source];
+  if (b.session != s.session || b.epoch != epoch || b.begin != s.acked) {
+    // Stale (from before a restart) or out of order: the current stream resends it.
+    ++stats_.rejected;
+    if (b.session == s.session) grant(s, 1);
+    return consume(epoch);
+  }
+  KJ_IF_MAYBE(problem, validate(b, s)) {
+    ++stats_.rejected;
+    spdlog::warn("rejected a batch of shard {} at position {}: {}", s.shard, b.begin, *problem);
+    grant(s, 1);
+    return consume(epoch);
+  }
+  for (auto id : b.ids) {
+    if (seen_[id]++) ++stats_.duplicates;
+  }
+  stats_.samples += b.ids.size();
+  // Learning rate decays linearly to zero over the whole run.
+  float lr = args_.getLearningRate() *
+             (1.0f - static_cast<float>(totalSteps_) / std::max<uint64_t>(1, plannedSteps_));
+  auto stepStart = context().timer().now();
+  auto end = b.begin + b.ids.size();
+  grant(s, 1);  // room for the next batch while this one trains
+  s.acked = end;
+  return context()
+      .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr]() {
+        model->setLearningRate(std::max(lr, 1e-5f));
+        return model->trainStep(images, labels);
+      })
+      .then([this, epoch, stepStart](float loss) {
+        stats_.stepSeconds += seconds(context().timer().now() - stepStart);
+        stats_.loss = loss;
+        ++stats_.steps;
+        ++totalSteps_;
+        return consume(epoch);
+      });
+}
+
+}  // namespace troupe::train
