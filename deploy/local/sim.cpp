@@ -1,17 +1,24 @@
 // `troupe sim`: a heterogeneous cluster as local processes on loopback.
 //
-//   troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- APP [ARGS]
+//   troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
+//              --hp epochs=3 --channel train=/usr/share/datasets/fashion-mnist --pin -- APP [ARGS]
 //
-// Starts one process of APP per simulated instance, each with its own cluster description in
-// SageMaker's resourceconfig.json shape (under a per-instance /opt/ml-shaped root), a shared host
-// map that puts every `algo-N` on a loopback port, and a fresh cluster token. Host names are dealt
-// in a shuffled order across groups, as on SageMaker. Every output line is prefixed with its host.
+// Starts one process of APP per simulated instance, each with its own /opt/ml-shaped root
+// (TROUPE_SM_ROOT) holding what SageMaker gives an instance: input/config/resourceconfig.json in
+// SageMaker's shape, input/config/hyperparameters.json (--hp, every value a string),
+// input/data/<channel> (--channel, a symbolic link to a shared path), model/ and output/ (where
+// the instance writes `success` or `failure`). A shared host map puts every `algo-N` on a
+// loopback port, or with --netns each instance is a host of its own on a virtual network
+// (netns.h). --pin gives each instance a CPU set (TROUPE_CPUS, applied by troupe::run) so a small
+// machine can emulate a CPU:GPU ratio. Host names are dealt in a shuffled order across groups, as
+// on SageMaker. Every output line is prefixed with its host, like SageMaker's log streams.
 // The simulator reaps every child, and exits with the job's status. SIGTERM or SIGINT starts the
 // job's graceful cascade (the signal is forwarded to every instance); a second one, or a child
 // that outlives the grace period, gets SIGKILL. Children die with the simulator even if it is
 // SIGKILLed (PR_SET_PDEATHSIG, set by troupe::run).
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -22,11 +29,16 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
 #include <random>
 
+#include "netns.h"
+#include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/loop.h"
 #include "troupe/process.h"
+#include "troupe/sched/instance_types.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -85,14 +97,87 @@ std::string randomToken() {
 }
 
 struct Instance {
-  std::string host, group, instanceType, address, root;
+  std::string host, group, instanceType, address, root, cpus;
   kj::Own<troupe::ChildProcess> process;
   kj::Maybe<troupe::ChildExit> exit;
 };
 
+std::pair<std::string, std::string> splitPair(const std::string& text, char sep,
+                                              const std::string& option, const char* shape) {
+  auto at = text.find(sep);
+  if (at == std::string::npos || at == 0) {
+    throw std::invalid_argument(option + " '" + text + "': expected " + shape);
+  }
+  return {text.substr(0, at), text.substr(at + 1)};
+}
+
+// --pin: the CPUs each instance runs on. --cpus HOST_OR_GROUP=LIST names them; the others share
+// this machine's CPUs in proportion to their instance type's vCPUs (at least one each), or one
+// each in turn when there are more instances than CPUs.
+void assignCpus(std::vector<Instance>& instances, const std::vector<std::string>& cpuArgs,
+                bool pin) {
+  std::map<std::string, std::string> fixed;
+  for (auto& a : cpuArgs) {
+    auto [who, list] = splitPair(a, '=', "--cpus", "HOST_OR_GROUP=CPU_LIST");
+    troupe::parseCpuList(list, "--cpus " + who);  // checks it
+    fixed[who] = list;
+  }
+  cpu_set_t set;
+  std::vector<unsigned> mine;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) mine.push_back(c);
+    }
+  }
+  std::vector<Instance*> rest;
+  for (auto& in : instances) {
+    if (fixed.count(in.host)) {
+      in.cpus = fixed[in.host];
+    } else if (fixed.count(in.group)) {
+      in.cpus = fixed[in.group];
+    } else if (pin) {
+      rest.push_back(&in);
+    }
+  }
+  if (rest.empty() || mine.empty()) return;
+  if (rest.size() > mine.size()) {
+    for (size_t i = 0; i < rest.size(); ++i) rest[i]->cpus = std::to_string(mine[i % mine.size()]);
+    printf("troupe sim: --pin: %zu instances on %zu CPUs; some share a CPU\n", rest.size(),
+           mine.size());
+    return;
+  }
+  std::vector<double> weight;
+  double total = 0;
+  for (auto* in : rest) {
+    auto type = troupe::sched::findInstanceType(in->instanceType);
+    weight.push_back(type ? type->vcpus : 1);
+    total += weight.back();
+  }
+  std::vector<size_t> count;
+  size_t used = 0;
+  for (auto w : weight) {
+    count.push_back(std::max<size_t>(1, static_cast<size_t>(mine.size() * w / total)));
+    used += count.back();
+  }
+  while (used < mine.size()) {  // the spare CPUs go where they are shortest
+    size_t best = 0;
+    for (size_t i = 1; i < rest.size(); ++i) {
+      if (weight[i] / count[i] > weight[best] / count[best]) best = i;
+    }
+    ++count[best];
+    ++used;
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    std::vector<unsigned> cpus(mine.begin() + next, mine.begin() + next + count[i]);
+    next += count[i];
+    rest[i]->cpus = troupe::formatCpuList(cpus);
+  }
+}
+
 }  // namespace
 
-int main(int argc, char* argv[]) {
+int runSim(int argc, char* argv[]) {
   CLI::App cli("troupe: a Ray-like actor runtime for heterogeneous clusters");
   cli.require_subcommand(1);
   auto* sim = cli.add_subcommand("sim", "run APP as a simulated heterogeneous cluster on loopback");
@@ -110,9 +195,19 @@ int main(int argc, char* argv[]) {
   sim->add_option("--linger-ms", lingerMs,
                   "after the first instance exits, how long the others get before SIGTERM");
   sim->add_flag("--keep", keep, "keep the per-instance roots (printed at start)");
-  std::vector<std::string> envArgs;
+  std::vector<std::string> envArgs, hpArgs, channelArgs, cpuArgs;
+  bool pin = false, netns = false;
   sim->add_option("--env", envArgs,
                   "HOST_OR_GROUP:KEY=VALUE, an extra environment variable for some instances");
+  sim->add_option("--hp", hpArgs,
+                  "KEY=VALUE, a hyperparameter in every instance's hyperparameters.json");
+  sim->add_option("--channel", channelArgs,
+                  "NAME=PATH, an input channel: input/data/NAME links to PATH on every instance");
+  sim->add_flag("--pin", pin,
+                "pin each instance to its own CPUs, in proportion to its instance type's vCPUs");
+  sim->add_option("--cpus", cpuArgs, "HOST_OR_GROUP=CPU_LIST, the CPUs of some instances");
+  sim->add_flag("--netns", netns,
+                "root only: each instance in its own network namespace, a host of its own");
   // Everything from the app's path on belongs to the app.
   sim->prefix_command();
   sim->footer("APP [ARGS...] follows the options, after an optional --");
@@ -143,6 +238,34 @@ int main(int argc, char* argv[]) {
       return troupe::CONFIG_ERROR;
     }
   }
+  json hyperparameters = json::object();
+  std::vector<std::pair<std::string, fs::path>> channels;
+  try {
+    for (auto& h : hpArgs) {
+      auto [key, value] = splitPair(h, '=', "--hp", "KEY=VALUE");
+      hyperparameters[key] = value;  // SageMaker passes every value as a string
+    }
+    for (auto& c : channelArgs) {
+      auto [name, path] = splitPair(c, '=', "--channel", "NAME=PATH");
+      if (name.find('/') != std::string::npos || !fs::exists(path)) {
+        throw std::invalid_argument("--channel '" + c + "': " +
+                                    (fs::exists(path) ? "NAME must not contain '/'"
+                                                      : "PATH '" + path + "' does not exist"));
+      }
+      channels.emplace_back(name, fs::absolute(path));
+    }
+  } catch (const std::exception& e) {
+    fprintf(stderr, "troupe sim: %s\n", e.what());
+    return troupe::CONFIG_ERROR;
+  }
+  if (netns) {
+    auto why = sim::NetnsLab::unavailableReason();
+    if (!why.empty()) {
+      fprintf(stderr, "troupe sim: --netns is not available: %s; run without --netns (loopback)\n",
+              why.c_str());
+      return troupe::CONFIG_ERROR;
+    }
+  }
   if (access(app[0].c_str(), X_OK) != 0) {
     fprintf(stderr, "troupe sim: app '%s' is not an executable file; build it first\n",
             app[0].c_str());
@@ -161,19 +284,41 @@ int main(int argc, char* argv[]) {
 
   auto dir = fs::temp_directory_path() / ("troupe-sim-" + std::to_string(getpid()));
   fs::create_directories(dir);
+  struct RemoveDir {
+    fs::path dir;
+    bool keep;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(dir, ec);
+    }
+  } removeDir{dir, keep};
   std::vector<Instance> instances;
   json hostMap = json::object();
   json allHosts = json::array();
   json instanceGroups = json::array();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    Instance in;
-    in.host = "algo-" + std::to_string(i + 1);
-    in.group = slots[i].first;
-    in.instanceType = slots[i].second;
-    in.address = "127.0.0.1:" + std::to_string(freePort());
-    hostMap[in.host] = in.address;
-    allHosts.push_back(in.host);
-    instances.push_back(kj::mv(in));
+  std::optional<sim::NetnsLab> lab;
+  try {
+    if (netns) {
+      sim::NetnsLab::removeStale();
+      lab.emplace(getpid());
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Instance in;
+      in.host = "algo-" + std::to_string(i + 1);
+      in.group = slots[i].first;
+      in.instanceType = slots[i].second;
+      // With --netns every instance is reached by its name, on its own eth0 address.
+      in.address =
+          lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(freePort());
+      hostMap[in.host] = in.address;
+      allHosts.push_back(in.host);
+      instances.push_back(kj::mv(in));
+    }
+    if (lab) lab->writeHostsFiles();
+    assignCpus(instances, cpuArgs, pin);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "troupe sim: %s\n", e.what());
+    return troupe::CONFIG_ERROR;
   }
   for (auto& g : groups) {
     json hosts = json::array();
@@ -189,15 +334,18 @@ int main(int argc, char* argv[]) {
     auto root = dir / in.host;
     fs::create_directories(root / "input" / "config");
     fs::create_directories(root / "model");
-    fs::create_directories(root / "output");
+    fs::create_directories(root / "output" / "data");
+    fs::create_directories(root / "input" / "data");
     json rc = {{"current_host", in.host},
                {"current_group_name", in.group},
                {"current_instance_type", in.instanceType},
                {"hosts", allHosts},
-               {"network_interface_name", "lo"},
+               {"network_interface_name", lab ? "eth0" : "lo"},
                {"instance_groups", instanceGroups}};
     std::ofstream(root / "input" / "config" / "resourceconfig.json") << rc.dump(2) << "\n";
-    std::ofstream(root / "input" / "config" / "hyperparameters.json") << "{}\n";
+    std::ofstream(root / "input" / "config" / "hyperparameters.json")
+        << hyperparameters.dump(2) << "\n";
+    for (auto& [name, path] : channels) fs::create_symlink(path, root / "input" / "data" / name);
     in.root = root.string();
   }
 
@@ -206,15 +354,19 @@ int main(int argc, char* argv[]) {
   for (char** e = environ; *e != nullptr; ++e) {
     if (strncmp(*e, "TROUPE_", 7) != 0) baseEnv.push_back(*e);
   }
-  printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed,
-         dir.c_str());
+  printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed, dir.c_str());
   for (auto& in : instances) {
     troupe::ChildProcess::Options opts;
     opts.args = app;
+    if (lab) {
+      auto prefix = lab->execPrefix(in.host);
+      opts.args.insert(opts.args.begin(), prefix.begin(), prefix.end());
+    }
     opts.env = baseEnv;
+    // The root alone, as on SageMaker: the node finds resourceconfig.json in it.
     opts.env.push_back("TROUPE_SM_ROOT=" + in.root);
-    opts.env.push_back("TROUPE_CLUSTER_FILE=" + in.root + "/input/config/resourceconfig.json");
-    opts.env.push_back("TROUPE_HOST_MAP=" + hostMapPath.string());
+    if (!lab) opts.env.push_back("TROUPE_HOST_MAP=" + hostMapPath.string());
+    if (!in.cpus.empty()) opts.env.push_back("TROUPE_CPUS=" + in.cpus);
     opts.env.push_back("TROUPE_TOKEN=" + token);
     opts.env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
     if (!headGroup.empty()) opts.env.push_back("TROUPE_HEAD_GROUP=" + headGroup);
@@ -234,8 +386,9 @@ int main(int argc, char* argv[]) {
       fflush(err ? stderr : stdout);
     };
     in.process = kj::heap<troupe::ChildProcess>(loop, kj::mv(opts));
-    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d\n", in.host.c_str(), in.group.c_str(),
-           in.instanceType.c_str(), in.address.c_str(), in.process->pid());
+    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s\n", in.host.c_str(), in.group.c_str(),
+           in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
+           in.cpus.empty() ? "" : " cpus=", in.cpus.c_str());
   }
   fflush(stdout);
 
@@ -276,8 +429,10 @@ int main(int argc, char* argv[]) {
           bool any = false;
           for (auto& other : instances) any = any || other.exit == nullptr;
           if (!any) return kj::Promise<void>(kj::READY_NOW);
-          fprintf(stderr, "troupe sim: instances still running %u ms after the first exit: "
-                  "SIGTERM\n", lingerMs);
+          fprintf(stderr,
+                  "troupe sim: instances still running %u ms after the first exit: "
+                  "SIGTERM\n",
+                  lingerMs);
           killAll(SIGTERM);
           return loop.timer().afterDelay(graceMs * kj::MILLISECONDS).then([&]() {
             killAll(SIGKILL);
@@ -295,14 +450,26 @@ int main(int argc, char* argv[]) {
     int code = e.signal ? 128 + e.signal : static_cast<int>(e.status);
     if (code != 0) {
       fprintf(stderr, "troupe sim: %s (%s) exited with %d (%s)\n", in.host.c_str(),
-              in.group.c_str(), code,
-              e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
+              in.group.c_str(), code, e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
       if (status == 0) status = code;
     }
   }
   if (status == 0) printf("troupe sim: all %zu instances exited 0\n", instances.size());
   fflush(stdout);
   instances.clear();
-  if (!keep) fs::remove_all(dir);
+  lab.reset();  // also on the SIGTERM/SIGINT path, which ends here too
   return status;
+}
+
+int main(int argc, char* argv[]) {
+  // Caught here so that the stack unwinds: the per-instance roots and --netns namespaces are
+  // removed by destructors.
+  try {
+    return runSim(argc, argv);
+  } catch (const kj::Exception& e) {
+    fprintf(stderr, "troupe sim: internal error: %s\n", e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    fprintf(stderr, "troupe sim: internal error: %s\n", e.what());
+  }
+  return troupe::INTERNAL_ERROR;
 }
