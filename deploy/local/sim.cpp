@@ -37,6 +37,7 @@
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/loop.h"
+#include "troupe/sagemaker.h"
 #include "troupe/process.h"
 #include "troupe/sched/instance_types.h"
 
@@ -175,12 +176,50 @@ void assignCpus(std::vector<Instance>& instances, const std::vector<std::string>
   }
 }
 
+// `troupe env`: the cluster description and SageMaker environment a node reads, through the same
+// functions troupe::run() uses.
+int printEnvironment(std::string root) {
+  if (root.empty()) root = troupe::SageMakerEnv::defaultRoot();
+  try {
+    auto sm = troupe::SageMakerEnv::load(root);
+    auto config = troupe::ClusterConfig::load(sm.resourceConfigPath());
+    json groups = json::object();
+    for (auto& g : config.groups) {
+      groups[g.name] = {{"instance_type", g.instanceType}, {"hosts", g.hosts}};
+    }
+    json hps = json::object();
+    for (auto& key : sm.keys()) hps[key] = json::parse(sm.getJson(key));
+    json out = {{"root", sm.root()},
+                {"current_host", config.currentHost},
+                {"current_group", config.currentGroup},
+                {"current_instance_type", config.currentInstanceType},
+                {"network_interface", config.networkInterface},
+                {"hosts", config.hosts},
+                {"groups", groups},
+                {"is_heterogeneous", config.groups.size() > 1},
+                {"head", config.headHost("")},
+                {"hyperparameters", hps},
+                {"channels", sm.channels()}};
+    printf("%s\n", out.dump(2).c_str());
+    return 0;
+  } catch (const troupe::ConfigError& e) {
+    fprintf(stderr, "troupe env: %s\n", e.what());
+    return troupe::CONFIG_ERROR;
+  }
+}
+
 }  // namespace
 
 int runSim(int argc, char* argv[]) {
   CLI::App cli("troupe: a Ray-like actor runtime for heterogeneous clusters");
   cli.require_subcommand(1);
   auto* sim = cli.add_subcommand("sim", "run APP as a simulated heterogeneous cluster on loopback");
+  auto* envCmd = cli.add_subcommand(
+      "env",
+      "print, as JSON, what a node sees in a SageMaker-shaped root: host, group, groups, "
+      "hyperparameters (decoded), channels");
+  std::string envRoot;
+  envCmd->add_option("--root", envRoot, "the root (default: $TROUPE_SM_ROOT, else /opt/ml)");
   std::vector<std::string> groupArgs;
   std::string headGroup, token;
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000;
@@ -216,6 +255,7 @@ int runSim(int argc, char* argv[]) {
   } catch (const CLI::ParseError& e) {
     return cli.exit(e) == 0 ? 0 : troupe::CONFIG_ERROR;
   }
+  if (envCmd->parsed()) return printEnvironment(envRoot);
   app = sim->remaining();
   if (!app.empty() && app[0] == "--") app.erase(app.begin());
   if (app.empty()) {
@@ -345,7 +385,14 @@ int runSim(int argc, char* argv[]) {
     std::ofstream(root / "input" / "config" / "resourceconfig.json") << rc.dump(2) << "\n";
     std::ofstream(root / "input" / "config" / "hyperparameters.json")
         << hyperparameters.dump(2) << "\n";
-    for (auto& [name, path] : channels) fs::create_symlink(path, root / "input" / "data" / name);
+    json dataConfig = json::object();
+    for (auto& [name, path] : channels) {
+      fs::create_symlink(path, root / "input" / "data" / name);
+      dataConfig[name] = {{"TrainingInputMode", "File"},
+                          {"S3DistributionType", "FullyReplicated"},
+                          {"RecordWrapperType", "None"}};
+    }
+    std::ofstream(root / "input" / "config" / "inputdataconfig.json") << dataConfig.dump(2) << "\n";
     in.root = root.string();
   }
 
