@@ -14,9 +14,10 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job in a local multi-process simulation of a heterogeneous cluster.
+# The main job (hetero_train, its default settings) in a local multi-process simulation of a
+# heterogeneous cluster: 2 data instances and 1 dnn instance.
 run: build
-	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- $(BUILD)/apps/hello/hello
+	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- $(BUILD)/apps/hetero_train/hetero_train
 
 hello: build
 	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- $(BUILD)/apps/hello/hello

@@ -104,6 +104,9 @@ interface Node {
   exit @4 (status :Int32, reason :Text);
   # Stops what the node still hosts; the process exits with `status` after replying.
   ping @5 ();
+  headActors @6 (actors :List(ActorAddress));
+  # The head tells every worker which actors it hosts itself, so that a worker that loses the head
+  # can say what was lost with it ("and with it 'trainer' (train.Trainer #1)").
 }
 
 interface Actor {

@@ -321,6 +321,21 @@ void Head::hostOn(ActorEntry& entry) {
                       })
                       .fork();
   KJ_IF_MAYBE(s, entry.started) { tasks_.add(s->addBranch()); }
+  if (entry.address.nodeId == 1) announceHeadActors();
+}
+
+void Head::announceHeadActors() {
+  std::vector<const ActorEntry*> mine;
+  for (auto& [id, a] : actors_) {
+    if (a.address.nodeId == 1 && a.state != State::DEAD) mine.push_back(&a);
+  }
+  for (auto& [id, n] : nodes_) {
+    if (id == 1 || !n.alive) continue;
+    auto req = n.client.headActorsRequest();
+    auto list = req.initActors(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) mine[i]->address.toProto(list[i]);
+    tasks_.add(req.send().ignoreResult());
+  }
 }
 
 kj::Promise<void> Head::whenStarted(uint64_t id) {
@@ -540,6 +555,7 @@ void Head::finalize(uint64_t id, Exit reason) {
   if (it == actors_.end()) return;
   auto entry = kj::mv(it->second);
   actors_.erase(it);
+  if (entry.address.nodeId == 1 && !finishing_) announceHeadActors();
   tombstones_[id] = reason;
   if (!entry.spec.name.empty()) names_.erase(entry.spec.name);
   auto* siblings = &rootChildren_;

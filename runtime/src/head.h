@@ -99,6 +99,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   bool tryRestart(ActorEntry& entry, Exit& reason);
   void finalize(uint64_t id, Exit reason);
   void releaseResources(ActorEntry& entry);
+  void announceHeadActors();
   std::string originLine(const ActorEntry& entry, const Exit& reason) const;
 
   NodeRuntime& node_;

@@ -92,6 +92,12 @@ class NodeServer final : public proto::Node::Server {
     });
   }
   kj::Promise<void> ping(PingContext) override { return kj::READY_NOW; }
+  kj::Promise<void> headActors(HeadActorsContext call) override {
+    std::vector<ActorAddress> actors;
+    for (auto a : call.getParams().getActors()) actors.push_back(ActorAddress::fromProto(a));
+    node_.setHeadActors(kj::mv(actors));
+    return kj::READY_NOW;
+  }
 
  private:
   NodeRuntime& node_;
@@ -387,6 +393,18 @@ void NodeRuntime::actorExited(uint64_t id, Exit reason) {
   req.setIncarnation(address.incarnation);
   reason.toProto(req.initReason());
   tasks_.add(req.send().ignoreResult());
+}
+
+std::string NodeRuntime::headActorsLine() const {
+  if (headActors_.empty()) return "";
+  std::string line = ", and with it ";
+  for (size_t i = 0; i < headActors_.size(); ++i) {
+    auto& a = headActors_[i];
+    if (i > 0) line += ", ";
+    line += a.name.empty() ? a.typeName + " #" + std::to_string(a.id)
+                           : "'" + a.name + "' (" + a.typeName + " #" + std::to_string(a.id) + ")";
+  }
+  return line;
 }
 
 void NodeRuntime::requestExit(int code, std::string reason) {

@@ -83,6 +83,10 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   // The actor ended by itself (ActorContext::exit, or its onStart() failed): tell the head.
   size_t hostedCount() const { return actors_.size(); }
 
+  void setHeadActors(std::vector<ActorAddress> actors) { headActors_ = kj::mv(actors); }
+  std::string headActorsLine() const;
+  // ", and with it 'trainer' (train.Trainer #1)" when the head hosted actors, else "".
+
   // -- the end --
   void requestExit(int code, std::string reason);
   // Ends this process with `code` once the current turn is over. The first call wins.
@@ -129,6 +133,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   uint64_t nextInbound_ = 0;
   std::map<std::string, Peer> peers_;
   std::map<uint64_t, Hosted> actors_;  // by id, which is start order
+  std::vector<ActorAddress> headActors_;
   int exitCode_ = -1;
   std::string exitReason_;
   kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;

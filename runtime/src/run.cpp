@@ -337,7 +337,8 @@ class Worker {
 
   void headGone(std::string why) {
     if (node_.exiting()) return;
-    node_.requestExit(HEAD_LOST, "lost the head " + headLine() + ": " + why);
+    node_.requestExit(HEAD_LOST,
+                      "lost the head " + headLine() + node_.headActorsLine() + ": " + why);
   }
 
   kj::Promise<void> heartbeatLoop() {
@@ -406,6 +407,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   if (smRootGiven()) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
   std::vector<std::string> appArgs;
   Loaded loaded;
+  bool isHead = false;
   try {
     pinFromEnvironment();
     appArgs = parseOptions(argc, argv, options);
@@ -416,12 +418,12 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     SageMakerEnv::setCurrent(underSageMaker(options)
                                  ? SageMakerEnv::load(SageMakerEnv::defaultRoot())
                                  : SageMakerEnv::inactive());
+    isHead = c.currentHost == c.headHost(options.headGroup);
   } catch (const ConfigError& e) {
     fprintf(stderr, "troupe: configuration error: %s\n", e.what());
     outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
   }
   auto& config = loaded.config;
-  bool isHead = config.currentHost == config.headHost(options.headGroup);
   setupLogging(config.currentHost + " " + config.currentGroup + (isHead ? " head" : " worker"),
                options.logLevel);
   if (getenv("TROUPE_CPUS") != nullptr) spdlog::info("pinned to CPUs {}", allowedCpus());
