@@ -135,6 +135,12 @@ class Job {
               a.setSamples(samples_);
               a.initAugment().setBlurKernel(s_.blur);
             }));
+    if (augmenters.size() > samples_) {
+      kj::throwFatalException(KJ_EXCEPTION(
+          FAILED, kj::str("--train-samples ", samples_, " is fewer than the ", augmenters.size(),
+                          " augmenters (one shard each); use more samples or "
+                          "--augmenters-per-node")));
+    }
     placed_.push_back({"trainer", "train.Trainer", trainer.address().host,
                        trainer.address().group});
     for (auto& a : augmenters) {

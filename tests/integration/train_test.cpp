@@ -1,0 +1,139 @@
+// hetero_train on a simulated heterogeneous cluster: a data instance dies mid-epoch and every
+// sample still arrives exactly once; the trainer's instance dies and everything exits non-zero,
+// naming the trainer; bad settings are refused before any work starts.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+using namespace std::chrono_literals;
+using harness::Run;
+
+namespace {
+
+const std::vector<std::string> kCluster = {"--group", "data_group=2:ml.c5.xlarge", "--group",
+                                           "dnn_group=1:ml.p3.2xlarge"};
+
+std::vector<std::string> train(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {HETERO_TRAIN};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+std::string tempPath(const char* name) {
+  return "/tmp/troupe-train-test-" + std::to_string(getpid()) + "-" + name;
+}
+
+}  // namespace
+
+TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exactly once",
+          "[train][fault]") {
+  auto report = tempPath("report.json");
+  Run run(harness::sim(kCluster, train({"--epochs", "2", "--train-samples", "12000",
+                                        "--augmenters-per-node", "2", "--report", report})));
+  // Kill once training is under way.
+  REQUIRE(run.waitFor("progress: epoch 1/2, step ", 60s));
+  std::string victim;
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "data_group") {
+      victim = host;
+      REQUIRE(kill(i.pid, SIGKILL) == 0);
+      break;
+    }
+  }
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  // The killed instance reports SIGKILL; every other one ends the job normally.
+  CHECK(code == 128 + SIGKILL);
+  for (auto& [host, i] : run.instances()) {
+    auto line = run.exitLine(host);
+    if (host == victim) {
+      CHECK(line.find("exited with 137") != std::string::npos);
+    } else {
+      CHECK(line.empty());  // exited 0
+    }
+  }
+  CHECK(out.find("node " + victim + " (data_group) was lost") != std::string::npos);
+  CHECK(out.find("restarting 'augmenter-") != std::string::npos);
+  std::ifstream in(report);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  REQUIRE(j["epochs"].size() == 2);
+  for (auto& e : j["epochs"]) {
+    CHECK(e["samples"] == 12000);
+    CHECK(e["duplicates"] == 0);
+    CHECK(e["missing"] == 0);
+  }
+  CHECK(j["exit_status"] == 0);
+  CHECK(run.leftovers().empty());
+  unlink(report.c_str());
+}
+
+TEST_CASE("the trainer's instance killed: every process exits non-zero, naming the trainer",
+          "[train][fault]") {
+  Run run(harness::sim(
+      {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
+       "data_group:TROUPE_HEAD_TIMEOUT_MS=3000"},
+      train({"--epochs", "3", "--train-samples", "12000", "--augmenters-per-node", "1"})));
+  REQUIRE(run.waitFor("progress: epoch 1/3, step ", 60s));
+  std::string trainerHost;
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "dnn_group") {
+      trainerHost = host;
+      REQUIRE(kill(i.pid, SIGKILL) == 0);
+    }
+  }
+  auto killedAt = std::chrono::steady_clock::now();
+  REQUIRE(run.wait(30s) != 0);
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - killedAt);
+  auto out = run.output();
+  INFO(out);
+  WARN("every process had exited " << took.count() << " ms after the trainer's instance died");
+  CHECK(took < 3000ms + 2000ms);
+  for (auto& [host, i] : run.instances()) {
+    CHECK(run.exitLine(host).find("exited with") != std::string::npos);
+  }
+  CHECK(out.find("lost the head " + trainerHost) != std::string::npos);
+  CHECK(out.find("and with it 'trainer' (train.Trainer") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("bad settings are refused before any work starts", "[train][bad-input]") {
+  SECTION("batch size 0") {
+    Run run(harness::sim(kCluster, train({"--batch-size", "0"})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--batch-size: Value 0 not in range") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("a negative learning rate") {
+    Run run(harness::sim(kCluster, train({"--lr", "-0.1"})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--lr") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("an even blur kernel") {
+    Run run(harness::sim(kCluster, train({"--blur", "4"})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("blurKernel") != std::string::npos);
+  }
+  SECTION("fewer samples than shards") {
+    Run run(harness::sim(kCluster, train({"--train-samples", "3"})));
+    REQUIRE(run.wait(60s) == 1);
+    CHECK(run.output().find("--train-samples 3 is fewer than the 8 augmenters") !=
+          std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("a missing dataset") {
+    Run run(harness::sim(kCluster, train({"--data-dir", "/nonexistent/fashion"})));
+    REQUIRE(run.wait(60s) == 1);
+    CHECK(run.output().find("/nonexistent/fashion") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+}
