@@ -343,7 +343,9 @@ nlohmann::json describe(const std::string& currentHost, const std::string& inter
       }
     }
   }
+  // A host in two groups stays listed once, so that parse() names both groups.
   std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
   json rc = {{"current_host", currentHost}, {"hosts", all}, {"instance_groups", groups}};
   if (!currentGroup.empty()) rc["current_group_name"] = currentGroup;
   if (!currentType.empty()) rc["current_instance_type"] = currentType;
@@ -482,6 +484,7 @@ std::optional<std::string> clusterFromK8s(const Environment& env) {
       if (name == *pod) current = name + "." + service;
       hosts.push_back(name + "." + service);
     }
+    hostsOf.push_back(hosts);
     if (!podNames.empty()) podNames += ", ";
     podNames += prefix + "-0.." + std::to_string(g.count - 1);
   }

@@ -1,0 +1,114 @@
+// Shared by the deploy process tests: emulated SageMaker clusters started without `troupe sim`.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "harness.h"
+#include "roots.h"
+
+namespace deploy {
+
+using nlohmann::json;
+
+inline std::string smApp() {
+  return SM_APP;
+}
+inline std::string trainScript() {
+  return TRAIN_SCRIPT;
+}
+
+inline unsigned freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+inline size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+struct Host {
+  std::string name, group, type, root;
+};
+
+// A heterogeneous cluster laid out as SageMaker would: one root per instance with its own
+// resourceconfig.json (current host and group), host names dealt in a shuffled order across
+// groups, plus a host map that puts each name on a loopback port.
+struct Cluster {
+  roots::TempDir dir;
+  std::vector<Host> hosts;
+  std::string hostMap;
+  std::string token = "deploy-test-token";
+
+  Cluster(std::vector<std::pair<std::string, std::string>> groups /* name, type per instance */,
+          const std::string& hyperparameters = "{}", unsigned seed = 0) {
+    std::mt19937 rng(seed ? seed : std::random_device()());
+    std::shuffle(groups.begin(), groups.end(), rng);
+    json map = json::object(), all = json::array(), byGroup = json::object();
+    std::map<std::string, std::string> typeOf;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      Host h{"algo-" + std::to_string(i + 1), groups[i].first, groups[i].second, ""};
+      map[h.name] = "127.0.0.1:" + std::to_string(freePort());
+      all.push_back(h.name);
+      byGroup[h.group].push_back(h.name);
+      typeOf[h.group] = h.type;
+      hosts.push_back(h);
+    }
+    json instanceGroups = json::array();
+    for (auto& [name, members] : byGroup.items()) {
+      // Group host lists need not be sorted on SageMaker: reverse them.
+      std::vector<std::string> list = members;
+      std::reverse(list.begin(), list.end());
+      instanceGroups.push_back(
+          {{"instance_group_name", name}, {"instance_type", typeOf[name]}, {"hosts", list}});
+    }
+    for (auto& h : hosts) {
+      json rc = {{"current_host", h.name},           {"current_group_name", h.group},
+                 {"current_instance_type", h.type},  {"hosts", all},
+                 {"network_interface_name", "eth0"}, {"instance_groups", instanceGroups}};
+      h.root = roots::makeRoot(dir / h.name, rc.dump(), hyperparameters);
+    }
+    hostMap = dir / "hosts.json";
+    roots::writeFile(hostMap, map.dump());
+  }
+
+  // Starts every instance from its root alone: TROUPE_SM_ROOT, the host map and the token; no
+  // TROUPE_CLUSTER_FILE.
+  std::vector<std::unique_ptr<harness::Run>> start(std::vector<std::string> extraEnv = {}) {
+    std::vector<std::unique_ptr<harness::Run>> runs;
+    for (auto& h : hosts) {
+      auto env = extraEnv;
+      env.push_back("TROUPE_SM_ROOT=" + h.root);
+      env.push_back("TROUPE_HOST_MAP=" + hostMap);
+      env.push_back("TROUPE_TOKEN=" + token);
+      runs.push_back(std::make_unique<harness::Run>(std::vector<std::string>{smApp()}, env));
+    }
+    return runs;
+  }
+
+  const Host& in(const std::string& group) const {
+    for (auto& h : hosts) {
+      if (h.group == group) return h;
+    }
+    throw std::logic_error("no host in " + group);
+  }
+};
+
+}  // namespace deploy

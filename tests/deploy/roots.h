@@ -1,0 +1,63 @@
+// Emulated SageMaker roots for the deploy tests: a temporary folder per test holding one
+// /opt/ml-shaped root per instance, removed with everything in it when the test ends.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace roots {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/troupe-deploy-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+inline void writeFile(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+inline std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::string firstLine(const std::string& path) {
+  auto text = readFile(path);
+  return text.substr(0, text.find('\n'));
+}
+
+inline std::string makeRoot(const std::string& root, const std::string& resourceConfig,
+                            const std::string& hyperparameters = "{}") {
+  // What SageMaker lays out before it starts the container.
+  fs::create_directories(root + "/model");
+  fs::create_directories(root + "/output/data");
+  fs::create_directories(root + "/input/data");
+  if (!resourceConfig.empty())
+    writeFile(root + "/input/config/resourceconfig.json", resourceConfig);
+  writeFile(root + "/input/config/hyperparameters.json", hyperparameters);
+  return root;
+}
+
+}  // namespace roots

@@ -1,0 +1,193 @@
+// `troupe sim`: hyperparameters and channels reach every instance; --pin and --cpus give each
+// instance its CPU set; --netns makes each instance a host of its own and cleans up on every exit.
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "deploy_util.h"
+
+using namespace std::chrono_literals;
+using deploy::count;
+
+namespace {
+
+std::string allowedCpus(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+      auto v = line.substr(line.find(':') + 1);
+      return v.substr(v.find_first_not_of(" \t"));
+    }
+  }
+  return "";
+}
+
+std::map<std::string, std::string> printedCpus(const std::string& out) {
+  std::map<std::string, std::string> cpus;
+  static const std::regex line(R"(troupe sim: (\S+)\s+\S+\s+\S+\s+\S+\s+pid=\d+ cpus=(\S+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    cpus[(*it)[1]] = (*it)[2];
+  }
+  return cpus;
+}
+
+unsigned machineCpus() {
+  cpu_set_t set;
+  sched_getaffinity(0, sizeof(set), &set);
+  return CPU_COUNT(&set);
+}
+
+std::string command(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// What a --netns run of simulator `pid` could leave behind.
+std::string netnsLeftovers(pid_t pid) {
+  auto id = std::to_string(pid);
+  std::string left;
+  auto ns = command("ip netns list");
+  if (ns.find("troupe-" + id + "-") != std::string::npos) left += "namespaces ";
+  auto links = command("ip -o link show");
+  if (links.find(" tb" + id + ":") != std::string::npos ||
+      links.find(" tv" + id + "-") != std::string::npos) {
+    left += "links ";
+  }
+  if (std::filesystem::exists("/etc/netns/troupe-" + id + "-1")) left += "/etc/netns ";
+  return left;
+}
+
+bool netnsAvailable() {
+  if (geteuid() != 0) {
+    WARN("skipping: troupe sim --netns needs root");
+    return false;
+  }
+  if (system("ip -V >/dev/null 2>&1") != 0) {
+    WARN("skipping: troupe sim --netns needs the ip command (iproute2)");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("sim --hp and --channel: every instance reads them from its own root", "[sim]") {
+  roots::TempDir data;
+  harness::Run run(harness::sim(
+      {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--hp",
+       "epochs=3", "--hp", "layers=[1,2]", "--hp", "name=abc", "--channel", "train=" + data.path()},
+      {deploy::smApp()}));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(count(out, "sm=yes epochs=3 layers=[1,2] name=abc channels=train") == 3);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("sim --pin: a 2-CPU machine gives one CPU to the dnn instance, one to the data one",
+          "[sim][pin]") {
+  harness::Run run(harness::sim({"--pin", "--group", "data_group=1:ml.c5.9xlarge", "--group",
+                                 "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=1500"},
+                                {deploy::smApp()}));
+  REQUIRE(run.waitFor("PING algo-2", 30s));
+  auto out = run.output();
+  auto printed = printedCpus(out);
+  INFO(out);
+  REQUIRE(printed.size() == 2);
+  std::set<std::string> seen;
+  for (auto& [host, i] : run.instances()) {
+    // What the process really runs on is what the simulator printed for it.
+    CHECK(allowedCpus(i.pid) == printed[host]);
+    seen.insert(printed[host]);
+    CHECK(out.find("[" + host + " " + i.group) != std::string::npos);
+  }
+  if (machineCpus() >= 2) CHECK(seen.size() == 2);  // disjoint sets
+  if (machineCpus() == 2) {
+    for (auto& [host, cpus] : printed) CHECK(cpus.find_first_of(",-") == std::string::npos);
+  }
+  CHECK(run.wait(30s) == 0);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("sim --cpus pins named groups; a bad list is a clear error", "[sim][pin]") {
+  auto last = std::to_string(machineCpus() - 1);
+  harness::Run run(harness::sim(
+      {"--cpus", "dnn_group=0", "--cpus", "data_group=" + last, "--group",
+       "data_group=1:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=1000"},
+      {deploy::smApp()}));
+  REQUIRE(run.waitFor("PING algo-2", 30s));
+  for (auto& [host, i] : run.instances()) {
+    CHECK(allowedCpus(i.pid) == (i.group == "dnn_group" ? "0" : last));
+  }
+  CHECK(run.wait(30s) == 0);
+  CHECK(run.leftovers().empty());
+
+  harness::Run bad(harness::sim({"--cpus", "dnn_group=0-x"}, {deploy::smApp()}));
+  CHECK(bad.wait(10s) == 2);
+  CHECK(bad.output().find("--cpus dnn_group '0-x' is not a CPU list") != std::string::npos);
+}
+
+TEST_CASE("sim --netns: separate hosts with their own addresses; everything removed after",
+          "[sim][netns]") {
+  if (!netnsAvailable()) return;
+  // A namespace left by a simulator that was SIGKILLed: removed by the next one.
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  auto stale = "troupe-" + std::to_string(dead) + "-1";
+  REQUIRE(system(("ip netns add " + stale).c_str()) == 0);
+
+  harness::Run run(harness::sim({"--netns", "--keep", "--group", "data_group=2:ml.c5.xlarge",
+                                 "--group", "dnn_group=1:ml.p3.2xlarge"},
+                                {deploy::smApp()}));
+  CHECK(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  auto instances = run.instances();
+  CHECK(instances.size() == 3);
+  std::set<std::string> addresses;
+  for (auto& [host, i] : instances) {
+    CHECK(i.address.rfind("10.213.", 0) == 0);
+    addresses.insert(i.address);
+    // Each listened on its own eth0 and was reached by its name through its /etc/hosts.
+    CHECK(out.find("PING " + host + " " + i.group) != std::string::npos);
+  }
+  CHECK(addresses.size() == 3);
+  CHECK(out.find("joined from 10.213.") != std::string::npos);
+  CHECK(out.find("at algo-") != std::string::npos);  // the head by name, not by a host map
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex("roots in (\\S+)")));
+  for (auto& [host, i] : instances) {
+    CHECK(std::filesystem::exists(m[1].str() + "/" + host + "/output/success"));
+  }
+  std::filesystem::remove_all(m[1].str());
+  CHECK(netnsLeftovers(run.pid()) == "");
+  CHECK(command("ip netns list").find(stale) == std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("sim --netns: SIGTERM ends the job gracefully and removes everything", "[sim][netns]") {
+  if (!netnsAvailable()) return;
+  harness::Run run(harness::sim({"--netns", "--group", "data_group=1:ml.c5.xlarge", "--group",
+                                 "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=60000"},
+                                {deploy::smApp()}));
+  REQUIRE(run.waitFor("PING algo-2", 30s));
+  REQUIRE(netnsLeftovers(run.pid()) != "");  // it is all there while the job runs
+  REQUIRE(kill(run.pid(), SIGTERM) == 0);
+  int code = run.wait(30s);
+  INFO(run.output());
+  CHECK(code == 6);  // INTERRUPTED
+  CHECK(netnsLeftovers(run.pid()) == "");
+  CHECK(run.leftovers().empty());
+}

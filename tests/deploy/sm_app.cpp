@@ -1,0 +1,96 @@
+// The app behind the deploy tests: one actor per node reports what that node read from its
+// SageMaker-shaped root; the driver prints it, so a test sees the group every process found.
+//
+// Hyperparameters it reads (through troupe::SageMakerEnv::current(), on every node):
+//   epochs      an integer (default 1): a string that is not one fails the job, naming the key
+//   crash_group the probe on the first host of this group fails: the job fails with its reason
+//   hold_ms     the driver waits this long before ending (for tests that look at running
+//               processes)
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "probe.capnp.h"
+#include "troupe/sagemaker.h"
+#include "troupe/troupe.h"
+
+namespace {
+
+void say(const std::string& line) {
+  printf("%s\n", line.c_str());
+  fflush(stdout);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (auto& i : items) out += (out.empty() ? "" : ",") + i;
+  return out.empty() ? "-" : out;
+}
+
+class Reporter final : public troupe::ActorBase<probe::Probe> {
+ public:
+  using ActorBase::ActorBase;
+
+  kj::Promise<void> ping(PingContext call) override {
+    auto& sm = troupe::SageMakerEnv::current();
+    say(std::string("NODE ") + node().host().cStr() + " group=" + node().group().cStr() +
+        " type=" + node().instanceType().cStr() + " sm=" + (sm.active() ? "yes" : "no") +
+        " epochs=" + std::to_string(sm.getInt("epochs", 1)) + " layers=" + sm.getJson("layers") +
+        " name=" + sm.getString("name", "-") + " channels=" + join(sm.channels()));
+    auto r = call.getResults();
+    r.setHost(node().host());
+    r.setGroup(node().group());
+    r.setPid(getpid());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> crash(CrashContext call) override {
+    context().fail(call.getParams().getWhy());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> finish(FinishContext) override { return kj::READY_NOW; }
+  kj::Promise<void> spawnChildren(SpawnChildrenContext) override { return kj::READY_NOW; }
+  kj::Promise<void> echo(EchoContext call) override {
+    call.getResults().setPayload(call.getParams().getPayload());
+    return kj::READY_NOW;
+  }
+};
+
+kj::Promise<void> job(troupe::Driver& job) {
+  auto& sm = troupe::SageMakerEnv::current();
+  sm.getInt("epochs", 1);  // a bad value fails the job here, naming the key and the value
+  auto probes =
+      kj::heap(job.spawnEach<probe::Probe>("sm.Reporter", troupe::Placement::any().cpus(0)));
+  auto& ref = *probes;
+  auto replies = KJ_MAP(p, ref) {
+    return p.pingRequest().send().then([](auto r) {
+      say(std::string("PING ") + r.getHost().cStr() + " " + r.getGroup().cStr());
+      return std::make_pair(std::string(r.getHost().cStr()), std::string(r.getGroup().cStr()));
+    });
+  };
+  return kj::joinPromises(kj::mv(replies))
+      .then([&job, &ref, &sm](kj::Array<std::pair<std::string, std::string>> found) {
+        auto crashGroup = sm.getString("crash_group", "");
+        if (!crashGroup.empty()) {
+          for (size_t i = 0; i < found.size(); ++i) {
+            if (found[i].second != crashGroup) continue;
+            auto req = ref[i].crashRequest();
+            req.setWhy("boom on " + found[i].first);
+            return req.send().ignoreResult().then([&job]() {
+              return job.timer().afterDelay(10 * kj::SECONDS);  // the failure ends the job first
+            });
+          }
+        }
+        return job.timer().afterDelay(sm.getInt("hold_ms", 0) * kj::MILLISECONDS);
+      })
+      .attach(kj::mv(probes));
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  troupe::Registry types;
+  types.add<Reporter>("sm.Reporter");
+  return troupe::run(argc, argv, types, job);  // the head: the first host of the GPU group
+}
