@@ -19,6 +19,7 @@ TEST_CASE("train runs the configured app against an emulated root", "[sagemaker]
   CHECK(out.find("NODE algo-1 group=dnn_group type=ml.p3.2xlarge sm=yes epochs=2") !=
         std::string::npos);
   CHECK(out.find("debug") != std::string::npos);  // troupe_log_level -> TROUPE_LOG_LEVEL
+  CHECK(out.find(deploy::smApp() + " --epochs 2 on " + root) != std::string::npos);
   CHECK(std::filesystem::exists(root + "/output/success"));
 }
 
