@@ -21,6 +21,8 @@ struct Result {
 Result runIn(const std::string& root, std::vector<std::string> env = {}) {
   env.push_back("TROUPE_SM_ROOT=" + root);
   env.push_back("TROUPE_TOKEN=t");
+  // Its own port: tests run in parallel, and a one-host cluster has no host map.
+  env.push_back("TROUPE_PORT=" + std::to_string(deploy::freePort()));
   harness::Run run({deploy::smApp()}, env);
   Result r;
   r.code = run.wait(20s);

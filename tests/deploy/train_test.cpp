@@ -12,7 +12,8 @@ TEST_CASE("train runs the configured app against an emulated root", "[sagemaker]
       "current_group_name": "dnn_group", "current_instance_type": "ml.p3.2xlarge"})",
                               R"({"troupe_app": ")" + deploy::smApp() +
                                   R"(", "epochs": "2", "troupe_log_level": "debug"})");
-  harness::Run run({deploy::trainScript(), "train"}, {"TROUPE_SM_ROOT=" + root});
+  harness::Run run({deploy::trainScript(), "train"},
+                   {"TROUPE_SM_ROOT=" + root, "TROUPE_PORT=" + std::to_string(deploy::freePort())});
   CHECK(run.wait(20s) == 0);
   auto out = run.output();
   INFO(out);
@@ -27,7 +28,8 @@ TEST_CASE("train writes the failure file when the app cannot start", "[sagemaker
   roots::TempDir dir;
   auto root = roots::makeRoot(dir / "algo-1", R"({"current_host": "algo-1", "hosts": ["algo-1"]})",
                               R"({"troupe_app": "/nonexistent/app"})");
-  harness::Run run({deploy::trainScript(), "train"}, {"TROUPE_SM_ROOT=" + root});
+  harness::Run run({deploy::trainScript(), "train"},
+                   {"TROUPE_SM_ROOT=" + root, "TROUPE_PORT=" + std::to_string(deploy::freePort())});
   CHECK(run.wait(20s) == 2);
   CHECK(roots::firstLine(root + "/output/failure") ==
         "cannot start the app '/nonexistent/app' (hyperparameter troupe_app, or TROUPE_APP): not "
