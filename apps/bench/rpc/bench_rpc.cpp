@@ -1,27 +1,36 @@
 // bench_rpc: what one remote call costs on this stack, across two processes over TCP loopback.
 //
-// The bench re-executes itself with `--serve` as the server process and measures, for each mode
-// of the mode table, the round-trip time of sequential calls (p50/p99) and the throughput of
-// pipelined calls with a window of calls in flight. Modes:
+// For each mode of the mode table the bench measures the round-trip time of sequential calls
+// (p50/p99) and the throughput of pipelined calls with a window of calls in flight. Modes:
 //   (a)  raw TCP ping-pong of the payload (TCP_NODELAY), one write and one read per message;
 //   (b)  a Cap'n Proto call over plain TwoPartyVatNetwork (bench.capnp, no troupe runtime);
-//   (b2) the same with troupe::CoalescingStream under the network on both ends.
-// To add a mode (e.g. "(c) troupe actor call"), write a Caller and a serve function and add a row
-// to kModes; the server dispatches on the mode's tag, sent as the first byte of a connection.
+//   (b2) the same with troupe::CoalescingStream under the network on both ends;
+//   (c)  a troupe actor call: a two-node cluster under `troupe sim` whose nodes are this binary
+//        (`--troupe-node`); the driver, on the head, spawns an echo actor on the other node,
+//        measures the same way and prints its figures on one line, which this process parses.
+// Modes (a)-(b2) talk to a server child (this binary with `--serve`); to add such a mode, write a
+// Caller and a serve function and add a row to kModes (the server dispatches on the mode's tag,
+// sent as the first byte of a connection). A mode that runs in processes of its own, like (c),
+// gives a `run` function instead. Every child is reaped on every path: the server exits when its
+// stdin (the lifeline) closes; `troupe sim` gets SIGTERM when this process dies
+// (PR_SET_PDEATHSIG) and cascades it to its nodes.
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +44,7 @@
 
 #include "bench.capnp.h"
 #include "coalescing_stream.h"
+#include "troupe/troupe.h"
 
 extern char** environ;
 
@@ -42,7 +52,69 @@ namespace troupe::bench {
 namespace {
 
 // =============================================================================================
-// Modes
+// Options, figures, modes
+
+struct Options {
+  size_t payloadBytes = 64;
+  uint sequentialCalls = 5000;
+  uint pipelinedCalls = 50000;
+  uint rounds = 2;
+  std::vector<uint> windows = {128, 1024};
+  uint warmupCalls = 1000;
+  bool json = false;
+  std::string troupeBinary = TROUPE_BINARY;  // `troupe sim`, for mode (c).
+};
+
+nlohmann::json optionsToJson(const Options& options) {
+  // What a measuring process needs (mode (c) hands it to the driver on the command line).
+  return {{"payload", options.payloadBytes},     {"calls", options.sequentialCalls},
+          {"pipelined", options.pipelinedCalls}, {"rounds", options.rounds},
+          {"windows", options.windows},          {"warmup", options.warmupCalls}};
+}
+
+Options optionsFromJson(const nlohmann::json& in) {
+  Options options;
+  options.payloadBytes = in.at("payload").get<size_t>();
+  options.sequentialCalls = in.at("calls").get<uint>();
+  options.pipelinedCalls = in.at("pipelined").get<uint>();
+  options.rounds = in.at("rounds").get<uint>();
+  options.windows = in.at("windows").get<std::vector<uint>>();
+  options.warmupCalls = in.at("warmup").get<uint>();
+  return options;
+}
+
+struct Mode;
+
+struct Figures {
+  const Mode* mode = nullptr;
+  double p50Us = 0;
+  double p99Us = 0;
+  std::map<uint, double> callsPerSecond;  // By window.
+  double userUsPerCall = 0;  // Calling process CPU, in the best round at the last window.
+  double systemUsPerCall = 0;
+};
+
+nlohmann::json figuresToJson(const Figures& figures) {
+  nlohmann::json perWindow = nlohmann::json::object();
+  for (auto& [window, rate] : figures.callsPerSecond) perWindow[std::to_string(window)] = rate;
+  return {{"p50_us", figures.p50Us},
+          {"p99_us", figures.p99Us},
+          {"calls_per_s", perWindow},
+          {"client_user_us_per_call", figures.userUsPerCall},
+          {"client_system_us_per_call", figures.systemUsPerCall}};
+}
+
+Figures figuresFromJson(const nlohmann::json& in) {
+  Figures figures;
+  figures.p50Us = in.at("p50_us").get<double>();
+  figures.p99Us = in.at("p99_us").get<double>();
+  for (auto& [window, rate] : in.at("calls_per_s").items()) {
+    figures.callsPerSecond[std::stoul(window)] = rate.get<double>();
+  }
+  figures.userUsPerCall = in.at("client_user_us_per_call").get<double>();
+  figures.systemUsPerCall = in.at("client_system_us_per_call").get<double>();
+  return figures;
+}
 
 class Caller {
   // The client side of one connection in some mode. `call()` may be invoked again before
@@ -54,14 +126,128 @@ class Caller {
 
 using ConnectFn = kj::Own<Caller> (*)(kj::Own<kj::AsyncIoStream> connection, size_t payloadSize);
 using ServeFn = kj::Promise<void> (*)(kj::Own<kj::AsyncIoStream> connection, size_t payloadSize);
+using RunFn = Figures (*)(const Options& options);
 
 struct Mode {
   const char* key;    // JSON key and --modes name.
   const char* title;  // Table label.
   char tag;           // First byte of a connection: tells the server which ServeFn to run.
-  ConnectFn connect;
+  ConnectFn connect;  // Modes measured against the server process: both set, `run` null.
   ServeFn serve;
+  RunFn run;  // Modes measured in processes of their own: set, the others null.
 };
+
+// =============================================================================================
+// Measuring (asynchronous, so that it also runs inside a troupe driver, which must not wait)
+
+struct CpuTime {
+  double user = 0;
+  double system = 0;
+};
+
+/// User and system CPU seconds of this process so far.
+CpuTime cpuTime() {
+  struct rusage usage;
+  KJ_SYSCALL(getrusage(RUSAGE_SELF, &usage));
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
+}
+
+/// Issues calls on `caller` one after another until `remaining` is zero.
+kj::Promise<void> callChain(Caller& caller, uint& remaining) {
+  if (remaining == 0) return kj::READY_NOW;
+  --remaining;
+  return caller.call().then([&caller, &remaining]() { return callChain(caller, remaining); });
+}
+
+/// Runs `calls` calls with `window` of them in flight at any time.
+kj::Promise<void> runPipelined(Caller& caller, uint calls, uint window) {
+  auto remaining = kj::heap<uint>(calls);
+  auto chains = kj::heapArrayBuilder<kj::Promise<void>>(window);
+  for (uint i = 0; i < window; ++i) chains.add(callChain(caller, *remaining));
+  return kj::joinPromises(chains.finish()).attach(kj::mv(remaining));
+}
+
+double percentile(std::vector<double>& sorted, double p) {
+  size_t index = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
+  return sorted[index];
+}
+
+class Measurement {
+  // Warm-up, then sequential calls (p50/p99), then `rounds` pipelined runs per window, with a
+  // short idle pause before each phase. The pause matters for mode (c): while calls keep a
+  // troupe node's event loop busy it never polls, so its timers (heartbeats, the head's check
+  // for lost nodes) stand still; a run of more than ~3 s without one idle moment makes the head
+  // declare the other node lost (see docs/benchmarks.md, RPC).
+ public:
+  Measurement(kj::Own<Caller> caller, const Options& options, kj::Timer& timer)
+      : caller(kj::mv(caller)), options(options), timer(timer) {}
+
+  kj::Promise<Figures> run() {
+    return runPipelined(*caller, options.warmupCalls, 1)
+        .then([this]() { return pause(); })
+        .then([this]() {
+          roundTrips.reserve(options.sequentialCalls);
+          return sequential(options.sequentialCalls);
+        })
+        .then([this]() {
+          std::sort(roundTrips.begin(), roundTrips.end());
+          figures.p50Us = percentile(roundTrips, 0.50);
+          figures.p99Us = percentile(roundTrips, 0.99);
+          return pipelined(0);
+        })
+        .then([this]() { return figures; });
+  }
+
+ private:
+  kj::Own<Caller> caller;
+  Options options;
+  kj::Timer& timer;
+  std::vector<double> roundTrips;
+  Figures figures;
+
+  kj::Promise<void> pause() { return timer.afterDelay(10 * kj::MILLISECONDS); }
+
+  kj::Promise<void> sequential(uint remaining) {
+    if (remaining == 0) return kj::READY_NOW;
+    auto start = std::chrono::steady_clock::now();
+    return caller->call().then([this, start, remaining]() {
+      std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+      roundTrips.push_back(elapsed.count());
+      return sequential(remaining - 1);
+    });
+  }
+
+  kj::Promise<void> pipelined(size_t run) {
+    // Run `run` is round `run % rounds` of window `run / rounds`. Best of `rounds`: the machine
+    // is shared, and a round that lost its core says nothing.
+    if (run == options.windows.size() * options.rounds) return kj::READY_NOW;
+    uint window = options.windows[run / options.rounds];
+    return pause().then([this, run, window]() { return pipelinedRun(run, window); });
+  }
+
+  kj::Promise<void> pipelinedRun(size_t run, uint window) {
+    auto cpuStart = cpuTime();
+    auto start = std::chrono::steady_clock::now();
+    return runPipelined(*caller, options.pipelinedCalls, window)
+        .then([this, run, window, cpuStart, start]() {
+          std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+          auto cpuEnd = cpuTime();
+          double rate = options.pipelinedCalls / elapsed.count();
+          auto& best = figures.callsPerSecond[window];
+          if (rate > best) {
+            best = rate;
+            figures.userUsPerCall = (cpuEnd.user - cpuStart.user) * 1e6 / options.pipelinedCalls;
+            figures.systemUsPerCall =
+                (cpuEnd.system - cpuStart.system) * 1e6 / options.pipelinedCalls;
+          }
+          return pipelined(run + 1);
+        });
+  }
+};
+
+// =============================================================================================
+// Modes
 
 // --- (a) raw TCP ------------------------------------------------------------------------------
 
@@ -196,15 +382,205 @@ kj::Promise<void> serveCoalescing(kj::Own<kj::AsyncIoStream> connection, size_t)
   return serveStream(kj::heap<CoalescingStream>(kj::mv(connection)));
 }
 
+// --- (c) troupe actor call --------------------------------------------------------------------
+
+constexpr char kNodeFlag[] = "--troupe-node";
+// First argument of a bench_rpc process that is a troupe node; the next one is the options.
+constexpr char kFiguresMarker[] = "bench_rpc figures: ";
+// The driver prints this, then the figures as JSON, on one line of its stdout.
+constexpr char kEchoActorType[] = "bench.EchoActor";
+
+class EchoActorServer final : public ActorBase<EchoActor> {
+ public:
+  using ActorBase::ActorBase;
+
+  kj::Promise<void> echo(EchoContext context) override {
+    context.getResults().setPayload(context.getParams().getPayload());
+    return kj::READY_NOW;
+  }
+};
+
+class ActorCaller final : public Caller {
+  // Calls an EchoActor through its reference, as any troupe driver or actor would.
+ public:
+  ActorCaller(EchoActor::Client echo, size_t payloadSize)
+      : echo(kj::mv(echo)), payload(kj::heapArray<kj::byte>(payloadSize)) {
+    memset(payload.begin(), 'x', payload.size());
+  }
+
+  kj::Promise<void> call() override {
+    auto request = echo.echoRequest();
+    request.setPayload(payload);
+    return request.send().ignoreResult();
+  }
+
+ private:
+  EchoActor::Client echo;
+  kj::Array<kj::byte> payload;
+};
+
+/// The driver of the mode (c) cluster: runs on the head (group a), calls an actor on group b.
+kj::Promise<void> driveTroupe(Driver& job) {
+  auto& args = job.args();
+  auto flag = std::find(args.begin(), args.end(), kNodeFlag);
+  KJ_REQUIRE(flag != args.end() && flag + 1 != args.end(), "no options after --troupe-node");
+  auto options = optionsFromJson(nlohmann::json::parse(*(flag + 1)));
+
+  auto echo = job.spawn<EchoActor>(kEchoActorType, Placement::group("b"));
+  KJ_REQUIRE(echo.address().address != job.node().address().cStr(),
+             "the echo actor must live on another node than the driver", echo.address().describe());
+  auto measurement = kj::heap<Measurement>(
+      kj::heap<ActorCaller>(kj::mv(echo), options.payloadBytes), options, job.timer());
+  auto done = measurement->run();
+  return done
+      .then([](Figures figures) {
+        printf("%s%s\n", kFiguresMarker, figuresToJson(figures).dump().c_str());
+        fflush(stdout);
+      })
+      .attach(kj::mv(measurement));
+}
+
+/// main() of a bench_rpc process started by `troupe sim` (never returns).
+int runTroupeNode(int argc, char** argv) {
+  Registry types;
+  types.add<EchoActorServer>(kEchoActorType);
+  return troupe::run(argc, argv, types, driveTroupe);
+}
+
+class SimProcess {
+  // `troupe sim` running a two-node cluster of this binary, its stdout and stderr on one pipe.
+  // It gets SIGTERM if this process dies first (PR_SET_PDEATHSIG); its nodes die with it. The
+  // destructor always reaps it: SIGTERM (a graceful cascade), then SIGKILL after a while.
+ public:
+  explicit SimProcess(const std::vector<std::string>& args) {
+    auto argv = KJ_MAP(arg, args) {
+      return const_cast<char*>(arg.c_str());
+    };
+    auto argvNull = kj::heapArrayBuilder<char*>(argv.size() + 1);
+    argvNull.addAll(argv);
+    argvNull.add(nullptr);
+    auto argvArray = argvNull.finish();
+
+    int out[2];
+    KJ_SYSCALL(pipe2(out, O_CLOEXEC));
+    kj::AutoCloseFd outWrite(out[1]);
+    outputFd = kj::AutoCloseFd(out[0]);
+    pid_t parent = getpid();
+    KJ_SYSCALL(pid = fork());
+    if (pid == 0) {
+      // Async-signal-safe calls only, until exec.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct sigaction dfl = {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGPIPE, &dfl, nullptr);  // We ignore it; exec would keep that.
+      dup2(out[1], STDOUT_FILENO);        // dup2 clears O_CLOEXEC on the copies.
+      dup2(out[1], STDERR_FILENO);
+      int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+      execv(argvArray[0], argvArray.begin());
+      _exit(127);
+    }
+  }
+
+  ~SimProcess() {
+    if (pid <= 0 || reaped) return;
+    kill(pid, SIGTERM);
+    if (waitFor(15000) < 0) {  // The simulator's grace period is shorter than this.
+      kill(pid, SIGKILL);
+      int status;
+      waitpid(pid, &status, 0);
+    }
+  }
+
+  KJ_DISALLOW_COPY(SimProcess);
+
+  /// Everything the simulator writes, until it closes its output (waits up to `timeoutMs`).
+  std::string readAll(int timeoutMs) {
+    std::string text;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+    char buffer[4096];
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
+      struct pollfd pfd = {outputFd.get(), POLLIN, 0};
+      int ready;
+      KJ_SYSCALL(ready = poll(&pfd, 1, std::max<long>(0, left)));
+      KJ_REQUIRE(ready > 0, "troupe sim did not finish in time", timeoutMs, text);
+      ssize_t n;
+      KJ_SYSCALL(n = read(outputFd.get(), buffer, sizeof(buffer)));
+      if (n == 0) return text;
+      text.append(buffer, n);
+    }
+  }
+
+  /// The simulator's exit code (128 + signal if killed); -1 if it did not exit within `timeoutMs`.
+  int waitFor(int timeoutMs) {
+    for (int waited = 0;; waited += 10) {
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        reaped = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (waited >= timeoutMs) return -1;
+      usleep(10000);
+    }
+  }
+
+ private:
+  pid_t pid = 0;
+  bool reaped = false;
+  kj::AutoCloseFd outputFd;
+};
+
+std::string selfPath() {
+  char path[PATH_MAX];
+  ssize_t n;
+  KJ_SYSCALL(n = readlink("/proc/self/exe", path, sizeof(path) - 1));
+  return std::string(path, n);
+}
+
+Figures runTroupe(const Options& options) {
+  KJ_REQUIRE(access(options.troupeBinary.c_str(), X_OK) == 0,
+             "mode (c) needs the troupe binary (build the `troupe` target, or pass --troupe)",
+             options.troupeBinary);
+  // No "--" before the app: `troupe sim` (CLI11 prefix_command) rejects everything after one.
+  SimProcess sim({options.troupeBinary, "sim", "--group", "a=1", "--group", "b=1", "--head-group",
+                  "a", "--grace-ms", "3000", "--linger-ms", "5000", selfPath(), kNodeFlag,
+                  optionsToJson(options).dump(), "--log-level", "warn"});
+  // Cluster start-up, plus 100 us per call (10k calls/s would be far below any sane figure).
+  uint64_t calls = options.warmupCalls + options.sequentialCalls +
+                   uint64_t{options.pipelinedCalls} * options.rounds * options.windows.size();
+  int timeoutMs = 60000 + static_cast<int>(std::min<uint64_t>(calls / 10, 1u << 30));
+  auto output = sim.readAll(timeoutMs);
+  int status = sim.waitFor(10000);
+  kj::Maybe<Figures> figures;
+  for (size_t at = output.find(kFiguresMarker); at != std::string::npos;
+       at = output.find(kFiguresMarker, at + 1)) {
+    auto begin = at + strlen(kFiguresMarker);
+    auto json = nlohmann::json::parse(output.substr(begin, output.find('\n', begin) - begin));
+    figures = figuresFromJson(json);
+  }
+  KJ_REQUIRE(status == 0 && figures != nullptr, "the troupe cluster of mode (c) failed", status,
+             output);
+  return KJ_ASSERT_NONNULL(figures);
+}
+
 const Mode kModes[] = {
-    {"raw_tcp", "(a) raw TCP", 'r', connectRaw, serveRaw},
-    {"capnp", "(b) capnp", 'c', connectCapnp, serveCapnp},
-    {"capnp_coalescing", "(b2) capnp + coalescing", 'k', connectCoalescing, serveCoalescing},
+    {"raw_tcp", "(a) raw TCP", 'r', connectRaw, serveRaw, nullptr},
+    {"capnp", "(b) capnp", 'c', connectCapnp, serveCapnp, nullptr},
+    {"capnp_coalescing", "(b2) capnp + coalescing", 'k', connectCoalescing, serveCoalescing,
+     nullptr},
+    {"troupe_actor", "(c) troupe actor call", 't', nullptr, nullptr, runTroupe},
 };
 
 const Mode* findMode(char tag) {
   for (auto& mode : kModes) {
-    if (mode.tag == tag) return &mode;
+    if (mode.tag == tag && mode.serve != nullptr) return &mode;
   }
   return nullptr;
 }
@@ -334,58 +710,6 @@ class ServerProcess {
   kj::AutoCloseFd reportFd;
 };
 
-struct Options {
-  size_t payloadBytes = 64;
-  uint sequentialCalls = 5000;
-  uint pipelinedCalls = 50000;
-  uint rounds = 2;
-  std::vector<uint> windows = {128, 1024};
-  uint warmupCalls = 1000;
-  bool json = false;
-};
-
-struct Figures {
-  const Mode* mode;
-  double p50Us = 0;
-  double p99Us = 0;
-  std::map<uint, double> callsPerSecond;  // By window.
-  double userUsPerCall = 0;  // Client process CPU, in the best round at the last window.
-  double systemUsPerCall = 0;
-};
-
-struct CpuTime {
-  double user = 0;
-  double system = 0;
-};
-
-/// User and system CPU seconds of this process so far.
-CpuTime cpuTime() {
-  struct rusage usage;
-  KJ_SYSCALL(getrusage(RUSAGE_SELF, &usage));
-  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
-  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
-}
-
-/// Issues calls on `caller` one after another until `remaining` is zero.
-kj::Promise<void> callChain(Caller& caller, uint& remaining) {
-  if (remaining == 0) return kj::READY_NOW;
-  --remaining;
-  return caller.call().then([&caller, &remaining]() { return callChain(caller, remaining); });
-}
-
-/// Runs `calls` calls with `window` of them in flight at any time.
-void runPipelined(Caller& caller, uint calls, uint window, kj::WaitScope& waitScope) {
-  uint remaining = calls;
-  auto chains = kj::heapArrayBuilder<kj::Promise<void>>(window);
-  for (uint i = 0; i < window; ++i) chains.add(callChain(caller, remaining));
-  kj::joinPromises(chains.finish()).wait(waitScope);
-}
-
-double percentile(std::vector<double>& sorted, double p) {
-  size_t index = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
-  return sorted[index];
-}
-
 Figures measure(const Mode& mode, kj::AsyncIoContext& io, uint port, const Options& options) {
   auto address = io.provider->getNetwork().parseAddress("127.0.0.1", port).wait(io.waitScope);
   auto connection = address->connect().wait(io.waitScope);
@@ -395,41 +719,11 @@ Figures measure(const Mode& mode, kj::AsyncIoContext& io, uint port, const Optio
   uint32_t payloadSize = options.payloadBytes;
   memcpy(header + 1, &payloadSize, sizeof(payloadSize));
   connection->write(header, sizeof(header)).wait(io.waitScope);
-  auto caller = mode.connect(kj::mv(connection), options.payloadBytes);
 
-  Figures figures;
+  Measurement measurement(mode.connect(kj::mv(connection), options.payloadBytes), options,
+                          io.provider->getTimer());
+  auto figures = measurement.run().wait(io.waitScope);
   figures.mode = &mode;
-  runPipelined(*caller, options.warmupCalls, 1, io.waitScope);
-
-  std::vector<double> roundTrips;
-  roundTrips.reserve(options.sequentialCalls);
-  for (uint i = 0; i < options.sequentialCalls; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    caller->call().wait(io.waitScope);
-    std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
-    roundTrips.push_back(elapsed.count());
-  }
-  std::sort(roundTrips.begin(), roundTrips.end());
-  figures.p50Us = percentile(roundTrips, 0.50);
-  figures.p99Us = percentile(roundTrips, 0.99);
-
-  for (uint window : options.windows) {
-    // Best of `rounds`: the machine is shared, and a round that lost its core says nothing.
-    double best = 0;
-    for (uint round = 0; round < options.rounds; ++round) {
-      auto cpuStart = cpuTime();
-      auto start = std::chrono::steady_clock::now();
-      runPipelined(*caller, options.pipelinedCalls, window, io.waitScope);
-      std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-      auto cpuEnd = cpuTime();
-      double rate = options.pipelinedCalls / elapsed.count();
-      if (rate <= best) continue;
-      best = rate;
-      figures.callsPerSecond[window] = rate;
-      figures.userUsPerCall = (cpuEnd.user - cpuStart.user) * 1e6 / options.pipelinedCalls;
-      figures.systemUsPerCall = (cpuEnd.system - cpuStart.system) * 1e6 / options.pipelinedCalls;
-    }
-  }
   return figures;
 }
 
@@ -447,21 +741,18 @@ void printTable(const std::vector<Figures>& results, const Options& options) {
     for (uint window : options.windows) printf("  %12.0f", figures.callsPerSecond.at(window));
     printf("  %8.2f %8.2f\n", figures.userUsPerCall, figures.systemUsPerCall);
   }
-  printf("\nusr/sys us: user and system CPU time of the client process per call, at w=%u.\n",
-         options.windows.back());
+  printf(
+      "\nusr/sys us: user and system CPU time of the calling process per call, at w=%u (for (c),\n"
+      "the driver's node, on the head).\n",
+      options.windows.back());
 }
 
 void printJson(const std::vector<Figures>& results, const Options& options) {
   nlohmann::json modes = nlohmann::json::object();
   for (auto& figures : results) {
-    nlohmann::json perWindow = nlohmann::json::object();
-    for (auto& [window, rate] : figures.callsPerSecond) perWindow[std::to_string(window)] = rate;
-    modes[figures.mode->key] = {{"title", figures.mode->title},
-                                {"p50_us", figures.p50Us},
-                                {"p99_us", figures.p99Us},
-                                {"calls_per_s", perWindow},
-                                {"client_user_us_per_call", figures.userUsPerCall},
-                                {"client_system_us_per_call", figures.systemUsPerCall}};
+    auto entry = figuresToJson(figures);
+    entry["title"] = figures.mode->title;
+    modes[figures.mode->key] = entry;
   }
   nlohmann::json out = {{"bench", "rpc"},
                         {"payload_bytes", options.payloadBytes},
@@ -473,13 +764,26 @@ void printJson(const std::vector<Figures>& results, const Options& options) {
 }
 
 int runClient(const Options& options, const std::vector<std::string>& only) {
-  ServerProcess server;  // Before setupAsyncIo(): the child must not inherit KJ's signal state.
-  uint port = server.readPort();
+  std::vector<const Mode*> selected;
+  for (auto& mode : kModes) {
+    if (only.empty() || std::find(only.begin(), only.end(), mode.key) != only.end()) {
+      selected.push_back(&mode);
+    }
+  }
+  bool needServer = std::any_of(selected.begin(), selected.end(),
+                                [](const Mode* mode) { return mode->serve != nullptr; });
+  // Before setupAsyncIo(): the child must not inherit KJ's signal state.
+  auto server = needServer ? kj::heap<ServerProcess>() : kj::Own<ServerProcess>();
+  uint port = needServer ? server->readPort() : 0;
   auto io = kj::setupAsyncIo();
   std::vector<Figures> results;
-  for (auto& mode : kModes) {
-    if (!only.empty() && std::find(only.begin(), only.end(), mode.key) == only.end()) continue;
-    results.push_back(measure(mode, io, port, options));
+  for (auto* mode : selected) {
+    if (mode->run != nullptr) {
+      results.push_back(mode->run(options));
+      results.back().mode = mode;
+    } else {
+      results.push_back(measure(*mode, io, port, options));
+    }
   }
   if (options.json) {
     printJson(results, options);
@@ -494,12 +798,13 @@ int runClient(const Options& options, const std::vector<std::string>& only) {
 
 int main(int argc, char** argv) {
   using namespace troupe::bench;
+  if (argc > 1 && strcmp(argv[1], kNodeFlag) == 0) return runTroupeNode(argc, argv);
   signal(SIGPIPE, SIG_IGN);
 
   Options options;
   bool serveMode = false;
   std::vector<std::string> only;
-  CLI::App app{"Round trip and pipelined throughput of raw TCP and Cap'n Proto calls"};
+  CLI::App app{"Round trip and pipelined throughput of raw TCP, Cap'n Proto and troupe calls"};
   app.add_flag("--serve", serveMode, "run as the server process (internal)")->group("");
   app.add_flag("--json", options.json, "print one JSON object instead of a table");
   app.add_option("--payload", options.payloadBytes, "payload bytes per call")
@@ -510,8 +815,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000000));
   app.add_option("--rounds", options.rounds, "pipelined rounds per window; the best is reported")
       ->check(CLI::Range(1, 100));
-  app.add_option("--windows", options.windows, "calls in flight, one run per value");
-  app.add_option("--modes", only, "modes to run (raw_tcp, capnp, capnp_coalescing); default all");
+  app.add_option("--windows", options.windows, "calls in flight, one run per value")
+      ->check(CLI::Range(1, 1000000));
+  std::vector<std::string> keys;
+  for (auto& mode : kModes) keys.push_back(mode.key);
+  app.add_option("--modes", only, "modes to run; default all")->check(CLI::IsMember(keys));
+  app.add_option("--troupe", options.troupeBinary, "the troupe binary, for `troupe sim` (mode c)");
   CLI11_PARSE(app, argc, argv);
 
   try {
