@@ -250,14 +250,23 @@ int runSim(int argc, char* argv[]) {
   // Everything from the app's path on belongs to the app.
   sim->prefix_command();
   sim->footer("APP [ARGS...] follows the options, after an optional --");
+  // The app starts after the first "--" (CLI11's prefix_command() trips over "--" after some
+  // options), or else at the first argument that is not an option.
+  int cliArgc = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--") == 0) {
+      app.assign(argv + i + 1, argv + argc);
+      cliArgc = i;
+      break;
+    }
+  }
   try {
-    cli.parse(argc, argv);
+    cli.parse(cliArgc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e) == 0 ? 0 : troupe::CONFIG_ERROR;
   }
   if (envCmd->parsed()) return printEnvironment(envRoot);
-  app = sim->remaining();
-  if (!app.empty() && app[0] == "--") app.erase(app.begin());
+  if (cliArgc == argc) app = sim->remaining();
   if (app.empty()) {
     fprintf(stderr, "troupe sim: no app given; usage: troupe sim [OPTIONS] -- APP [ARGS...]\n");
     return troupe::CONFIG_ERROR;
@@ -486,7 +495,9 @@ int runSim(int argc, char* argv[]) {
           });
         }));
       }
-    }));
+      // Evaluated now, not when the join below completes: joinPromises() only runs its inputs'
+      // continuations once every input is ready, and this one starts the linger timer.
+    }).eagerlyEvaluate(nullptr));
   }
   kj::joinPromises(exits.finish()).wait(loop.waitScope());
 

@@ -32,6 +32,10 @@ EventLoop::EventLoop(unsigned poolThreads)
   setenv("UV_THREADPOOL_SIZE", std::to_string(poolThreads_).c_str(), 0);
   // A write to a closed socket must be an error on that connection, not the end of the process.
   signal(SIGPIPE, SIG_IGN);
+  // Check the OS for I/O and timers every 256 events even when work never runs out: a saturated
+  // loop (pipelined calls) would otherwise starve heartbeats and timers until the node is declared
+  // lost.
+  io_.waitScope.setBusyPollInterval(256);
   KJ_REQUIRE(uv_loop_init(&uv_) == 0, "uv_loop_init failed");
   observer_ = kj::heap<kj::UnixEventPort::FdObserver>(io_.unixEventPort, uv_backend_fd(&uv_),
                                                        kj::UnixEventPort::FdObserver::OBSERVE_READ);

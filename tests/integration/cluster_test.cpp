@@ -258,3 +258,49 @@ TEST_CASE("a malformed cluster file: exit 2 naming the file and the key", "[bad-
         std::string::npos);
   unlink(path);
 }
+
+TEST_CASE("a silent worker (SIGSTOP) is declared lost by missed heartbeats", "[cluster][fault]") {
+  Run run(harness::sim(with(kThree, {"--linger-ms", "1000", "--grace-ms", "1000", "--env",
+                                     "dnn_group:TROUPE_NODE_TIMEOUT_MS=1500"}),
+                       probe("hold")));
+  REQUIRE(run.waitFor("READY", 30s));
+  auto victim = instanceIn(run, "data_group");
+  auto stoppedAt = std::chrono::steady_clock::now();
+  REQUIRE(kill(victim.pid, SIGSTOP) == 0);
+  REQUIRE(run.waitFor("job failed", 10s));
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - stoppedAt);
+  WARN("the head declared " << victim.host << " lost " << took.count() << " ms after SIGSTOP");
+  REQUIRE(run.wait(20s) != 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("node " + victim.host + " (data_group) was lost: no heartbeat for 1500 ms") !=
+        std::string::npos);
+  for (auto& [host, i] : run.instances()) {
+    if (host == victim.host) {
+      CHECK(run.exitLine(host).find("exited with 137") != std::string::npos);  // SIGKILLed
+    } else {
+      CHECK(run.exitLine(host).find("exited with 1 (JOB_FAILED)") != std::string::npos);
+    }
+  }
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeout",
+          "[cluster][fault]") {
+  Run run(harness::sim(with(kThree, {"--linger-ms", "1000", "--grace-ms", "1000", "--env",
+                                     "data_group:TROUPE_HEAD_TIMEOUT_MS=1500"}),
+                       probe("hold")));
+  REQUIRE(run.waitFor("READY", 30s));
+  auto head = instanceIn(run, "dnn_group");
+  REQUIRE(kill(head.pid, SIGSTOP) == 0);
+  REQUIRE(run.wait(20s) != 0);
+  auto out = run.output();
+  INFO(out);
+  for (auto& [host, i] : run.instances()) {
+    if (host == head.host) continue;
+    CHECK(run.exitLine(host).find("exited with 3 (HEAD_LOST)") != std::string::npos);
+  }
+  CHECK(out.find("no answer for 1500 ms") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}

@@ -52,12 +52,17 @@ TEST_CASE("offload propagates exceptions", "[loop]") {
 TEST_CASE("dropping an offload promise cancels queued work", "[loop]") {
   EventLoop loop(1);
   auto ran = std::make_shared<std::atomic<int>>(0);
-  // Occupy the only pool thread, then queue work behind it and drop that promise.
-  auto blocker = loop.offload([]() { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+  // libuv's pool is process-wide, sized by the first loop: occupy every thread, then queue work
+  // behind them and drop that promise.
+  int threads = atoi(getenv("UV_THREADPOOL_SIZE"));
+  auto blockers = kj::heapArrayBuilder<kj::Promise<void>>(threads);
+  for (int i = 0; i < threads; ++i) {
+    blockers.add(loop.offload([]() { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }));
+  }
   {
     auto dropped = loop.offload([ran]() { ++*ran; });
   }
-  blocker.wait(loop.waitScope());
+  kj::joinPromises(blockers.finish()).wait(loop.waitScope());
   loop.timer().afterDelay(50 * kj::MILLISECONDS).wait(loop.waitScope());
   REQUIRE(*ran == 0);
 }
@@ -116,4 +121,54 @@ TEST_CASE("an idle loop does not spin", "[loop]") {
   REQUIRE(loop.pumpWakeups() - before <= 2);
   // Less than 50 ms of CPU over 300 ms of waiting.
   REQUIRE((clock() - cpuBefore) * 1000 / CLOCKS_PER_SEC < 50);
+}
+
+TEST_CASE("KJ timers fire while a child process runs", "[loop]") {
+  EventLoop loop(1);
+  ChildProcess::Options opts;
+  opts.args = {"/bin/sleep", "30"};
+  opts.onLine = [](kj::StringPtr, bool) {};
+  ChildProcess child(loop, kj::mv(opts));
+  auto start = loop.timer().now();
+  loop.timer()
+      .timeoutAfter(5 * kj::SECONDS, loop.timer().afterDelay(100 * kj::MILLISECONDS))
+      .wait(loop.waitScope());
+  REQUIRE(loop.timer().now() - start < 2 * kj::SECONDS);
+  child.kill(SIGKILL);
+  child.onExit().wait(loop.waitScope());
+}
+
+TEST_CASE("a KJ timer set from a child's exit fires while another child runs", "[loop]") {
+  EventLoop loop(1);
+  ChildProcess::Options a, b;
+  a.args = {"/bin/sleep", "30"};
+  a.onLine = [](kj::StringPtr, bool) {};
+  b.args = {"/bin/true"};
+  b.onLine = [](kj::StringPtr, bool) {};
+  ChildProcess sleeper(loop, kj::mv(a));
+  ChildProcess quick(loop, kj::mv(b));
+  bool fired = false;
+  auto p = quick.onExit().then([&](troupe::ChildExit) {
+    return loop.timer().afterDelay(100 * kj::MILLISECONDS).then([&]() { fired = true; });
+  });
+  loop.timer().timeoutAfter(3 * kj::SECONDS, kj::mv(p)).wait(loop.waitScope());
+  REQUIRE(fired);
+  sleeper.kill(SIGKILL);
+  sleeper.onExit().wait(loop.waitScope());
+}
+
+TEST_CASE("a child that prints and exits at once is seen to exit while another runs", "[loop]") {
+  EventLoop loop(1);
+  ChildProcess::Options a, b;
+  a.args = {"/bin/sh", "-c", "echo sleeping; exec sleep 30"};
+  a.onLine = [](kj::StringPtr, bool) {};
+  b.args = {"/bin/sh", "-c", "echo bye; exit 0"};
+  b.onLine = [](kj::StringPtr, bool) {};
+  ChildProcess sleeper(loop, kj::mv(a));
+  ChildProcess quick(loop, kj::mv(b));
+  loop.onSignal(SIGTERM, [](int) {});
+  auto exit = loop.timer().timeoutAfter(3 * kj::SECONDS, quick.onExit()).wait(loop.waitScope());
+  REQUIRE(exit.status == 0);
+  sleeper.kill(SIGKILL);
+  sleeper.onExit().wait(loop.waitScope());
 }
