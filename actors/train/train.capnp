@@ -78,5 +78,5 @@ interface Trainer extends(Troupe.Actor) {
   train @0 (epochs :UInt32, sources :List(Troupe.ActorAddress), trainSamples :UInt64)
       -> (epochs :List(EpochReport), device :Text);
   progress @1 () -> (epoch :UInt32, steps :UInt64, samples :UInt64, waitSeconds :Float64,
-                     seconds :Float64);
+                     seconds :Float64, plannedSteps :UInt64);
 }

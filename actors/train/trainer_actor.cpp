@@ -91,6 +91,7 @@ kj::Promise<void> TrainerActor::progress(ProgressContext call) {
   r.setSamples(samples);
   r.setWaitSeconds(totalWait_ + stats_.waitSeconds);
   r.setSeconds(seconds(context().timer().now() - started_));
+  r.setPlannedSteps(plannedSteps_);
   return kj::READY_NOW;
 }
 

@@ -16,6 +16,7 @@
 #include "augmenter_actor.h"
 #include "trainer_actor.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 #include "troupe/troupe.h"
 
@@ -48,6 +49,8 @@ Settings parseSettings(int argc, char* argv[]) {
   Settings s;
   CLI::App cli("hetero_train: augmentation on the data group, training on the dnn group");
   cli.allow_extras();  // troupe's own options
+  // A setting given twice (a hyperparameter, then a flag): the last one wins.
+  cli.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cli.add_option("--epochs", s.epochs, "epochs")->check(CLI::Range(1u, 1000u));
   cli.add_option("--batch-size", s.batchSize, "samples per batch")->check(CLI::Range(1u, 8192u));
   cli.add_option("--lr", s.learningRate, "learning rate (decays linearly to 0)")
@@ -67,8 +70,27 @@ Settings parseSettings(int argc, char* argv[]) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cli.add_option("--data-group", s.dataGroup, "the instance group for augmentation");
   cli.add_option("--dnn-group", s.dnnGroup, "the instance group for training (and the head)");
+  // On SageMaker (or under `troupe sim --hp`) the same settings arrive as hyperparameters, with
+  // `_` or `-`; the model goes to the model dir and a `train` channel, if any, is the dataset.
+  // Flags on the command line win.
+  std::vector<std::string> args;
+  auto& sm = troupe::SageMakerEnv::current();
+  if (sm.active()) {
+    if (sm.hasChannel("train")) args.insert(args.end(), {"--data-dir", sm.channelDir("train")});
+    args.insert(args.end(), {"--model-dir", sm.modelDir()});
+    for (auto& key : sm.keys()) {
+      std::string flag = "--" + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      if (cli.get_option_no_throw(flag) != nullptr) {
+        args.push_back(flag);
+        args.push_back(*sm.raw(key));
+      }
+    }
+  }
+  args.insert(args.end(), argv + 1, argv + argc);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   try {
-    cli.parse(argc, argv);
+    cli.parse(args);
     troupe::train::AugmentConfig augment;
     augment.blurKernel = s.blur;
     augment.validate();
@@ -174,7 +196,7 @@ class Job {
       return trainer.progressRequest().send().then([this, trainer](auto p) mutable {
         double secs = p.getSeconds();
         uint64_t steps = p.getSteps();
-        uint64_t total = uint64_t(std::ceil(double(samples_) / s_.batchSize)) * s_.epochs;
+        uint64_t total = p.getPlannedSteps();
         double rate = secs > 0 ? p.getSamples() / secs : 0;
         double eta = steps ? secs * (double(total) / steps - 1) : 0;
         printf("progress: epoch %u/%u, step %lu/%lu, %.0f samples/s, data wait %.0f%%, ETA %.0f s\n",
