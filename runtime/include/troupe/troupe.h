@@ -10,4 +10,5 @@
 #include "troupe/loop.h"       // EventLoop, offload
 #include "troupe/registry.h"   // Registry: the actor types a binary can host
 #include "troupe/run.h"        // troupe::run()
+#include "troupe/sagemaker.h"  // SageMakerEnv: hyperparameters, channels, model dir
 #include "troupe/sched/placement.h"  // Placement: where actors go
