@@ -90,13 +90,6 @@ unsigned freePort() {
   return port;
 }
 
-std::string randomToken() {
-  std::random_device rd;
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += "0123456789abcdef"[rd() % 16];
-  return t;
-}
-
 struct Instance {
   std::string host, group, instanceType, address, root, cpus;
   kj::Own<troupe::ChildProcess> process;
@@ -320,7 +313,7 @@ int runSim(int argc, char* argv[]) {
             app[0].c_str());
     return troupe::CONFIG_ERROR;
   }
-  if (token.empty()) token = randomToken();
+  if (token.empty()) token = troupe::randomToken();
   if (seed == 0) seed = std::random_device()();
 
   // Deal host names in a shuffled order across groups, like SageMaker's algo-N.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <random>
 #include <sstream>
 #include <string.h>
 
@@ -546,6 +547,13 @@ std::string formatCpuList(const std::vector<unsigned>& cpus) {
     i = j + 1;
   }
   return out;
+}
+
+std::string randomToken() {
+  std::random_device rd;
+  std::string t;
+  for (int i = 0; i < 32; ++i) t += "0123456789abcdef"[rd() % 16];
+  return t;
 }
 
 }  // namespace troupe

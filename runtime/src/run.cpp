@@ -104,13 +104,6 @@ std::vector<std::string> parseOptions(int argc, char* argv[], RunOptions& o) {
   return extras;
 }
 
-std::string randomToken() {
-  std::random_device rd;
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += "0123456789abcdef"[rd() % 16];
-  return t;
-}
-
 struct Loaded {
   ClusterConfig config;
   HostMap hosts;

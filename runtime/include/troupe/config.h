@@ -113,4 +113,7 @@ std::vector<unsigned> parseCpuList(const std::string& text, const std::string& w
 std::string formatCpuList(const std::vector<unsigned>& cpus);
 // {0,1,2,3,7} -> "0-3,7".
 
+std::string randomToken();
+// A fresh cluster token: 32 hex digits from std::random_device.
+
 }  // namespace troupe
