@@ -1,0 +1,1030 @@
+// bench_pipeline: the seeds' experiment in miniature (DESIGN.md section 1), in one run, with CPU
+// pinning. hetero_train runs twice under `troupe sim` with the same settings and an augmentation
+// heavy enough (a large --blur) to matter:
+//   homogeneous    one dnn_group instance pinned to one CPU: the augmenter falls back to it
+//                  (prefer("data_group")) and shares that CPU with the trainer;
+//   heterogeneous  the same dnn_group instance on the same CPU, plus one data_group instance
+//                  pinned to a second CPU, where the augmenter runs.
+// Both runs use one augmenter per node (--augmenters-per-node 1): one augmenter in either setup,
+// so both have the same single shard, the same batches in the same order and the same pipeline
+// depth (--prefetch); only where the augmentation runs differs. (An augmenter works on one batch
+// at a time, so one augmenter is exactly one core of augmentation: more than one per CPU would
+// only add queueing.)
+//
+// Before the runs, a child process pinned to the dnn CPU (pinned before exec, so every thread of
+// it, OpenBLAS's included, is on that one CPU) measures with the libraries directly, on one
+// thread: augmentation throughput at the chosen blur, the trainer's step time with data always
+// ready (its compute-only bound), and the per-epoch test evaluation. A second such child pins
+// itself only after start-up, as `troupe::run` does in a node (TROUPE_CPUS), and measures the
+// training step again: the difference is what threads started before the pinning take from the
+// other CPU. During the runs the bench samples /proc for threads of each instance that are not
+// confined to the instance's CPUs, and how much CPU time they use.
+//
+// Figures: both mean step times (hetero_train's --report: epoch wall time over steps), the
+// speedup, the ideal speedup from the CPU ratio (2) and from the measured costs,
+// (aug + train) / max(aug, train) per batch, the fraction of each ideal achieved, and the data-
+// wait share of each run. Table by default, `--json` for one JSON object.
+//
+// Every child (the cost probes, `troupe sim`) runs in a process group of its own with
+// PR_SET_PDEATHSIG, and is reaped on every path: on SIGINT/SIGTERM the bench forwards SIGTERM to
+// it (the simulator cascades it to its instances), waits, then SIGKILLs the group.
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "troupe/augment/augment.h"
+#include "troupe/dataset/fashion_mnist.h"
+#include "troupe/trainer/device.h"
+#include "troupe/trainer/mlp.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct Options {
+  int blur = 99;
+  unsigned batchSize = 128;
+  unsigned epochs = 1;
+  uint64_t samples = 60000;
+  unsigned prefetch = 4;
+  unsigned perNode = 1;
+  float lr = 0.05f;
+  std::vector<unsigned> cpus;  // {dnn CPU, data CPU}; default: the first two this process may use
+  unsigned rounds = 3;
+  bool simUnpinned = false;
+  int nice = 0;  // of every child (negative needs root); inherited by the instances  // start
+                 // `troupe sim` unpinned, as it is usually run
+  unsigned attempts = 2;  // per run, when an instance was lost and an actor restarted
+  double timeoutSeconds = 600;
+  double measureSeconds = 3;
+  bool json = false;
+  std::string keep;  // keep logs and reports here
+  std::string troupe = TROUPE_BINARY;
+  std::string app = HETERO_TRAIN_BINARY;
+  std::string dataDir = troupe::data::kDefaultFashionMnistDir;
+  // Internal: the cost probe (a child of the bench). "pinned" or "late-pin".
+  std::string probe;
+};
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string cpuList(const cpu_set_t& set) {
+  std::string out;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    unsigned end = c;
+    while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, &set)) ++end;
+    if (!out.empty()) out += ",";
+    out += end == c ? std::to_string(c) : std::to_string(c) + "-" + std::to_string(end);
+    c = end;
+  }
+  return out;
+}
+
+std::vector<unsigned> allowedCpus() {
+  cpu_set_t set;
+  std::vector<unsigned> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+  return cpus;
+}
+
+// =============================================================================================
+// The cost probe: runs in a child pinned to one CPU; prints one JSON object.
+
+int openblasThreads() {
+  using Get = int (*)();
+  auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : -1;
+}
+
+void setOpenblasThreads(int n) {
+  using Set = void (*)(int);
+  auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set) set(n);
+}
+
+// Runs `fn(i)` for at least `seconds` and `minReps` times; returns each call's milliseconds.
+template <typename Fn>
+std::vector<double> timeReps(double seconds, size_t minReps, Fn&& fn) {
+  std::vector<double> ms;
+  auto start = Clock::now();
+  for (size_t i = 0; i < minReps || secondsSince(start) < seconds; ++i) {
+    auto t = Clock::now();
+    fn(i);
+    ms.push_back(1000 * secondsSince(t));
+  }
+  return ms;
+}
+
+json runProbe(const Options& o) {
+  using namespace troupe;
+  if (o.probe == "late-pin") {
+    // As troupe::run does with TROUPE_CPUS: pin this thread once the libraries have started.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(o.cpus.at(0), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error("sched_setaffinity");
+  }
+  omp_set_num_threads(1);  // as the trainer actor does
+  const size_t B = o.batchSize;
+  auto train = data::loadFashionMnist(o.dataDir, data::Split::kTrain);
+  const size_t pixels = train.imageSize();
+  const size_t span = std::min<size_t>(train.size(), std::max<size_t>(o.samples, B)) - B + 1;
+  auto batchPixels = [&](size_t i) {
+    return std::span<const uint8_t>(train.pixels).subspan((i * B) % span * pixels, B * pixels);
+  };
+  auto batchLabels = [&](size_t i) {
+    return std::span<const uint8_t>(train.labels).subspan((i * B) % span, B);
+  };
+  json out;
+  out["probe"] = o.probe;
+  out["cpus"] = [] {
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof(set), &set);
+    return cpuList(set);
+  }();
+  out["openblas_threads"] = openblasThreads();
+
+  train::AugmentConfig config;
+  std::vector<float> scratch(B * pixels);
+  if (o.probe == "pinned") {
+    config.blurKernel = o.blur;
+    train::Augmenter heavy(config);
+    auto ms = timeReps(o.measureSeconds, 5, [&](size_t i) {
+      heavy.augment(batchPixels(i), train.rows, train.cols, i, scratch);
+    });
+    double total = std::accumulate(ms.begin(), ms.end(), 0.0);
+    out["augment_batch_ms"] = median(ms);
+    out["augment_images_per_s"] = 1000.0 * B / median(ms);
+    out["augment_images_per_s_mean"] = 1000.0 * B * ms.size() / total;
+    config.blurKernel = 0;
+    train::Augmenter light(config);
+    ms = timeReps(o.measureSeconds / 4, 5, [&](size_t i) {
+      light.augment(batchPixels(i), train.rows, train.cols, i, scratch);
+    });
+    out["augment_images_per_s_no_blur"] = 1000.0 * B / median(ms);
+  }
+
+  // Inputs as the trainer gets them: augmented batches (16 of them, cycled).
+  config.blurKernel = 0;
+  train::Augmenter light(config);
+  std::vector<std::vector<float>> inputs;
+  for (size_t i = 0; i < 16; ++i) {
+    inputs.push_back(light.augment(batchPixels(i), train.rows, train.cols, i));
+  }
+  auto device = train::makeCpuDevice();
+  train::MlpConfig mlpConfig;
+  mlpConfig.learningRate = o.lr;
+  train::Mlp model(mlpConfig, *device);
+  auto step = [&](size_t i) { model.trainStep(inputs[i % 16], batchLabels(i % 16)); };
+  for (size_t i = 0; i < 3; ++i) step(i);  // warm-up
+  auto ms = timeReps(o.measureSeconds, 10, step);
+  out["train_step_ms"] = median(ms);
+  out["train_step_ms_mean"] = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+  if (o.probe == "pinned") {
+    // The same two costs while the other CPU augments too, as it does in the heterogeneous run:
+    // two vCPUs of a VM may share a physical core (or its caches and memory bandwidth).
+    std::atomic<bool> stop = false;
+    std::atomic<uint64_t> otherBatches = 0;
+    std::thread other([&] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(o.cpus.at(1), &set);
+      sched_setaffinity(0, sizeof(set), &set);
+      train::AugmentConfig heavyConfig;
+      heavyConfig.blurKernel = o.blur;
+      train::Augmenter heavy(heavyConfig);
+      std::vector<float> out(B * pixels);
+      for (size_t i = 0; !stop; ++i, ++otherBatches) {
+        heavy.augment(batchPixels(i), train.rows, train.cols, i, out);
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    config.blurKernel = o.blur;
+    train::Augmenter heavy(config);
+    auto busyAug = timeReps(o.measureSeconds, 5, [&](size_t i) {
+      heavy.augment(batchPixels(i), train.rows, train.cols, i, scratch);
+    });
+    auto busyTrain = timeReps(o.measureSeconds, 10, step);
+    stop = true;
+    other.join();
+    out["augment_batch_ms_other_cpu_busy"] = median(busyAug);
+    out["train_step_ms_other_cpu_busy"] = median(busyTrain);
+    auto test = data::loadFashionMnist(o.dataDir, data::Split::kTest);
+    auto testInputs = train::normalizeImages(test.pixels);
+    auto evalMs = timeReps(0, 2, [&](size_t) { model.evaluate(testInputs, test.labels); });
+    out["evaluate_ms"] = *std::min_element(evalMs.begin(), evalMs.end());
+  } else if (openblasThreads() > 1) {
+    // The same with one BLAS thread: what a properly pinned trainer gets.
+    setOpenblasThreads(1);
+    for (size_t i = 0; i < 3; ++i) step(i);
+    auto one = timeReps(o.measureSeconds, 10, step);
+    out["train_step_ms_one_blas_thread"] = median(one);
+  }
+  return out;
+}
+
+// =============================================================================================
+// Children: a process group each, reaped on every path.
+
+volatile sig_atomic_t gSignal = 0;
+volatile pid_t gChild = 0;
+
+void onSignal(int sig) {
+  gSignal = sig;
+  pid_t child = gChild;
+  if (child > 0) kill(child, SIGTERM);  // `troupe sim` cascades it to its instances
+}
+
+struct Interrupted {
+  int signal;
+};
+
+class Child {
+  // One child process, stdout and stderr to `outPath`, in its own process group, SIGTERMed if the
+  // bench dies (PR_SET_PDEATHSIG). The destructor stops and reaps it if it still runs.
+ public:
+  Child(const std::vector<std::string>& argv, const std::vector<std::string>& extraEnv,
+        const std::string& outPath, int pinCpu = -1, int nice = 0)
+      : outPath_(outPath) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (strncmp(*e, "TROUPE_", 7) != 0) env.push_back(*e);
+    }
+    env.insert(env.end(), extraEnv.begin(), extraEnv.end());
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (pinCpu >= 0) CPU_SET(pinCpu, &set);
+    pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+    if (pid_ == 0) {
+      // Async-signal-safe calls only, until exec.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);
+      struct sigaction dfl = {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGINT, &dfl, nullptr);
+      sigaction(SIGTERM, &dfl, nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      int out = open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (out < 0 || in < 0) _exit(127);
+      dup2(out, STDOUT_FILENO);
+      dup2(out, STDERR_FILENO);
+      dup2(in, STDIN_FILENO);
+      if (pinCpu >= 0 && sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
+      if (nice != 0 && setpriority(PRIO_PROCESS, 0, nice) != 0) _exit(125);
+      execve(args[0], args.data(), envp.data());
+      _exit(127);
+    }
+    setpgid(pid_, pid_);  // either side may win the race; both ask for the same
+    gChild = pid_;
+    if (gSignal) kill(pid_, SIGTERM);
+  }
+
+  ~Child() { stop(); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // The exit code (128 + signal), or -1 after `timeoutSeconds`. Calls `tick` every ~100 ms.
+  // Throws Interrupted (after reaping) when the bench got SIGINT or SIGTERM.
+  int wait(double timeoutSeconds, const std::function<void()>& tick = {}) {
+    auto start = Clock::now();
+    while (!reaped_) {
+      if (gSignal) {
+        stop();
+        throw Interrupted{gSignal};
+      }
+      if (poll()) break;
+      if (secondsSince(start) > timeoutSeconds) return -1;
+      if (tick) tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return status_;
+  }
+
+  // SIGTERM, up to 20 s for the graceful cascade, then SIGKILL to the whole process group.
+  void stop() {
+    if (pid_ <= 0 || reaped_) return;
+    kill(pid_, SIGTERM);
+    auto start = Clock::now();
+    while (!poll() && secondsSince(start) < 20) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!reaped_) {
+      kill(-pid_, SIGKILL);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+      reaped_ = true;
+      status_ = 128 + SIGKILL;
+    }
+    kill(-pid_, SIGKILL);  // anything left in its group (instances die with it anyway)
+    if (gChild == pid_) gChild = 0;
+  }
+
+  std::string output() const {
+    std::ifstream in(outPath_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  bool poll() {
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) != pid_) return false;
+    reaped_ = true;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (gChild == pid_) gChild = 0;
+    return true;
+  }
+
+  std::string outPath_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = -1;
+};
+
+std::string tail(const std::string& text, size_t lines) {
+  size_t at = text.size();
+  for (size_t i = 0; i <= lines && at != std::string::npos && at > 0; ++i) {
+    at = text.rfind('\n', at - 1);
+  }
+  return at == std::string::npos ? text : text.substr(at + 1);
+}
+
+// =============================================================================================
+// Pinning check: threads of an instance not confined to its CPUs, and the CPU time they use.
+
+class PinWatch {
+ public:
+  // Reads the simulator's "troupe sim: HOST GROUP TYPE ADDRESS pid=N cpus=LIST" lines.
+  void scan(const std::string& simOutput) {
+    static const std::regex line(R"(troupe sim: (\S+)\s+(\S+)\s+\S+\s+\S+\s+pid=(\d+) cpus=(\S+))");
+    for (std::sregex_iterator it(simOutput.begin(), simOutput.end(), line), end; it != end; ++it) {
+      pid_t pid = std::stoi((*it)[3]);
+      if (!instances_.count(pid)) instances_[pid] = {(*it)[1], (*it)[2], (*it)[4]};
+    }
+  }
+
+  void sample() {
+    static const long ticks = sysconf(_SC_CLK_TCK);
+    for (auto& [pid, in] : instances_) {
+      fs::path dir = "/proc/" + std::to_string(pid) + "/task";
+      std::error_code ec;
+      for (auto& task : fs::directory_iterator(dir, ec)) {
+        {
+          // schedstat: nanoseconds on a CPU, nanoseconds runnable but waiting for one, slices.
+          std::ifstream sched(task.path() / "schedstat");
+          double run = 0, wait = 0;
+          if (sched >> run >> wait) {
+            auto& t = in.threads[std::stoi(task.path().filename())];
+            t.first = std::max(t.first, run / 1e9);
+            t.second = std::max(t.second, wait / 1e9);
+          }
+        }
+        std::ifstream status(task.path() / "status");
+        std::string l, allowed;
+        while (std::getline(status, l)) {
+          if (l.rfind("Cpus_allowed_list:", 0) == 0) {
+            allowed = l.substr(l.find_first_not_of(" \t", 18));
+          }
+        }
+        if (allowed.empty() || allowed == in.cpus) continue;
+        std::ifstream statFile(task.path() / "stat");
+        std::string stat;
+        std::getline(statFile, stat);
+        auto close = stat.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream fields(stat.substr(close + 2));
+        std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+        if (f.size() < 37) continue;
+        // After the comm field: f[11] utime, f[12] stime, f[36] the CPU it last ran on.
+        double cpu = (std::stod(f[11]) + std::stod(f[12])) / ticks;
+        auto& t = in.leaked[std::stoi(task.path().filename())];
+        t.seconds = std::max(t.seconds, cpu);
+        t.allowed = allowed;
+        t.ranOn.insert(std::stoi(f[36]));
+      }
+    }
+  }
+
+  json report() const {
+    json out = json::array();
+    for (auto& [pid, in] : instances_) {
+      double seconds = 0;
+      std::set<int> ranOn;
+      std::set<std::string> allowed;
+      double onCpu = 0, runQueue = 0;
+      for (auto& [tid, t] : in.threads) {
+        onCpu += t.first;
+        runQueue += t.second;
+      }
+      for (auto& [tid, t] : in.leaked) {
+        seconds += t.seconds;
+        ranOn.insert(t.ranOn.begin(), t.ranOn.end());
+        allowed.insert(t.allowed);
+      }
+      out.push_back({{"host", in.host},
+                     {"group", in.group},
+                     {"cpus", in.cpus},
+                     {"unpinned_threads", in.leaked.size()},
+                     {"unpinned_allowed", allowed},
+                     {"unpinned_cpu_seconds", seconds},
+                     {"unpinned_ran_on", ranOn},
+                     {"cpu_seconds", onCpu},
+                     {"runqueue_wait_seconds", runQueue}});
+    }
+    return out;
+  }
+
+ private:
+  struct Leak {
+    double seconds = 0;
+    std::string allowed;
+    std::set<int> ranOn;
+  };
+  struct Instance {
+    std::string host, group, cpus;
+    std::map<int, Leak> leaked;
+    std::map<int, std::pair<double, double>> threads;  // on a CPU, waiting for one (seconds)
+  };
+  std::map<pid_t, Instance> instances_;
+};
+
+// Busy seconds of each CPU so far (/proc/stat: everything but idle and iowait).
+std::map<unsigned, double> cpuBusySeconds() {
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  std::map<unsigned, double> busy;
+  std::ifstream stat("/proc/stat");
+  std::string line;
+  while (std::getline(stat, line)) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !isdigit(line[3])) continue;
+    std::istringstream in(line.substr(3));
+    unsigned cpu;
+    double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+    busy[cpu] = (user + nice + system + irq + softirq + steal) / ticks;
+  }
+  return busy;
+}
+
+// =============================================================================================
+// The two setups.
+
+struct Run {
+  std::string setup;  // "homogeneous" or "heterogeneous"
+  unsigned round = 0, attempt = 0;
+  bool restarted = false;  // an instance was lost and an actor restarted: not a valid sample
+  double wallSeconds = 0;
+  json report;
+  json pinning;
+  json cpus;  // per bench CPU: busy, used by the instances, used by other processes
+};
+
+std::vector<std::string> appArgs(const Options& o, const std::string& reportPath) {
+  return {o.app,
+          "--epochs",
+          std::to_string(o.epochs),
+          "--batch-size",
+          std::to_string(o.batchSize),
+          "--lr",
+          std::to_string(o.lr),
+          "--prefetch",
+          std::to_string(o.prefetch),
+          "--blur",
+          std::to_string(o.blur),
+          "--train-samples",
+          std::to_string(o.samples),
+          "--augmenters-per-node",
+          std::to_string(o.perNode),
+          "--data-dir",
+          o.dataDir,
+          "--device",
+          "cpu",
+          "--report",
+          reportPath};
+}
+
+Run runSetup(const Options& o, bool heterogeneous, const fs::path& dir, unsigned round,
+             unsigned attempt) {
+  Run r;
+  r.setup = heterogeneous ? "heterogeneous" : "homogeneous";
+  r.round = round;
+  r.attempt = attempt;
+  std::string stem = r.setup + "-" + std::to_string(round) + "-" + std::to_string(attempt);
+  auto reportPath = (dir / (stem + ".json")).string();
+  auto logPath = (dir / (stem + ".log")).string();
+  // The head's loop can stall for seconds on this loaded machine (the driver loads the training
+  // set on it), long enough for the default 3 s node timeout; a lost node would move the
+  // augmenter and spoil the comparison, so the timeouts are generous here.
+  std::vector<std::string> argv = {o.troupe,  "sim",
+                                   "--group", "dnn_group=1:ml.p3.2xlarge",
+                                   "--cpus",  "dnn_group=" + std::to_string(o.cpus[0]),
+                                   "--env",   "dnn_group:TROUPE_NODE_TIMEOUT_MS=20000"};
+  if (heterogeneous) {
+    for (std::string a : {"--group", "data_group=1:ml.c5.xlarge", "--cpus"}) argv.push_back(a);
+    argv.push_back("data_group=" + std::to_string(o.cpus[1]));
+    argv.push_back("--env");
+    argv.push_back("data_group:TROUPE_HEAD_TIMEOUT_MS=20000");
+  }
+  argv.push_back("--");
+  auto app = appArgs(o, reportPath);
+  argv.insert(argv.end(), app.begin(), app.end());
+
+  fprintf(stderr, "bench_pipeline: %s, round %u%s ...\n", r.setup.c_str(), round + 1,
+          attempt ? (", attempt " + std::to_string(attempt + 1)).c_str() : "");
+  auto start = Clock::now();
+  auto busyBefore = cpuBusySeconds();
+  // Pinning `troupe sim` to the dnn CPU before exec makes every instance start on that one CPU
+  // (TROUPE_CPUS then moves the data instance to its own): threads that libraries start before
+  // main() -- OpenBLAS's pool -- are pinned too, and OpenBLAS sizes its pool for one CPU. Unpinned,
+  // those threads keep the whole machine, which TROUPE_CPUS (applied in main()) does not change.
+  Child sim(argv, {}, logPath, o.simUnpinned ? -1 : static_cast<int>(o.cpus[0]), o.nice);
+  PinWatch watch;
+  auto lastSample = Clock::now();
+  int code = sim.wait(o.timeoutSeconds, [&] {
+    if (secondsSince(lastSample) < 0.25) return;
+    lastSample = Clock::now();
+    watch.scan(sim.output());
+    watch.sample();
+  });
+  r.wallSeconds = secondsSince(start);
+  auto busyAfter = cpuBusySeconds();
+  auto output = sim.output();
+  if (code != 0) {
+    sim.stop();
+    throw std::runtime_error(r.setup + " run " +
+                             (code < 0
+                                  ? "timed out after " + std::to_string(o.timeoutSeconds) + " s"
+                                  : "exited with " + std::to_string(code)) +
+                             " (log " + logPath + "):\n" + tail(output, 25));
+  }
+  std::ifstream in(reportPath);
+  if (!in) throw std::runtime_error(r.setup + " run wrote no report " + reportPath);
+  r.report = json::parse(in);
+  r.pinning = watch.report();
+  // Other engineers' processes share these CPUs: how much of each they took during the run.
+  r.cpus = json::array();
+  for (unsigned i = 0; i < (heterogeneous ? 2u : 1u); ++i) {
+    unsigned cpu = o.cpus[i];
+    double busy = busyAfter[cpu] - busyBefore[cpu], mine = 0;
+    for (auto& p : r.pinning) {
+      if (p.at("cpus") == std::to_string(cpu)) mine += p.at("cpu_seconds").get<double>();
+    }
+    double other = std::max(0.0, busy - mine);
+    r.cpus.push_back({{"cpu", cpu},
+                      {"busy_seconds", busy},
+                      {"instance_seconds", mine},
+                      {"other_seconds", other},
+                      {"other_share", other / r.wallSeconds}});
+  }
+  r.restarted = output.find("restarting '") != std::string::npos ||
+                output.find("was lost") != std::string::npos;
+  for (auto& p : r.report.at("placements")) {
+    if (p.at("type") == "train.Augmenter" &&
+        p.at("group") != (heterogeneous ? "data_group" : "dnn_group")) {
+      throw std::runtime_error("augmenter placed on " + p.at("group").get<std::string>() +
+                               " in the " + r.setup + " run (log " + logPath + ")");
+    }
+  }
+  return r;
+}
+
+// =============================================================================================
+// Figures and output.
+
+json probe(const Options& o, const std::string& kind, const fs::path& dir, const char* self) {
+  fprintf(stderr, "bench_pipeline: measuring costs (%s) on CPU %u ...\n", kind.c_str(), o.cpus[0]);
+  static int count = 0;
+  auto outPath = (dir / ("probe-" + kind + "-" + std::to_string(count++) + ".out")).string();
+  std::vector<std::string> argv = {self,
+                                   "--probe",
+                                   kind,
+                                   "--blur",
+                                   std::to_string(o.blur),
+                                   "--batch-size",
+                                   std::to_string(o.batchSize),
+                                   "--train-samples",
+                                   std::to_string(o.samples),
+                                   "--lr",
+                                   std::to_string(o.lr),
+                                   "--cpus",
+                                   std::to_string(o.cpus[0]) + "," + std::to_string(o.cpus[1]),
+                                   "--measure-seconds",
+                                   std::to_string(o.measureSeconds),
+                                   "--data-dir",
+                                   o.dataDir};
+  // OMP_WAIT_POLICY as hetero_train sets it; "pinned" is pinned before exec, "late-pin" after.
+  Child child(argv, {"OMP_WAIT_POLICY=passive"}, outPath,
+              kind == "pinned" ? static_cast<int>(o.cpus[0]) : -1, o.nice);
+  int code = child.wait(120);
+  auto text = child.output();
+  if (code != 0) {
+    throw std::runtime_error("cost probe (" + kind + ") failed with " + std::to_string(code) +
+                             ":\n" + tail(text, 10));
+  }
+  auto at = text.rfind("\n{");
+  return json::parse(text.substr(at == std::string::npos ? 0 : at + 1));
+}
+
+struct Summary {
+  json best;  // the run with the lowest mean step time
+  std::vector<double> steps;
+};
+
+Summary summarize(const std::vector<Run>& runs, const std::string& setup) {
+  Summary s;
+  double bestMs = INFINITY;
+  for (auto& r : runs) {
+    if (r.setup != setup || r.restarted) continue;
+    double ms = r.report.at("mean_step_ms").get<double>();
+    s.steps.push_back(ms);
+    if (ms < bestMs) {
+      bestMs = ms;
+      s.best = {{"round", r.round + 1},
+                {"mean_step_ms", ms},
+                {"samples_per_s", r.report.at("samples_per_s")},
+                {"data_wait_fraction", r.report.at("data_wait_fraction")},
+                {"epoch_seconds", json::array()},
+                {"test_accuracy", r.report.at("epochs").back().at("test_accuracy")},
+                {"wall_seconds", r.wallSeconds},
+                {"pinning", r.pinning},
+                {"cpus", r.cpus}};
+      for (auto& e : r.report.at("epochs")) s.best["epoch_seconds"].push_back(e.at("seconds"));
+    }
+  }
+  return s;
+}
+
+double loadAverage() {
+  double l = 0;
+  std::ifstream("/proc/loadavg") >> l;
+  return l;
+}
+
+int runBench(const Options& o, const char* self) {
+  fs::path dir;
+  if (o.keep.empty()) {
+    char tmpl[] = "/tmp/bench-pipeline-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    dir = tmpl;
+  } else {
+    dir = fs::absolute(o.keep);
+    fs::create_directories(dir);
+  }
+  struct Cleanup {
+    fs::path dir;
+    bool keep;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(dir, ec);
+    }
+  } cleanup{dir, !o.keep.empty()};
+
+  double loadBefore = loadAverage();
+  // The costs are measured once per round, before its runs, and the lowest of each counts, as
+  // the fastest run of each setup does: other load on this machine only ever adds time.
+  json costs;
+  auto latePin = probe(o, "late-pin", dir, self);
+
+  std::vector<Run> runs;
+  for (unsigned round = 0; round < o.rounds; ++round) {
+    auto c = probe(o, "pinned", dir, self);
+    if (costs.is_null()) costs = c;
+    for (auto& [key, value] : c.items()) {
+      if (!value.is_number_float()) continue;
+      double v = value.get<double>();
+      double& best = costs[key].get_ref<double&>();
+      best = key.find("per_s") != std::string::npos ? std::max(best, v) : std::min(best, v);
+    }
+    for (bool het : {false, true}) {
+      for (unsigned attempt = 0;; ++attempt) {
+        runs.push_back(runSetup(o, het, dir, round, attempt));
+        if (!runs.back().restarted) break;
+        fprintf(stderr, "bench_pipeline: an instance was lost and an actor restarted; %s\n",
+                attempt + 1 < o.attempts ? "running it again" : "giving up");
+        if (attempt + 1 >= o.attempts) {
+          throw std::runtime_error("the " + runs.back().setup + " run lost an instance " +
+                                   std::to_string(o.attempts) + " times");
+        }
+      }
+    }
+  }
+  double loadAfter = loadAverage();
+
+  auto hom = summarize(runs, "homogeneous");
+  auto het = summarize(runs, "heterogeneous");
+  double homMs = hom.best.at("mean_step_ms"), hetMs = het.best.at("mean_step_ms");
+  double aug = costs.at("augment_batch_ms"), train = costs.at("train_step_ms");
+  double speedup = homMs / hetMs;
+  double idealCpu = 2.0;  // two pinned CPUs against one
+  double idealCosts = (aug + train) / std::max(aug, train);
+  uint64_t stepsPerEpoch = (o.samples + o.batchSize - 1) / o.batchSize;
+  double evalPerStep = costs.at("evaluate_ms").get<double>() / stepsPerEpoch;
+  // hetero_train's step time is epoch wall time over steps, so it also carries each epoch's test
+  // evaluation, which runs on the trainer's CPU in both setups and does not overlap augmentation.
+  double idealWithEval = (aug + train + evalPerStep) / (std::max(aug, train) + evalPerStep);
+  // In the heterogeneous run both CPUs are busy at once; on a VM whose two vCPUs share a core
+  // (or caches, memory bandwidth) each cost is then higher than alone.
+  double augBusy = costs.at("augment_batch_ms_other_cpu_busy");
+  double trainBusy = costs.at("train_step_ms_other_cpu_busy");
+  double idealBusy = (aug + train + evalPerStep) / (std::max(augBusy, trainBusy) + evalPerStep);
+  const double target = 0.9;
+  // The same costs as the runs paid them: each instance's CPU time (startup included) per step.
+  uint64_t steps = stepsPerEpoch * o.epochs;
+  auto cpuPerStep = [&](const json& best, const std::string& group) {
+    for (auto& p : best.at("pinning")) {
+      if (p.at("group") == group) return 1000 * p.at("cpu_seconds").get<double>() / steps;
+    }
+    return 0.0;
+  };
+  json inRuns = {{"homogeneous_dnn_cpu_ms_per_step", cpuPerStep(hom.best, "dnn_group")},
+                 {"heterogeneous_dnn_cpu_ms_per_step", cpuPerStep(het.best, "dnn_group")},
+                 {"heterogeneous_data_cpu_ms_per_step", cpuPerStep(het.best, "data_group")}};
+
+  json out = {
+      {"bench", "pipeline"},
+      {"settings",
+       {{"blur", o.blur},
+        {"batch_size", o.batchSize},
+        {"epochs", o.epochs},
+        {"train_samples", o.samples},
+        {"prefetch", o.prefetch},
+        {"augmenters_per_node", o.perNode},
+        {"lr", o.lr},
+        {"dnn_cpu", o.cpus[0]},
+        {"data_cpu", o.cpus[1]},
+        {"rounds", o.rounds},
+        {"sim_pinned_before_exec", !o.simUnpinned},
+        {"nice", o.nice},
+        {"steps_per_epoch", stepsPerEpoch}}},
+      {"load_average", {{"before", loadBefore}, {"after", loadAfter}}},
+      {"costs",
+       {{"how",
+         "libraries called directly on one thread of a process pinned (before exec) to the "
+         "dnn CPU; medians per batch"},
+        {"augment_images_per_s", costs.at("augment_images_per_s")},
+        {"augment_images_per_s_no_blur", costs.at("augment_images_per_s_no_blur")},
+        {"augment_batch_ms", aug},
+        {"train_step_ms", train},
+        {"train_step_ms_late_pin", latePin.at("train_step_ms")},
+        {"late_pin_openblas_threads", latePin.at("openblas_threads")},
+        {"train_step_ms_late_pin_one_blas_thread",
+         latePin.value("train_step_ms_one_blas_thread", latePin.at("train_step_ms").get<double>())},
+        {"augment_batch_ms_other_cpu_busy", augBusy},
+        {"train_step_ms_other_cpu_busy", trainBusy},
+        {"evaluate_ms", costs.at("evaluate_ms")},
+        {"evaluate_ms_per_step", evalPerStep},
+        {"openblas_threads", costs.at("openblas_threads")}}},
+      {"homogeneous", hom.best},
+      {"heterogeneous", het.best},
+      {"cpu_ms_per_step_in_runs", inRuns},
+      {"model_step_ms", {{"homogeneous", aug + train}, {"heterogeneous", std::max(aug, train)}}},
+      {"speedup", speedup},
+      {"ideal_speedup_cpu_ratio", idealCpu},
+      {"ideal_speedup_costs", idealCosts},
+      {"fraction_of_ideal_cpu_ratio", speedup / idealCpu},
+      {"fraction_of_ideal_costs", speedup / idealCosts},
+      {"ideal_speedup_costs_with_evaluation", idealWithEval},
+      {"fraction_of_ideal_costs_with_evaluation", speedup / idealWithEval},
+      {"ideal_speedup_costs_other_cpu_busy", idealBusy},
+      {"fraction_of_ideal_costs_other_cpu_busy", speedup / idealBusy},
+      {"target_fraction", target},
+      {"target_met", speedup / idealCosts >= target},
+      {"runs", json::array()}};
+  for (auto& r : runs) {
+    out["runs"].push_back({{"setup", r.setup},
+                           {"round", r.round + 1},
+                           {"attempt", r.attempt + 1},
+                           {"restarted", r.restarted},
+                           {"mean_step_ms", r.report.at("mean_step_ms")},
+                           {"data_wait_fraction", r.report.at("data_wait_fraction")},
+                           {"wall_seconds", r.wallSeconds},
+                           {"cpus", r.cpus}});
+  }
+  if (!o.keep.empty()) out["kept"] = dir.string();
+
+  if (o.json) {
+    printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  printf(
+      "bench_pipeline: hetero_train --blur %d --batch-size %u --train-samples %lu --epochs %u "
+      "--prefetch %u --augmenters-per-node %u; dnn CPU %u, data CPU %u; best of %u rounds; "
+      "load average %.1f -> %.1f\n\n",
+      o.blur, o.batchSize, (unsigned long)o.samples, o.epochs, o.prefetch, o.perNode, o.cpus[0],
+      o.cpus[1], o.rounds, loadBefore, loadAfter);
+  printf(
+      "per-core costs (libraries on one thread, one pinned CPU, median per batch of %u, best "
+      "of %u)\n",
+      o.batchSize, o.rounds);
+  printf("  %-34s %8.0f images/s  (%.1f ms per batch; %.0f images/s without blur)\n",
+         ("augmentation, blur " + std::to_string(o.blur)).c_str(),
+         costs.at("augment_images_per_s").get<double>(), aug,
+         costs.at("augment_images_per_s_no_blur").get<double>());
+  printf("  %-34s %8.1f ms/step  (compute-only bound, data always ready)\n", "training step",
+         train);
+  printf("  %-34s %8.1f ms/step  (as troupe::run pins: %d OpenBLAS threads, one not pinned)\n",
+         "  same, pinned after start-up", latePin.at("train_step_ms").get<double>(),
+         latePin.at("openblas_threads").get<int>());
+  printf("  %-34s %8.1f ms/epoch (%.2f ms per step)\n", "test evaluation, 10k images",
+         costs.at("evaluate_ms").get<double>(), evalPerStep);
+  printf("  %-34s %8.1f ms/batch augmenting, %.1f ms/step training (%+.0f%%, %+.0f%%)\n\n",
+         "while the other CPU augments", augBusy, trainBusy, 100 * (augBusy / aug - 1),
+         100 * (trainBusy / train - 1));
+
+  printf("%-14s %5s %13s %13s %10s %10s %10s\n", "setup", "CPUs", "mean step ms", "model ms",
+         "samples/s", "data wait", "accuracy");
+  auto row = [&](const char* name, int cpus, const json& b, double model, const char* how) {
+    printf("%-14s %5d %13.1f %13.1f %10.0f %9.1f%% %10.4f  model: %s\n", name, cpus,
+           b.at("mean_step_ms").get<double>(), model, b.at("samples_per_s").get<double>(),
+           100 * b.at("data_wait_fraction").get<double>(), b.at("test_accuracy").get<double>(),
+           how);
+  };
+  row("homogeneous", 1, hom.best, aug + train, "aug + train");
+  row("heterogeneous", 2, het.best, std::max(aug, train), "max(aug, train)");
+  printf(
+      "%-14s CPU time per step, startup included: homogeneous dnn %.1f ms; heterogeneous "
+      "dnn %.1f ms, data %.1f ms\n",
+      "in the runs", inRuns["homogeneous_dnn_cpu_ms_per_step"].get<double>(),
+      inRuns["heterogeneous_dnn_cpu_ms_per_step"].get<double>(),
+      inRuns["heterogeneous_data_cpu_ms_per_step"].get<double>());
+  printf("\n%-36s %6.2fx\n", "speedup", speedup);
+  printf("%-36s %6.2fx   achieved %.2f\n", "ideal from the CPU ratio (2 : 1)", idealCpu,
+         speedup / idealCpu);
+  printf("%-36s %6.2fx   achieved %.2f\n", "ideal from costs (a+t)/max(a,t)", idealCosts,
+         speedup / idealCosts);
+  printf("%-36s %6.2fx   achieved %.2f\n", "  same, with the per-step evaluation", idealWithEval,
+         speedup / idealWithEval);
+  printf("%-36s %s (%.3f of the cost ideal, %.3f of the CPU ratio; target %.1f)\n", "target",
+         speedup / idealCosts >= target ? "MET" : "NOT MET", speedup / idealCosts,
+         speedup / idealCpu, target);
+  printf("\nruns (mean step ms):");
+  for (auto& r : runs) {
+    printf("  %s %u: %.1f%s", r.setup == "homogeneous" ? "hom" : "het", r.round + 1,
+           r.report.at("mean_step_ms").get<double>(), r.restarted ? " (restarted, ignored)" : "");
+  }
+  printf("\n\n%-14s %-11s %4s %8s %8s %12s %10s  %s\n", "best runs", "group", "CPU", "wall s",
+         "CPU s", "run-queue s", "others' s", "threads not on the instance's CPU (their CPU s)");
+  for (auto* b : {&hom.best, &het.best}) {
+    for (auto& p : b->at("pinning")) {
+      double other = 0;
+      for (auto& c : b->at("cpus")) {
+        if (std::to_string(c.at("cpu").get<unsigned>()) == p.at("cpus"))
+          other = c.at("other_seconds");
+      }
+      printf("%-14s %-11s %4s %8.1f %8.2f %12.2f %10.2f  %zu (%.2f s)\n",
+             b == &hom.best ? "homogeneous" : "heterogeneous",
+             p.at("group").get<std::string>().c_str(), p.at("cpus").get<std::string>().c_str(),
+             b->at("wall_seconds").get<double>(), p.at("cpu_seconds").get<double>(),
+             p.at("runqueue_wait_seconds").get<double>(), other,
+             p.at("unpinned_threads").get<size_t>(), p.at("unpinned_cpu_seconds").get<double>());
+    }
+  }
+  printf(
+      "(CPU s: the instance's threads on a CPU; run-queue s: runnable, waiting for one; others' "
+      "s:\n"
+      " that CPU's busy time not spent by the instances -- other engineers' builds, the bench)\n");
+  if (!o.keep.empty()) printf("logs and reports: %s\n", dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  Options o;
+  std::string cpus;
+  CLI::App cli(
+      "bench_pipeline: hetero_train on 1 pinned CPU (homogeneous) against 1 + 1 CPUs "
+      "(heterogeneous) under troupe sim");
+  cli.add_option("--blur", o.blur, "Gaussian blur kernel: the augmentation cost (odd 3..99)")
+      ->check(CLI::Range(3, 99));
+  cli.add_option("--batch-size", o.batchSize)->check(CLI::Range(1u, 8192u));
+  cli.add_option("--epochs", o.epochs)->check(CLI::Range(1u, 100u));
+  cli.add_option("--train-samples", o.samples)->check(CLI::Range(uint64_t(1), uint64_t(60000)));
+  cli.add_option("--prefetch", o.prefetch, "batches in flight per augmenter")
+      ->check(CLI::Range(1u, 64u));
+  cli.add_option("--augmenters-per-node", o.perNode)->check(CLI::Range(1u, 64u));
+  cli.add_option("--lr", o.lr);
+  cli.add_option("--cpus", cpus, "DNN_CPU,DATA_CPU (default: the first two this process may use)");
+  cli.add_option("--rounds", o.rounds, "runs of each setup; the fastest of each counts")
+      ->check(CLI::Range(1u, 20u));
+  cli.add_flag("--sim-unpinned", o.simUnpinned,
+               "start troupe sim unpinned (instances pin themselves in main(); threads started "
+               "before that are not pinned)");
+  cli.add_option("--nice", o.nice,
+                 "niceness of the runs (negative, as root, shields them from other load)")
+      ->check(CLI::Range(-20, 19));
+  cli.add_option("--attempts", o.attempts, "per run, when an instance was lost")
+      ->check(CLI::Range(1u, 10u));
+  cli.add_option("--timeout", o.timeoutSeconds, "seconds per run");
+  cli.add_option("--measure-seconds", o.measureSeconds, "per cost measurement");
+  cli.add_option("--keep", o.keep, "keep logs, reports and probe output in this directory");
+  cli.add_option("--troupe", o.troupe, "the troupe binary");
+  cli.add_option("--app", o.app, "the hetero_train binary");
+  cli.add_option("--data-dir", o.dataDir, "Fashion-MNIST IDX files");
+  cli.add_flag("--json", o.json, "one JSON object instead of the table");
+  cli.add_option("--probe", o.probe)->group("")->check(CLI::IsMember({"pinned", "late-pin"}));
+  CLI11_PARSE(cli, argc, argv);
+  if (o.blur % 2 == 0) {
+    fprintf(stderr, "bench_pipeline: --blur must be odd\n");
+    return 2;
+  }
+  if (cpus.empty()) {
+    auto mine = allowedCpus();
+    if (mine.size() < 2) {
+      fprintf(stderr, "bench_pipeline: needs two CPUs, this process may use %zu\n", mine.size());
+      return 2;
+    }
+    o.cpus = {mine[0], mine[1]};
+  } else {
+    unsigned a = 0, b = 0;
+    if (sscanf(cpus.c_str(), "%u,%u", &a, &b) != 2 || a == b) {
+      fprintf(stderr, "bench_pipeline: --cpus wants two different CPUs, e.g. 0,1\n");
+      return 2;
+    }
+    o.cpus = {a, b};
+  }
+
+  if (!o.probe.empty()) {
+    try {
+      printf("\n%s\n", runProbe(o).dump().c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      fprintf(stderr, "bench_pipeline probe: %s\n", e.what());
+      return 1;
+    }
+  }
+
+  struct sigaction sa = {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  try {
+    return runBench(o, "/proc/self/exe");
+  } catch (const Interrupted& i) {
+    fprintf(stderr, "bench_pipeline: %s; every child stopped and reaped\n", strsignal(i.signal));
+    return 128 + i.signal;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "bench_pipeline: %s\n", e.what());
+    return 1;
+  }
+}
