@@ -1,6 +1,5 @@
 #include "trainer_actor.h"
 
-#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include "troupe/log.h"
@@ -63,9 +62,6 @@ kj::Promise<void> TrainerActor::onStart() {
   device_ = kj::mv(selection.device);
   deviceReason_ = selection.reason;
   spdlog::info("trainer on {}: {}", node().host(), deviceReason_);
-  // The model's elementwise work is small; one OpenMP thread keeps idle OpenMP workers from
-  // spinning on the cores BLAS and the augmenters need.
-  omp_set_num_threads(1);
   MlpConfig config;
   config.learningRate = args_.getLearningRate();
   config.momentum = args_.getMomentum();

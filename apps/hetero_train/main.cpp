@@ -121,11 +121,22 @@ class Job {
   Job(troupe::Driver& job, Settings settings) : job_(job), s_(kj::mv(settings)) {}
 
   kj::Promise<void> run() {
-    // Check the dataset before any work starts.
-    auto train = troupe::data::loadFashionMnist(s_.dataDir, troupe::data::Split::kTrain);
-    KJ_REQUIRE(s_.samples <= train.size(), "--train-samples is larger than the training set",
-               s_.samples, train.size());
-    samples_ = s_.samples ? s_.samples : train.size();
+    // Check the dataset before any work starts, on the pool: unpacking it takes long enough to
+    // starve the head's heartbeats if done on the event loop.
+    return job_.loop()
+        .offload([dir = s_.dataDir]() {
+          return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
+        })
+        .then([this](size_t available) {
+          KJ_REQUIRE(s_.samples <= available, "--train-samples is larger than the training set",
+                     s_.samples, available);
+          samples_ = s_.samples ? s_.samples : available;
+          return start();
+        });
+  }
+
+ private:
+  kj::Promise<void> start() {
 
     bool dnnHasGpus = false;
     for (auto& n : job_.nodes()) {
@@ -180,7 +191,6 @@ class Job {
     return done.exclusiveJoin(progressLoop(trainer)).attach(kj::mv(augmenters));
   }
 
- private:
   void printPlacements() {
     printf("\n%-14s %-16s %-8s %s\n", "actor", "type", "host", "group");
     for (auto& p : placed_) {
@@ -282,8 +292,11 @@ int main(int argc, char* argv[]) {
   // The CPU trainer's OpenMP threads must sleep when idle, or they spin on the cores BLAS and the
   // augmenters need (measured here: 86 ms/step instead of 211). libgomp reads the setting before
   // main() runs, so set it and start again.
+  // One OpenMP thread: the model's elementwise work is small, and the setting must reach the pool
+  // threads that run the training steps (omp_set_num_threads() would only reach the caller's).
   if (getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("OMP_NUM_THREADS", "1", 0);
     execv("/proc/self/exe", argv);
   }
   auto settings = parseSettings(argc, argv);

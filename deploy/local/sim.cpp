@@ -1,6 +1,6 @@
 // `troupe sim`: a heterogeneous cluster as local processes on loopback.
 //
-//   troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
+//   troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge
 //              --hp epochs=3 --channel train=/usr/share/datasets/fashion-mnist --pin -- APP [ARGS]
 //
 // Starts one process of APP per simulated instance, each with its own /opt/ml-shaped root

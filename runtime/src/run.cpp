@@ -199,6 +199,12 @@ void pinFromEnvironment() {
     throw ConfigError("TROUPE_CPUS '" + std::string(text) + "': cannot run on those CPUs (" +
                       strerror(errno) + "); this machine allows " + allowedCpus());
   }
+  // Libraries start threads before main() (OpenBLAS's pool, for one): pin those too, or they run
+  // on CPUs this instance does not have.
+  for (auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    pid_t tid = std::stoi(task.path().filename().string());
+    sched_setaffinity(tid, sizeof(set), &set);
+  }
 }
 
 // The end of the process, and on SageMaker its outcome file.
