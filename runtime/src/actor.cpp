@@ -207,7 +207,7 @@ Registry::Created Registry::create(const std::string& typeName,
                                                          "' is not registered; registered types: ",
                                                          names())));
   }
-  return const_cast<kj::Function<Created(kj::Own<ActorContext>)>&>(it->second)(kj::mv(context));
+  return it->second(kj::mv(context));
 }
 
 // =======================================================================================

@@ -42,7 +42,8 @@ class Registry {
   // Throws a FAILED kj::Exception naming the type and the registered ones when unknown.
 
  private:
-  std::map<std::string, kj::Function<Created(kj::Own<ActorContext>)>> factories_;
+  // kj::Function's call operator is not const; creating an actor does not change the registry.
+  mutable std::map<std::string, kj::Function<Created(kj::Own<ActorContext>)>> factories_;
 };
 
 }  // namespace troupe
