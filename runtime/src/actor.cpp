@@ -1,5 +1,7 @@
 #include "troupe/actor.h"
 
+#include <unistd.h>
+
 #include "head.h"
 #include "node.h"
 #include "troupe/exit_codes.h"
@@ -44,6 +46,29 @@ void ActorAddress::toProto(proto::ActorAddress::Builder b) const {
   b.setAddress(address);
   b.setTypeName(typeName);
   b.setName(name);
+}
+
+NodeInfo NodeInfo::fromProto(proto::NodeInfo::Reader r) {
+  NodeInfo info;
+  info.host_ = r.getHost();
+  info.group_ = r.getGroup();
+  info.instanceType_ = r.getInstanceType();
+  info.address_ = r.getAddress();
+  info.vcpus_ = r.getVcpus();
+  info.gpus_ = r.getGpus();
+  info.memoryBytes_ = r.getMemoryBytes();
+  return info;
+}
+
+void NodeInfo::toProto(proto::NodeInfo::Builder b) const {
+  b.setHost(host_);
+  b.setGroup(group_);
+  b.setInstanceType(instanceType_);
+  b.setAddress(address_);
+  b.setVcpus(vcpus_);
+  b.setGpus(gpus_);
+  b.setMemoryBytes(memoryBytes_);
+  b.setPid(getpid());
 }
 
 std::string ActorAddress::describe() const {

@@ -653,16 +653,7 @@ kj::Promise<void> Head::endJob() {
 
 kj::Promise<void> ClusterSession::join(JoinContext call) {
   auto p = call.getParams();
-  auto in = p.getInfo();
-  NodeInfo info;
-  info.host_ = in.getHost();
-  info.group_ = in.getGroup();
-  info.instanceType_ = in.getInstanceType();
-  info.address_ = in.getAddress();
-  info.vcpus_ = in.getVcpus();
-  info.gpus_ = in.getGpus();
-  info.memoryBytes_ = in.getMemoryBytes();
-  auto id = head_.join(info, p.getNode());
+  auto id = head_.join(NodeInfo::fromProto(p.getInfo()), p.getNode());
   KJ_IF_MAYBE(c, connection_) { head_.watchConnection(id, c->onDisconnect()); }
   auto r = call.getResults();
   r.setNodeId(id);

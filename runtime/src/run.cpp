@@ -283,16 +283,7 @@ class Worker {
           login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
           auto cluster = login.send().getCluster();
           auto join = cluster.joinRequest();
-          auto info = join.initInfo();
-          auto& me = node_.info();
-          info.setHost(me.host());
-          info.setGroup(me.group());
-          info.setInstanceType(me.instanceType());
-          info.setAddress(me.address());
-          info.setVcpus(me.vcpus());
-          info.setGpus(me.gpus());
-          info.setMemoryBytes(me.memoryBytes());
-          info.setPid(getpid());
+          node_.info().toProto(join.initInfo());
           join.setNode(node_.selfClient());
           return join.send().then([this, cluster, conn = kj::mv(conn)](auto response) mutable {
             joined(kj::mv(conn), kj::mv(cluster), response.getNodeId());

@@ -36,6 +36,14 @@ harness::Instance instanceIn(const Run& run, const std::string& group) {
   return {};
 }
 
+// Every instance but the head exited HEAD_LOST.
+void checkWorkersLostHead(const Run& run, const std::string& headHost) {
+  for (auto& [host, i] : run.instances()) {
+    if (host == headHost) continue;
+    CHECK(run.exitLine(host).find("exited with 3 (HEAD_LOST)") != std::string::npos);
+  }
+}
+
 size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -100,10 +108,7 @@ TEST_CASE("kill -9 of the head: workers exit non-zero with HEAD_LOST", "[cluster
   REQUIRE(run.wait(20s) != 0);
   auto out = run.output();
   INFO(out);
-  for (auto& [host, i] : run.instances()) {
-    if (host == head.host) continue;
-    CHECK(run.exitLine(host).find("exited with 3 (HEAD_LOST)") != std::string::npos);
-  }
+  checkWorkersLostHead(run, head.host);
   CHECK(out.find("lost the head " + head.host) != std::string::npos);
   CHECK(run.leftovers().empty());
 }
@@ -297,10 +302,7 @@ TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeou
   REQUIRE(run.wait(20s) != 0);
   auto out = run.output();
   INFO(out);
-  for (auto& [host, i] : run.instances()) {
-    if (host == head.host) continue;
-    CHECK(run.exitLine(host).find("exited with 3 (HEAD_LOST)") != std::string::npos);
-  }
+  checkWorkersLostHead(run, head.host);
   CHECK(out.find("no answer for 1500 ms") != std::string::npos);
   CHECK(run.leftovers().empty());
 }

@@ -142,6 +142,9 @@ class NodeInfo {
   uint64_t memoryBytes() const { return memoryBytes_; }
   bool isHead() const { return isHead_; }
 
+  static NodeInfo fromProto(proto::NodeInfo::Reader r);
+  void toProto(proto::NodeInfo::Builder b) const;  // pid: this process's
+
   std::string host_, group_, instanceType_, address_;
   uint32_t vcpus_ = 1, gpus_ = 0;
   uint64_t memoryBytes_ = 0;
