@@ -35,6 +35,7 @@ struct Settings {
   uint64_t samples = 0;  // 0 = all 60,000
   unsigned perNode = 0;  // augmenters per data node; 0 = one per vCPU
   unsigned restarts = 3;
+  double progressEvery = 3;  // seconds between progress lines
   std::string dataDir = troupe::data::kDefaultFashionMnistDir;
   std::string modelDir;
   std::string report;
@@ -63,6 +64,8 @@ Settings parseSettings(int argc, char* argv[]) {
   cli.add_option("--train-samples", s.samples, "use the first N training samples (0 = all)");
   cli.add_option("--augmenters-per-node", s.perNode, "per data node (0 = one per vCPU)");
   cli.add_option("--restarts", s.restarts, "restarts per augmenter within a minute");
+  cli.add_option("--progress-every", s.progressEvery, "seconds between progress lines")
+      ->check(CLI::Range(0.1, 3600.0));
   cli.add_option("--data-dir", s.dataDir, "Fashion-MNIST IDX files");
   cli.add_option("--model-dir", s.modelDir, "where to save the model (empty: don't)");
   cli.add_option("--report", s.report, "write the report as JSON to this path");
@@ -202,7 +205,8 @@ class Job {
   }
 
   kj::Promise<void> progressLoop(troupe::Ref<hetero::Trainer> trainer) {
-    return job_.timer().afterDelay(3 * kj::SECONDS).then([this, trainer]() mutable {
+    auto every = static_cast<int64_t>(s_.progressEvery * 1000) * kj::MILLISECONDS;
+    return job_.timer().afterDelay(every).then([this, trainer]() mutable {
       return trainer.progressRequest().send().then([this, trainer](auto p) mutable {
         double secs = p.getSeconds();
         uint64_t steps = p.getSteps();

@@ -105,8 +105,8 @@ TEST_CASE("kill -9 of a data instance: the others exit non-zero, their failure f
     if (cluster.hosts[i].group == "dnn_group") head = i;
     if (cluster.hosts[i].group == "data_group") victim = i;
   }
-  REQUIRE(runs[head]->waitFor("PING", 30s));
-  REQUIRE(runs[victim]->waitFor("NODE " + cluster.hosts[victim].name, 10s));
+  REQUIRE_OUTPUT(*runs[head], "PING", 30s);
+  REQUIRE_OUTPUT(*runs[victim], "NODE " + cluster.hosts[victim].name, 10s);
   REQUIRE(kill(runs[victim]->pid(), SIGKILL) == 0);
   CHECK(runs[victim]->wait(5s) == 128 + SIGKILL);
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -162,7 +162,7 @@ TEST_CASE("a node listens on the interface the config names, not on every addres
   {
     harness::Run run({deploy::smApp()},
                      {"TROUPE_SM_ROOT=" + root, "TROUPE_PORT=" + std::to_string(port)});
-    REQUIRE(run.waitFor("PING", 10s));
+    REQUIRE_OUTPUT(run, "PING", 10s);
     CHECK(listening("0100007F:" + hexPort(port)));  // 127.0.0.1, lo's address
     CHECK_FALSE(listening("00000000:" + hexPort(port)));
     CHECK(run.wait(10s) == 0);

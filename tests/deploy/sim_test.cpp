@@ -100,7 +100,7 @@ TEST_CASE("sim --pin: a 2-CPU machine gives one CPU to the dnn instance, one to 
   harness::Run run(harness::sim({"--pin", "--group", "data_group=1:ml.c5.9xlarge", "--group",
                                  "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=1500"},
                                 {deploy::smApp()}));
-  REQUIRE(run.waitFor("PING algo-2", 30s));
+  REQUIRE_OUTPUT(run, "PING algo-2", 30s);
   auto out = run.output();
   auto printed = printedCpus(out);
   INFO(out);
@@ -126,7 +126,7 @@ TEST_CASE("sim --cpus pins named groups; a bad list is a clear error", "[sim][pi
       {"--cpus", "dnn_group=0", "--cpus", "data_group=" + last, "--group",
        "data_group=1:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=1000"},
       {deploy::smApp()}));
-  REQUIRE(run.waitFor("PING algo-2", 30s));
+  REQUIRE_OUTPUT(run, "PING algo-2", 30s);
   for (auto& [host, i] : run.instances()) {
     CHECK(allowedCpus(i.pid) == (i.group == "dnn_group" ? "0" : last));
   }
@@ -182,7 +182,7 @@ TEST_CASE("sim --netns: SIGTERM ends the job gracefully and removes everything",
   harness::Run run(harness::sim({"--netns", "--group", "data_group=1:ml.c5.xlarge", "--group",
                                  "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=60000"},
                                 {deploy::smApp()}));
-  REQUIRE(run.waitFor("PING algo-2", 30s));
+  REQUIRE_OUTPUT(run, "PING algo-2", 30s);
   REQUIRE(netnsLeftovers(run.pid()) != "");  // it is all there while the job runs
   REQUIRE(kill(run.pid(), SIGTERM) == 0);
   int code = run.wait(30s);

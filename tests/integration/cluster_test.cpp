@@ -78,7 +78,7 @@ TEST_CASE("a job that ends normally: every process exits 0", "[cluster]") {
 TEST_CASE("kill -9 of a worker mid-job: every other process exits non-zero, naming the host",
           "[cluster][fault]") {
   Run run(harness::sim(kThree, probe("hold")));
-  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE_OUTPUT(run, "READY", 30s);
   auto victim = instanceIn(run, "data_group");
   auto killedAt = std::chrono::steady_clock::now();
   REQUIRE(kill(victim.pid, SIGKILL) == 0);
@@ -102,7 +102,7 @@ TEST_CASE("kill -9 of a worker mid-job: every other process exits non-zero, nami
 TEST_CASE("kill -9 of the head: workers exit non-zero with HEAD_LOST", "[cluster][fault]") {
   Run run(harness::sim(with(kThree, {"--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=2000"}),
                        probe("hold")));
-  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE_OUTPUT(run, "READY", 30s);
   auto head = instanceIn(run, "dnn_group");
   REQUIRE(kill(head.pid, SIGKILL) == 0);
   REQUIRE(run.wait(20s) != 0);
@@ -115,7 +115,7 @@ TEST_CASE("kill -9 of the head: workers exit non-zero with HEAD_LOST", "[cluster
 
 TEST_CASE("SIGTERM to troupe sim: a graceful cascade, every process exits", "[cluster][fault]") {
   Run run(harness::sim(kThree, probe("hold")));
-  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE_OUTPUT(run, "READY", 30s);
   REQUIRE(kill(run.pid(), SIGTERM) == 0);
   REQUIRE(run.wait(20s) == 6);  // INTERRUPTED
   auto out = run.output();
@@ -207,7 +207,7 @@ TEST_CASE("a wrong token is refused: that node exits AUTH_FAILED, the head repor
 TEST_CASE("stray connections, garbage and oversized messages do not disturb the job",
           "[cluster][bad-input]") {
   Run run(harness::sim(kThree, probe("linger")));
-  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE_OUTPUT(run, "READY", 30s);
   std::vector<int> fds;
   for (auto& [host, i] : run.instances()) {
     fds.push_back(connectTo(i.address));  // connects and says nothing
@@ -268,11 +268,11 @@ TEST_CASE("a silent worker (SIGSTOP) is declared lost by missed heartbeats", "[c
   Run run(harness::sim(with(kThree, {"--linger-ms", "1000", "--grace-ms", "1000", "--env",
                                      "dnn_group:TROUPE_NODE_TIMEOUT_MS=1500"}),
                        probe("hold")));
-  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE_OUTPUT(run, "READY", 30s);
   auto victim = instanceIn(run, "data_group");
   auto stoppedAt = std::chrono::steady_clock::now();
   REQUIRE(kill(victim.pid, SIGSTOP) == 0);
-  REQUIRE(run.waitFor("job failed", 10s));
+  REQUIRE_OUTPUT(run, "job failed", 10s);
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - stoppedAt);
   WARN("the head declared " << victim.host << " lost " << took.count() << " ms after SIGSTOP");
@@ -296,7 +296,7 @@ TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeou
   Run run(harness::sim(with(kThree, {"--linger-ms", "1000", "--grace-ms", "1000", "--env",
                                      "data_group:TROUPE_HEAD_TIMEOUT_MS=1500"}),
                        probe("hold")));
-  REQUIRE(run.waitFor("READY", 30s));
+  REQUIRE_OUTPUT(run, "READY", 30s);
   auto head = instanceIn(run, "dnn_group");
   REQUIRE(kill(head.pid, SIGSTOP) == 0);
   REQUIRE(run.wait(20s) != 0);

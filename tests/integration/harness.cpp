@@ -76,22 +76,26 @@ Run::~Run() {
 int Run::wait(std::chrono::milliseconds timeout) {
   if (status_ >= 0) return status_;
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
+  for (;;) {
     int st = 0;
     pid_t r = waitpid(pid_, &st, WNOHANG);
     if (r == pid_) {
       status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       return status_;
     }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return -1;
 }
 
 bool Run::waitFor(const std::string& text, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (output().find(text) != std::string::npos) return true;
+    if (wait(std::chrono::milliseconds(0)) >= 0) {
+      // It ended: nothing more will be written.
+      return output().find(text) != std::string::npos;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;

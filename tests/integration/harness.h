@@ -30,6 +30,7 @@ class Run {
   int wait(std::chrono::milliseconds timeout);
   // The exit code (128 + signal when killed), or -1 on timeout.
   bool waitFor(const std::string& text, std::chrono::milliseconds timeout);
+  // True once the output contains `text`; false at the timeout or when the run ends without it.
   std::string output() const;
   std::map<std::string, Instance> instances() const;
   // Parsed from the simulator's "troupe sim: algo-N GROUP TYPE ADDRESS pid=N" lines.
@@ -53,3 +54,11 @@ std::string probeApp();
 bool processExists(pid_t pid);
 
 }  // namespace harness
+
+// REQUIRE that `run` prints `text` within `timeout`; on failure the message carries the output so
+// far, so a CI log says what the cluster was doing instead.
+#define REQUIRE_OUTPUT(run, text, timeout)                                         \
+  do {                                                                             \
+    bool seen_ = (run).waitFor((text), (timeout));                                 \
+    if (!seen_) FAIL("never printed '" << (text) << "'; output:\n" << (run).output()); \
+  } while (false)
