@@ -28,19 +28,19 @@ class Greeter final : public troupe::ActorBase<hello::Greeter> {
 int main(int argc, char* argv[]) {
   troupe::Registry types;
   types.add<Greeter>("hello.Greeter");
-  return troupe::run(argc, argv, types, [](troupe::Driver& job) {
+  return troupe::run(argc, argv, types, [](troupe::Driver& job) -> troupe::Co<void> {
     auto greeters = job.spawnEach<hello::Greeter>("hello.Greeter");
-    auto replies = KJ_MAP(g, greeters) -> kj::Promise<capnp::Response<hello::Greeter::GreetResults>> {
+    // Send every greeting first, then take the replies in order: the calls run concurrently.
+    auto replies = KJ_MAP(g, greeters) {
       return g.greetRequest().send();
     };
-    return kj::joinPromises(kj::mv(replies)).then([](auto results) {
-      printf("%-10s %-12s %-16s %5s %8s\n", "host", "group", "instance type", "vcpus", "pid");
-      for (auto& r : results) {
-        printf("%-10s %-12s %-16s %5u %8u\n", r.getHost().cStr(), r.getGroup().cStr(),
-               r.getInstanceType().cStr(), r.getVcpus(), r.getPid());
-      }
-      printf("hello from %zu instances\n", results.size());
-      fflush(stdout);
-    });
+    printf("%-10s %-12s %-16s %5s %8s\n", "host", "group", "instance type", "vcpus", "pid");
+    for (auto& reply : replies) {
+      auto r = co_await kj::mv(reply);
+      printf("%-10s %-12s %-16s %5u %8u\n", r.getHost().cStr(), r.getGroup().cStr(),
+             r.getInstanceType().cStr(), r.getVcpus(), r.getPid());
+    }
+    printf("hello from %zu instances\n", replies.size());
+    fflush(stdout);
   });
 }

@@ -123,24 +123,21 @@ class Job {
  public:
   Job(troupe::Driver& job, Settings settings) : job_(job), s_(kj::mv(settings)) {}
 
-  kj::Promise<void> run() {
+  troupe::Co<void> run() {
     // Check the dataset before any work starts, on the pool: unpacking it takes long enough to
     // starve the head's heartbeats if done on the event loop.
-    return job_.loop()
-        .offload([dir = s_.dataDir]() {
-          return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
-        })
-        .then([this](size_t available) {
-          KJ_REQUIRE(s_.samples <= available, "--train-samples is larger than the training set",
-                     s_.samples, available);
-          samples_ = s_.samples ? s_.samples : available;
-          return start();
-        });
+    auto count = job_.loop().offload([dir = s_.dataDir]() {
+      return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
+    });
+    size_t available = co_await kj::mv(count);  // (no lambda inside co_await: see troupe/co.h)
+    KJ_REQUIRE(s_.samples <= available, "--train-samples is larger than the training set",
+               s_.samples, available);
+    samples_ = s_.samples ? s_.samples : available;
+    co_await start();
   }
 
  private:
   kj::Promise<void> start() {
-
     bool dnnHasGpus = false;
     for (auto& n : job_.nodes()) {
       if (n.group() == s_.dnnGroup.c_str() && n.gpus() > 0) dnnHasGpus = true;
@@ -159,29 +156,28 @@ class Job {
         }));
     auto where = Placement::prefer(s_.dataGroup);
     where = s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
-    auto augmenters = job_.spawnMany<hetero::Augmenter>(
-        "train.Augmenter", where,
-        troupe::SpawnOptions()
-            .named("augmenter")
-            .restarts(s_.restarts, 60 * kj::SECONDS)
-            .args<hetero::AugmenterArgs>([&](auto a) {
-              a.setSeed(s_.seed);
-              a.setBatchSize(s_.batchSize);
-              a.setDataDir(s_.dataDir);
-              a.setSamples(samples_);
-              a.initAugment().setBlurKernel(s_.blur);
-            }));
+    auto augmenters =
+        job_.spawnMany<hetero::Augmenter>("train.Augmenter", where,
+                                          troupe::SpawnOptions()
+                                              .named("augmenter")
+                                              .restarts(s_.restarts, 60 * kj::SECONDS)
+                                              .args<hetero::AugmenterArgs>([&](auto a) {
+                                                a.setSeed(s_.seed);
+                                                a.setBatchSize(s_.batchSize);
+                                                a.setDataDir(s_.dataDir);
+                                                a.setSamples(samples_);
+                                                a.initAugment().setBlurKernel(s_.blur);
+                                              }));
     if (augmenters.size() > samples_) {
       kj::throwFatalException(KJ_EXCEPTION(
           FAILED, kj::str("--train-samples ", samples_, " is fewer than the ", augmenters.size(),
                           " augmenters (one shard each); use more samples or "
                           "--augmenters-per-node")));
     }
-    placed_.push_back({"trainer", "train.Trainer", trainer.address().host,
-                       trainer.address().group});
+    placed_.push_back(
+        {"trainer", "train.Trainer", trainer.address().host, trainer.address().group});
     for (auto& a : augmenters) {
-      placed_.push_back({a.address().name, "train.Augmenter", a.address().host,
-                         a.address().group});
+      placed_.push_back({a.address().name, "train.Augmenter", a.address().host, a.address().group});
     }
     printPlacements();
 
@@ -204,22 +200,22 @@ class Job {
     fflush(stdout);
   }
 
-  kj::Promise<void> progressLoop(troupe::Ref<hetero::Trainer> trainer) {
+  troupe::Co<void> progressLoop(troupe::Ref<hetero::Trainer> trainer) {
+    // Runs until the training call returns, which drops (cancels) it.
     auto every = static_cast<int64_t>(s_.progressEvery * 1000) * kj::MILLISECONDS;
-    return job_.timer().afterDelay(every).then([this, trainer]() mutable {
-      return trainer.progressRequest().send().then([this, trainer](auto p) mutable {
-        double secs = p.getSeconds();
-        uint64_t steps = p.getSteps();
-        uint64_t total = p.getPlannedSteps();
-        double rate = secs > 0 ? p.getSamples() / secs : 0;
-        double eta = steps ? secs * (double(total) / steps - 1) : 0;
-        printf("progress: epoch %u/%u, step %lu/%lu, %.0f samples/s, data wait %.0f%%, ETA %.0f s\n",
-               p.getEpoch() + 1, s_.epochs, (unsigned long)steps, (unsigned long)total, rate,
-               secs > 0 ? 100 * p.getWaitSeconds() / secs : 0, eta);
-        fflush(stdout);
-        return progressLoop(trainer);
-      });
-    });
+    for (;;) {
+      co_await job_.timer().afterDelay(every);
+      auto p = co_await trainer.progressRequest().send();
+      double secs = p.getSeconds();
+      uint64_t steps = p.getSteps();
+      uint64_t total = p.getPlannedSteps();
+      double rate = secs > 0 ? p.getSamples() / secs : 0;
+      double eta = steps ? secs * (double(total) / steps - 1) : 0;
+      printf("progress: epoch %u/%u, step %lu/%lu, %.0f samples/s, data wait %.0f%%, ETA %.0f s\n",
+             p.getEpoch() + 1, s_.epochs, (unsigned long)steps, (unsigned long)total, rate,
+             secs > 0 ? 100 * p.getWaitSeconds() / secs : 0, eta);
+      fflush(stdout);
+    }
   }
 
   void report(capnp::Response<hetero::Trainer::TrainResults>& r) {
@@ -314,7 +310,7 @@ int main(int argc, char* argv[]) {
       [settings](troupe::Driver& job) mutable {
         auto j = kj::heap<Job>(job, settings);
         auto& ref = *j;
-        return ref.run().attach(kj::mv(j));
+        return ref.run().promise().attach(kj::mv(j));
       },
       options);
 }

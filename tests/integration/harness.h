@@ -57,8 +57,8 @@ bool processExists(pid_t pid);
 
 // REQUIRE that `run` prints `text` within `timeout`; on failure the message carries the output so
 // far, so a CI log says what the cluster was doing instead.
-#define REQUIRE_OUTPUT(run, text, timeout)                                         \
-  do {                                                                             \
-    bool seen_ = (run).waitFor((text), (timeout));                                 \
+#define REQUIRE_OUTPUT(run, text, timeout)                                             \
+  do {                                                                                 \
+    bool seen_ = (run).waitFor((text), (timeout));                                     \
     if (!seen_) FAIL("never printed '" << (text) << "'; output:\n" << (run).output()); \
   } while (false)

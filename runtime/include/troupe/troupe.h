@@ -5,6 +5,7 @@
 #pragma once
 
 #include "troupe/actor.h"      // ActorBase, ActorContext, Ref, SpawnOptions, Exit
+#include "troupe/co.h"         // Co<T>: coroutines over kj::Promise
 #include "troupe/driver.h"     // Driver: spawn, call, stop, monitor from the head
 #include "troupe/exit_codes.h" // how processes exit
 #include "troupe/loop.h"       // EventLoop, offload
