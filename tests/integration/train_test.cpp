@@ -34,9 +34,9 @@ std::string tempPath(const char* name) {
 TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exactly once",
           "[train][fault]") {
   auto report = tempPath("report.json");
-  Run run(harness::sim(kCluster, train({"--epochs", "2", "--train-samples", "12000",
-                                        "--augmenters-per-node", "2", "--progress-every", "0.2",
-                                        "--report", report})));
+  Run run(harness::sim(
+      kCluster, train({"--epochs", "2", "--train-samples", "12000", "--augmenters-per-node", "2",
+                       "--progress-every", "0.2", "--report", report})));
   // Kill once training is under way, in the first epoch: on a quiet machine an epoch of 12,000
   // samples takes about 2 s, so progress lines come faster than that.
   REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
@@ -79,11 +79,11 @@ TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exa
 
 TEST_CASE("the trainer's instance killed: every process exits non-zero, naming the trainer",
           "[train][fault]") {
-  Run run(harness::sim(
-      {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
-       "data_group:TROUPE_HEAD_TIMEOUT_MS=3000"},
-      train({"--epochs", "3", "--train-samples", "12000", "--augmenters-per-node", "1",
-             "--progress-every", "0.2"})));
+  Run run(
+      harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+                    "--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=3000"},
+                   train({"--epochs", "3", "--train-samples", "12000", "--augmenters-per-node", "1",
+                          "--progress-every", "0.2"})));
   REQUIRE_OUTPUT(run, "progress: epoch 1/3, step ", 60s);
   std::string trainerHost;
   for (auto& [host, i] : run.instances()) {
@@ -105,6 +105,27 @@ TEST_CASE("the trainer's instance killed: every process exits non-zero, naming t
   }
   CHECK(out.find("lost the head " + trainerHost) != std::string::npos);
   CHECK(out.find("and with it 'trainer' (train.Trainer") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("malformed batches are rejected with the reason, and lose no sample",
+          "[train][bad-input]") {
+  // fault_app's augmenters push five malformed batches each in front of their second batch.
+  Run run(harness::sim(kCluster, {FAULT_APP}));
+  REQUIRE(run.wait(120s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("RESULT epoch 1: samples 4096, duplicates 0, missing 0, rejected 10") !=
+        std::string::npos);
+  CHECK(out.find("RESULT epoch 2: samples 4096, duplicates 0, missing 0, rejected 0") !=
+        std::string::npos);
+  for (auto shard : {"0", "1"}) {
+    auto at = std::string("rejected a batch of shard ") + shard + " at position 64: ";
+    CHECK(out.find(at + "sample ids at position 64 are not the shard's") != std::string::npos);
+    CHECK(out.find(at + "shape mismatch: 64 ids, 64 labels, 50175 floats") != std::string::npos);
+    CHECK(out.find(at + "a batch of 65 samples (batch size 64)") != std::string::npos);
+  }
+  CHECK(out.find("rejected a batch from unknown shard 99") != std::string::npos);
   CHECK(run.leftovers().empty());
 }
 

@@ -21,13 +21,14 @@
 // awaited; anything else is a compile error. A coroutine must not drop its own promise while it
 // runs.
 //
-// g++ 12 destroys a lambda that captures by value twice when the lambda is written inside a
-// co_await expression (a double free). Make the promise first, then await it:
+// g++ 12 destroys some temporaries written inside a co_await expression twice (a double free): a
+// lambda that captures by value, and a braced aggregate (`f({a, b})`, `Spec{a, b}`). Make them
+// first, as locals, then await:
 //
 //   auto work = context().offload([img = kj::mv(img)]() { return blur(img); });  // not inside
 //   auto out = co_await kj::mv(work);
 //
-// tests/runtime/co_await_lambda_check.py finds the pattern in this repository's code.
+// tests/runtime/co_await_check.py finds both patterns in this repository's code.
 //
 // Why a return type of its own rather than `kj::Promise<T>` itself, as KJ 0.10 does: g++ 12
 // crashes (an internal compiler error) on any coroutine whose return type holds a KJ object,

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Finds lambdas that capture by value written inside a co_await expression.
+"""Finds aggregate temporaries written inside a co_await expression.
 
-g++ 12 destroys such a lambda twice (a double free), so troupe's code makes the promise first and
-awaits it afterwards; see runtime/include/troupe/co.h. Usage: co_await_lambda_check.py DIR...
+g++ 12 destroys a temporary lambda that captures by value, or a braced aggregate (`f({a, b})`,
+`Spec{a, b}`), twice when it is written inside a co_await expression (a double free). troupe's
+code makes such values first and awaits afterwards; see runtime/include/troupe/co.h. Usage: co_await_check.py DIR...
 Exits 1 and names file:line for every occurrence; 0 when there is none. Files given as arguments
 are checked even if they are not C++ sources (the self-test uses that).
 """
@@ -68,16 +69,45 @@ def by_value(captures):
     return False
 
 
+def matching(text, i):
+    """The index of the bracket that closes the one at `i`."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] in "([{":
+            depth += 1
+        elif text[j] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return len(text)
+
+
+def lambda_body(span, after):
+    """The (start, end) of the body of a lambda whose introducer ends at `after`."""
+    i = after
+    while i < len(span) and span[i] != "{":
+        if span[i] == "(":
+            i = matching(span, i)
+        i += 1
+    return (i, matching(span, i)) if i < len(span) else (len(span), len(span))
+
+
 def check(path):
     text = strip(path.read_text(errors="replace"))
     found = []
     for m in re.finditer(r"\bco_await\b", text):
         end = statement_end(text, m.end())
         span = text[m.end():end]
+        bodies = []
         for lam in LAMBDA.finditer(span):
+            line = text.count("\n", 0, m.end() + lam.start(1)) + 1
             if by_value(lam.group(1)):
-                line = text.count("\n", 0, m.end() + lam.start(1)) + 1
-                found.append((line, lam.group(1).strip()))
+                found.append((line, f"a lambda capturing [{lam.group(1).strip()}]"))
+            bodies.append(lambda_body(span, lam.end(1) + 1))
+        for brace in re.finditer(r"\{", span):
+            if not any(start <= brace.start() <= stop for start, stop in bodies):
+                line = text.count("\n", 0, m.end() + brace.start()) + 1
+                found.append((line, "a braced initializer"))
     return found
 
 
@@ -88,13 +118,13 @@ def main(args):
         files = [root] if root.is_file() else sorted(
             p for p in root.rglob("*") if p.suffix in SOURCES)
         for path in files:
-            for line, captures in check(path):
+            for line, what in check(path):
                 problems += 1
-                print(f"{path}:{line}: a lambda capturing [{captures}] inside a co_await "
-                      "expression; g++ 12 destroys it twice. Make the promise first "
-                      "(auto p = ...;) and then co_await kj::mv(p).")
+                print(f"{path}:{line}: {what} inside a co_await expression; g++ 12 destroys "
+                      "it twice. Make it (or the promise) first, as a local, then co_await.")
     if problems == 0:
-        print(f"no lambda captures by value inside a co_await expression in {' '.join(args)}")
+        print(f"no lambda capturing by value or braced initializer inside a co_await "
+              f"expression in {' '.join(args)}")
     return 1 if problems else 0
 
 
