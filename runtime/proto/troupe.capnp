@@ -42,6 +42,7 @@ struct ActorAddress {
   address @5 :Text;         # "ip:port" of the owning node's listener
   typeName @6 :Text;
   name @7 :Text;            # empty when unnamed
+  restartable @8 :Bool;     # it has a restart policy: references to it re-resolve after a restart
 }
 
 struct NodeInfo {

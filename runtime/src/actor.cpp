@@ -4,6 +4,7 @@
 
 #include "head.h"
 #include "node.h"
+#include "rebind.h"
 #include "troupe/exit_codes.h"
 
 namespace troupe {
@@ -34,6 +35,7 @@ ActorAddress ActorAddress::fromProto(proto::ActorAddress::Reader r) {
   a.address = r.getAddress();
   a.typeName = r.getTypeName();
   a.name = r.getName();
+  a.restartable = r.getRestartable();
   return a;
 }
 
@@ -46,6 +48,7 @@ void ActorAddress::toProto(proto::ActorAddress::Builder b) const {
   b.setAddress(address);
   b.setTypeName(typeName);
   b.setName(name);
+  b.setRestartable(restartable);
 }
 
 NodeInfo NodeInfo::fromProto(proto::NodeInfo::Reader r) {
@@ -147,7 +150,7 @@ kj::Promise<kj::Array<ActorContext::Spawned>> ActorContext::spawnRaw(kj::StringP
 proto::Actor::Client ActorContext::resolveRaw(const ActorAddress& address) {
   auto req = node_.peerNode(address.address).resolveRequest();
   req.setId(address.id);
-  return req.send().getActor();
+  return rebinding(node_, address, req.send().getActor());
 }
 
 kj::Promise<ActorAddress> ActorContext::lookup(kj::StringPtr name) {
@@ -253,13 +256,15 @@ kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
   spec.maxRestarts = options.maxRestarts;
   spec.restartWindow = options.restartWindow;
   spec.stopTimeout = options.stopDeadline;
-  return head_.spawn(kj::mv(spec), many);
+  auto spawned = head_.spawn(kj::mv(spec), many);
+  for (auto& s : spawned) s.client = rebinding(head_.node(), s.address, kj::mv(s.client));
+  return spawned;
 }
 
 proto::Actor::Client Driver::resolveRaw(const ActorAddress& address) {
   auto req = head_.node().peerNode(address.address).resolveRequest();
   req.setId(address.id);
-  return req.send().getActor();
+  return rebinding(head_.node(), address, req.send().getActor());
 }
 
 kj::Promise<void> Driver::stop(uint64_t actorId) { return head_.stop(actorId); }

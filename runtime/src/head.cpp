@@ -226,6 +226,7 @@ ActorAddress Head::addressFor(uint64_t id, uint32_t incarnation, uint32_t nodeId
   a.address = n.info.address().cStr();
   a.typeName = spec.typeName;
   a.name = spec.name;
+  a.restartable = spec.maxRestarts > 0;
   return a;
 }
 
@@ -349,6 +350,12 @@ kj::Maybe<ActorAddress> Head::resolve(uint64_t id) {
   auto* e = findActor(id);
   if (e == nullptr || e->state == State::DEAD) return nullptr;
   return e->address;
+}
+
+kj::Maybe<const Exit&> Head::exitOf(uint64_t id) const {
+  auto it = tombstones_.find(id);
+  if (it == tombstones_.end()) return nullptr;
+  return it->second;
 }
 
 kj::Maybe<ActorAddress> Head::lookup(kj::StringPtr name) {
@@ -686,6 +693,9 @@ kj::Promise<void> ClusterSession::resolve(ResolveContext call) {
   KJ_IF_MAYBE(a, head_.resolve(id)) {
     a->toProto(call.getResults().initActor());
     return kj::READY_NOW;
+  }
+  KJ_IF_MAYBE(why, head_.exitOf(id)) {
+    return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " has exited: ", why->describe()));
   }
   return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " is not running"));
 }

@@ -50,6 +50,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Array<ActorContext::Spawned> spawn(SpawnRequest request, bool many);
   kj::Promise<void> whenStarted(uint64_t id);
   kj::Maybe<ActorAddress> resolve(uint64_t id);
+  kj::Maybe<const Exit&> exitOf(uint64_t id) const;
+  // Why an actor that is gone exited.
   kj::Maybe<ActorAddress> lookup(kj::StringPtr name);
   void actorExited(uint64_t id, uint32_t incarnation, Exit reason);
   void link(uint64_t a, uint64_t b);

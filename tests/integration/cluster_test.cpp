@@ -166,6 +166,21 @@ TEST_CASE("restarts: new incarnations, then escalation to the driver past the li
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("a reference kept across restarts reaches each new incarnation",
+          "[cluster][lifecycle]") {
+  Run run(harness::sim(kThree, probe("follow")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("FOLLOWED incarnation 1 on") != std::string::npos);
+  CHECK(out.find("FOLLOWED incarnation 2 on") != std::string::npos);
+  CHECK(out.find("FOLLOWED incarnation 3 on") != std::string::npos);
+  CHECK(out.find("now go to incarnation 2") != std::string::npos);
+  CHECK(out.find("now go to incarnation 3") != std::string::npos);
+  CHECK(out.find("CALL FAILED other") == std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("the cascade stops children before parents and kills a stubborn actor",
           "[cluster][lifecycle]") {
   Run run(harness::sim(kThree, probe("cascade")));

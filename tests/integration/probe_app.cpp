@@ -47,8 +47,7 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
       auto label = label_ + "." + std::to_string(i + 1);
       promises.add(context().spawn<probe::Probe>(
           "probe.Probe", troupe::Placement::any().cpus(0),
-          troupe::SpawnOptions().args<probe::ProbeArgs>(
-              [&](auto a) { a.setLabel(label); })));
+          troupe::SpawnOptions().args<probe::ProbeArgs>([&](auto a) { a.setLabel(label); })));
     }
     return kj::joinPromises(promises.finish()).then([call](auto refs) mutable {
       auto ids = call.getResults().initIds(refs.size());
@@ -81,25 +80,24 @@ using Job = troupe::Driver;
 using Scenario = kj::Promise<void> (*)(Job&);
 
 kj::Promise<void> pingAll(kj::ArrayPtr<troupe::Ref<probe::Probe>> probes) {
-  auto replies = KJ_MAP(p, probes) -> kj::Promise<void> {
-    return p.pingRequest().send().then([](auto r) {
-      say(std::string("PING ") + r.getHost().cStr() + " " + r.getGroup().cStr());
-    });
+  auto replies = KJ_MAP(p, probes)->kj::Promise<void> {
+    return p.pingRequest().send().then(
+        [](auto r) { say(std::string("PING ") + r.getHost().cStr() + " " + r.getGroup().cStr()); });
   };
   return kj::joinPromises(kj::mv(replies));
 }
 
 // Every node answers; the job ends; everything exits 0.
 kj::Promise<void> normal(Job& job) {
-  auto probes = job.spawnEach<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
-                                            labelled("p"));
+  auto probes =
+      job.spawnEach<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("p"));
   return pingAll(probes).attach(kj::mv(probes));
 }
 
 // Pings every node forever: the tests kill things while it runs.
 kj::Promise<void> pingForever(Job& job, kj::Array<troupe::Ref<probe::Probe>>& probes) {
   return job.timer().afterDelay(100 * kj::MILLISECONDS).then([&job, &probes]() {
-    auto replies = KJ_MAP(p, probes) -> kj::Promise<void> {
+    auto replies = KJ_MAP(p, probes)->kj::Promise<void> {
       return p.pingRequest().send().ignoreResult();
     };
     return kj::joinPromises(kj::mv(replies)).then([&job, &probes]() {
@@ -109,19 +107,21 @@ kj::Promise<void> pingForever(Job& job, kj::Array<troupe::Ref<probe::Probe>>& pr
 }
 
 kj::Promise<void> hold(Job& job) {
-  auto probes = kj::heap(job.spawnEach<probe::Probe>(
-      "probe.Probe", troupe::Placement::any().cpus(0), labelled("p")));
+  auto probes = kj::heap(
+      job.spawnEach<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("p")));
   auto& ref = *probes;
-  return pingAll(ref).then([&job, &ref]() {
-    say("READY");
-    return pingForever(job, ref);
-  }).attach(kj::mv(probes));
+  return pingAll(ref)
+      .then([&job, &ref]() {
+        say("READY");
+        return pingForever(job, ref);
+      })
+      .attach(kj::mv(probes));
 }
 
 // Pings every node for a few seconds, then ends well: the tests poke the ports meanwhile.
 kj::Promise<void> linger(Job& job) {
-  auto probes = kj::heap(job.spawnEach<probe::Probe>(
-      "probe.Probe", troupe::Placement::any().cpus(0), labelled("p")));
+  auto probes = kj::heap(
+      job.spawnEach<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("p")));
   auto& ref = *probes;
   return pingAll(ref)
       .then([&job, &ref]() {
@@ -214,14 +214,52 @@ kj::Promise<void> restarts(Job& job) {
   return crashAndPing(job, a.id(), 1);
 }
 
+// Following restarts: one reference, kept across two crashes, reaches each new incarnation. The
+// first calls after a crash may fail (DISCONNECTED); later ones go to the new incarnation.
+troupe::Co<void> followRestarts(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::prefer("data_group").cpus(0),
+                                   labelled("f").restarts(3, 60 * kj::SECONDS));
+  for (uint32_t want = 1; want <= 3; ++want) {
+    for (;;) {
+      bool reached = false;
+      try {
+        auto ping = a.pingRequest();
+        auto r = co_await ping.send();
+        reached = r.getIncarnation() == want;
+        if (reached)
+          say("FOLLOWED incarnation " + std::to_string(want) + " on " + r.getHost().cStr());
+      } catch (const kj::Exception& e) {
+        say(std::string("CALL FAILED ") +
+            (e.getType() == kj::Exception::Type::DISCONNECTED
+                 ? "DISCONNECTED"
+                 : "other: " + std::string(e.getDescription().cStr())));
+      }
+      if (reached) break;
+      co_await job.timer().afterDelay(50 * kj::MILLISECONDS);
+    }
+    if (want == 3) break;
+    try {
+      auto crash = a.crashRequest();
+      crash.setWhy("crash " + std::to_string(want));
+      co_await crash.send();
+    } catch (const kj::Exception&) {
+      // The actor may fail the crash call itself as it exits.
+    }
+  }
+}
+
+kj::Promise<void> follow(Job& job) {
+  return followRestarts(job);
+}
+
 // The cascade: children stop before their parent, newest first; a child that ignores its stop is
 // killed at the deadline.
 kj::Promise<void> cascade(Job& job) {
-  auto parent = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
-                                        labelled("parent"));
-  auto hang = job.spawn<probe::Probe>(
-      "probe.Probe", troupe::Placement::any().cpus(0),
-      labelled("stubborn", true).stopTimeout(300 * kj::MILLISECONDS));
+  auto parent =
+      job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("parent"));
+  auto hang =
+      job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                              labelled("stubborn", true).stopTimeout(300 * kj::MILLISECONDS));
   auto req = parent.spawnChildrenRequest();
   req.setCount(2);
   return req.send().then([hang](auto r) mutable {
@@ -247,6 +285,7 @@ Scenario find(const std::string& name) {
   if (name == "links") return links;
   if (name == "monitors") return monitors;
   if (name == "restarts") return restarts;
+  if (name == "follow") return follow;
   if (name == "cascade") return cascade;
   if (name == "unregistered") return unregistered;
   if (name == "unplaceable") return unplaceable;

@@ -64,6 +64,7 @@ struct ActorAddress {
   std::string address;  // "ip:port" of the owning node
   std::string typeName;
   std::string name;
+  bool restartable = false;  // has a restart policy; references follow it to new incarnations
 
   static ActorAddress fromProto(proto::ActorAddress::Reader r);
   void toProto(proto::ActorAddress::Builder b) const;
