@@ -7,7 +7,9 @@
 //   (b2) the same with troupe::CoalescingStream under the network on both ends;
 //   (c)  a troupe actor call: a two-node cluster under `troupe sim` whose nodes are this binary
 //        (`--troupe-node`); the driver, on the head, spawns an echo actor on the other node,
-//        measures the same way and prints its figures on one line, which this process parses.
+//        measures the same way and prints its figures on one line, which this process parses;
+//   (c2) the same with a restart policy on the echo actor, whose reference is then a local
+//        forwarding capability that can follow it to a new incarnation.
 // Modes (a)-(b2) talk to a server child (this binary with `--serve`); to add such a mode, write a
 // Caller and a serve function and add a row to kModes (the server dispatches on the mode's tag,
 // sent as the first byte of a connection). A mode that runs in processes of its own, like (c),
@@ -62,6 +64,7 @@ struct Options {
   std::vector<uint> windows = {128, 1024};
   uint warmupCalls = 1000;
   bool json = false;
+  bool restartable = false;  // mode (c2): the echo actor has a restart policy
   std::string troupeBinary = TROUPE_BINARY;  // `troupe sim`, for mode (c).
 };
 
@@ -69,7 +72,8 @@ nlohmann::json optionsToJson(const Options& options) {
   // What a measuring process needs (mode (c) hands it to the driver on the command line).
   return {{"payload", options.payloadBytes},     {"calls", options.sequentialCalls},
           {"pipelined", options.pipelinedCalls}, {"rounds", options.rounds},
-          {"windows", options.windows},          {"warmup", options.warmupCalls}};
+          {"windows", options.windows},          {"warmup", options.warmupCalls},
+          {"restartable", options.restartable}};
 }
 
 Options optionsFromJson(const nlohmann::json& in) {
@@ -80,6 +84,7 @@ Options optionsFromJson(const nlohmann::json& in) {
   options.rounds = in.at("rounds").get<uint>();
   options.windows = in.at("windows").get<std::vector<uint>>();
   options.warmupCalls = in.at("warmup").get<uint>();
+  options.restartable = in.at("restartable").get<bool>();
   return options;
 }
 
@@ -426,7 +431,10 @@ kj::Promise<void> driveTroupe(Driver& job) {
   KJ_REQUIRE(flag != args.end() && flag + 1 != args.end(), "no options after --troupe-node");
   auto options = optionsFromJson(nlohmann::json::parse(*(flag + 1)));
 
-  auto echo = job.spawn<EchoActor>(kEchoActorType, Placement::group("b"));
+  // A restart policy makes the reference a local forwarding capability (runtime/src/rebind.cpp).
+  auto echo = job.spawn<EchoActor>(
+      kEchoActorType, Placement::group("b"),
+      options.restartable ? SpawnOptions().restarts(1) : SpawnOptions());
   KJ_REQUIRE(echo.address().address != job.node().address().cStr(),
              "the echo actor must live on another node than the driver", echo.address().describe());
   auto measurement = kj::heap<Measurement>(
@@ -570,12 +578,20 @@ Figures runTroupe(const Options& options) {
   return KJ_ASSERT_NONNULL(figures);
 }
 
+Figures runTroupeRestartable(const Options& options) {
+  auto restartable = options;
+  restartable.restartable = true;
+  return runTroupe(restartable);
+}
+
 const Mode kModes[] = {
     {"raw_tcp", "(a) raw TCP", 'r', connectRaw, serveRaw, nullptr},
     {"capnp", "(b) capnp", 'c', connectCapnp, serveCapnp, nullptr},
     {"capnp_coalescing", "(b2) capnp + coalescing", 'k', connectCoalescing, serveCoalescing,
      nullptr},
     {"troupe_actor", "(c) troupe actor call", 't', nullptr, nullptr, runTroupe},
+    {"troupe_actor_restartable", "(c2) restartable actor", 'u', nullptr, nullptr,
+     runTroupeRestartable},
 };
 
 const Mode* findMode(char tag) {
