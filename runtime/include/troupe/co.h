@@ -40,6 +40,7 @@
 #include <kj/debug.h>
 
 #include <coroutine>
+#include <type_traits>
 
 namespace troupe {
 template <typename T>
@@ -73,63 +74,37 @@ class PromiseAwaiter {
   bool await_ready() const { return false; }
 
   void await_suspend(std::coroutine_handle<> self) {
-    co_.park(promise_
-                 .then(
-                     [this, self](U&& value) {
-                       value_ = kj::mv(value);
-                       self.resume();
-                     },
-                     [this, self](kj::Exception&& e) {
-                       error_ = kj::mv(e);
-                       self.resume();
-                     })
-                 .eagerlyEvaluate(nullptr));
+    auto failed = [this, self](kj::Exception&& e) {
+      error_ = kj::mv(e);
+      self.resume();
+    };
+    if constexpr (std::is_void_v<U>) {
+      co_.park(promise_.then([self]() { self.resume(); }, kj::mv(failed)).eagerlyEvaluate(nullptr));
+    } else {
+      auto done = [this, self](U&& value) {
+        value_ = kj::mv(value);
+        self.resume();
+      };
+      co_.park(promise_.then(kj::mv(done), kj::mv(failed)).eagerlyEvaluate(nullptr));
+    }
   }
 
   U await_resume() {
     KJ_IF_MAYBE (e, error_) {
       kj::throwFatalException(kj::mv(*e));
     }
-    KJ_IF_MAYBE (v, value_) {
-      return kj::mv(*v);
+    if constexpr (!std::is_void_v<U>) {
+      KJ_IF_MAYBE (v, value_) {
+        return kj::mv(*v);
+      }
+      KJ_UNREACHABLE;
     }
-    KJ_UNREACHABLE;
   }
 
  private:
   CoroutineBase& co_;
   kj::Promise<U> promise_;
-  kj::Maybe<U> value_;
-  kj::Maybe<kj::Exception> error_;
-};
-
-template <>
-class PromiseAwaiter<void> {
- public:
-  PromiseAwaiter(CoroutineBase& co, kj::Promise<void>&& promise)
-      : co_(co), promise_(kj::mv(promise)) {}
-
-  bool await_ready() const { return false; }
-
-  void await_suspend(std::coroutine_handle<> self) {
-    co_.park(promise_
-                 .then([self]() { self.resume(); },
-                       [this, self](kj::Exception&& e) {
-                         error_ = kj::mv(e);
-                         self.resume();
-                       })
-                 .eagerlyEvaluate(nullptr));
-  }
-
-  void await_resume() {
-    KJ_IF_MAYBE (e, error_) {
-      kj::throwFatalException(kj::mv(*e));
-    }
-  }
-
- private:
-  CoroutineBase& co_;
-  kj::Promise<void> promise_;
+  kj::Maybe<std::conditional_t<std::is_void_v<U>, bool, U>> value_;  // unused for void
   kj::Maybe<kj::Exception> error_;
 };
 
