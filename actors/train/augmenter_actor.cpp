@@ -37,22 +37,22 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
 
 kj::Promise<void> AugmenterActor::onStart() {
   // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
-  auto load = context().offload([dir = dataDir_, shard = shard_, shards = shards_,
-                                  samples = samples_]() {
-    auto all = data::loadFashionMnist(dir, data::Split::kTrain);
-    KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
-               samples, all.size());
-    auto shared = std::make_shared<Shard>();
-    shared->ids = data::shardIndices(samples ? samples : all.size(), shard, shards);
-    shared->images = data::gatherSamples(all, shared->ids);
-    return std::shared_ptr<const Shard>(kj::mv(shared));
-  });
-  loaded_ = load.then([this](std::shared_ptr<const Shard> shard) {
-                  spdlog::debug("augmenter shard {}/{}: {} samples", shard_, shards_,
-                                shard->ids.size());
-                  data_ = kj::mv(shard);
-                })
-                .fork();
+  auto load =
+      context().offload([dir = dataDir_, shard = shard_, shards = shards_, samples = samples_]() {
+        auto all = data::loadFashionMnist(dir, data::Split::kTrain);
+        KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
+                   samples, all.size());
+        auto shared = std::make_shared<Shard>();
+        shared->ids = data::shardIndices(samples ? samples : all.size(), shard, shards);
+        shared->images = data::gatherSamples(all, shared->ids);
+        return std::shared_ptr<const Shard>(kj::mv(shared));
+      });
+  loaded_ =
+      load.then([this](std::shared_ptr<const Shard> shard) {
+            spdlog::debug("augmenter shard {}/{}: {} samples", shard_, shards_, shard->ids.size());
+            data_ = kj::mv(shard);
+          })
+          .fork();
   return loaded_.addBranch();
 }
 
@@ -73,8 +73,8 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   return loaded_.addBranch().then([this, call, session, epoch, from, sink]() mutable {
     KJ_REQUIRE(from <= data_->ids.size(), "resume position beyond the shard", from,
                data_->ids.size());
-    auto order = std::make_shared<std::vector<uint32_t>>(
-        data::epochOrder(data_->ids, seed_, epoch));
+    auto order =
+        std::make_shared<std::vector<uint32_t>>(data::epochOrder(data_->ids, seed_, epoch));
     return pump(session, epoch, order, from, sink).then([this, call, order]() mutable {
       auto r = call.getResults();
       r.setEnd(order->size());

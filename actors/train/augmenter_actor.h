@@ -32,8 +32,9 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
     std::vector<uint32_t> ids;   // global sample ids of the shard, ascending
   };
 
-  kj::Promise<void> pump(uint64_t session, uint32_t epoch, std::shared_ptr<std::vector<uint32_t>> order,
-                         uint64_t position, hetero::BatchSink::Client sink);
+  kj::Promise<void> pump(uint64_t session, uint32_t epoch,
+                         std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
+                         hetero::BatchSink::Client sink);
   kj::Promise<void> creditAvailable(uint64_t session);
 
   uint32_t shard_, shards_, batchSize_;

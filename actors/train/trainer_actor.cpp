@@ -26,7 +26,9 @@ class Sink final : public hetero::BatchSink::Server {
   std::shared_ptr<TrainerActor*> trainer_;  // null once the trainer is gone
 };
 
-double seconds(kj::Duration d) { return d / kj::NANOSECONDS / 1e9; }
+double seconds(kj::Duration d) {
+  return d / kj::NANOSECONDS / 1e9;
+}
 
 struct Quiet : kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&& e) override {
@@ -52,7 +54,9 @@ TrainerActor::TrainerActor(ActorContext& context)
   self_ = std::make_shared<TrainerActor*>(this);
 }
 
-TrainerActor::~TrainerActor() noexcept(false) { *self_ = nullptr; }
+TrainerActor::~TrainerActor() noexcept(false) {
+  *self_ = nullptr;
+}
 
 kj::Promise<void> TrainerActor::onStart() {
   auto kind = deviceName_ == "cpu"    ? DeviceKind::kCpu
@@ -207,9 +211,10 @@ void TrainerActor::startSource(uint32_t index) {
 kj::Promise<void> TrainerActor::recover(uint32_t index, kj::Exception error, int attempt) {
   auto& s = sources_[index];
   if (attempt == 0) {
-    spdlog::warn("shard {}: the stream from augmenter #{} broke ({}); resuming from sample {} "
-                 "once it runs again",
-                 s.shard, s.actorId, error.getDescription().cStr(), s.acked);
+    spdlog::warn(
+        "shard {}: the stream from augmenter #{} broke ({}); resuming from sample {} "
+        "once it runs again",
+        s.shard, s.actorId, error.getDescription().cStr(), s.acked);
   }
   s.session = 0;  // whatever still arrives from the old stream is stale
   return context().timer().afterDelay(200 * kj::MILLISECONDS).then([this, index, attempt]() {
@@ -281,10 +286,11 @@ void TrainerActor::grant(Source& s, uint32_t credits) {
 
 kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) const {
   size_t n = b.ids.size();
-  if (n == 0 || n > batchSize_) return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
+  if (n == 0 || n > batchSize_)
+    return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
   if (b.labels.size() != n || b.images.size() != n * 784) {
-    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ",
-                   b.images.size(), " floats");
+    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ", b.images.size(),
+                   " floats");
   }
   if (b.begin + n > s.expected.size() ||
       !std::equal(b.ids.begin(), b.ids.end(), s.expected.begin() + b.begin)) {

@@ -37,9 +37,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint32_t incarnation;
     hetero::Augmenter::Client client;
     uint64_t session = 0;
-    uint64_t acked = 0;         // every sample before this position was trained on
-    uint64_t end = 0;           // shard size, known once produce() resolved
-    bool produced = false;      // produce() resolved for this epoch
+    uint64_t acked = 0;              // every sample before this position was trained on
+    uint64_t end = 0;                // shard size, known once produce() resolved
+    bool produced = false;           // produce() resolved for this epoch
     std::vector<uint32_t> expected;  // this epoch's order of the shard
   };
   struct Pending {

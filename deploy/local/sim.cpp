@@ -470,27 +470,30 @@ int runSim(int argc, char* argv[]) {
   bool lingering = false;
   auto exits = kj::heapArrayBuilder<kj::Promise<void>>(instances.size());
   for (auto& in : instances) {
-    exits.add(in.process->onExit().then([&](troupe::ChildExit e) {
-      in.exit = e;
-      if (!lingering) {
-        lingering = true;
-        tasks.add(loop.timer().afterDelay(lingerMs * kj::MILLISECONDS).then([&]() {
-          bool any = false;
-          for (auto& other : instances) any = any || other.exit == nullptr;
-          if (!any) return kj::Promise<void>(kj::READY_NOW);
-          fprintf(stderr,
-                  "troupe sim: instances still running %u ms after the first exit: "
-                  "SIGTERM\n",
-                  lingerMs);
-          killAll(SIGTERM);
-          return loop.timer().afterDelay(graceMs * kj::MILLISECONDS).then([&]() {
-            killAll(SIGKILL);
-          });
-        }));
-      }
-      // Evaluated now, not when the join below completes: joinPromises() only runs its inputs'
-      // continuations once every input is ready, and this one starts the linger timer.
-    }).eagerlyEvaluate(nullptr));
+    exits.add(in.process->onExit()
+                  .then([&](troupe::ChildExit e) {
+                    in.exit = e;
+                    if (!lingering) {
+                      lingering = true;
+                      tasks.add(loop.timer().afterDelay(lingerMs * kj::MILLISECONDS).then([&]() {
+                        bool any = false;
+                        for (auto& other : instances) any = any || other.exit == nullptr;
+                        if (!any) return kj::Promise<void>(kj::READY_NOW);
+                        fprintf(stderr,
+                                "troupe sim: instances still running %u ms after the first exit: "
+                                "SIGTERM\n",
+                                lingerMs);
+                        killAll(SIGTERM);
+                        return loop.timer().afterDelay(graceMs * kj::MILLISECONDS).then([&]() {
+                          killAll(SIGKILL);
+                        });
+                      }));
+                    }
+                    // Evaluated now, not when the join below completes: joinPromises() only runs
+                    // its inputs' continuations once every input is ready, and this one starts the
+                    // linger timer.
+                  })
+                  .eagerlyEvaluate(nullptr));
   }
   kj::joinPromises(exits.finish()).wait(loop.waitScope());
 

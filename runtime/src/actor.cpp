@@ -12,7 +12,9 @@ namespace troupe {
 // =======================================================================================
 // Exit, ActorAddress
 
-Exit Exit::fromProto(proto::ExitReason::Reader r) { return Exit{r.getKind(), r.getText()}; }
+Exit Exit::fromProto(proto::ExitReason::Reader r) {
+  return Exit{r.getKind(), r.getText()};
+}
 
 void Exit::toProto(proto::ExitReason::Builder b) const {
   b.setKind(kind);
@@ -115,13 +117,17 @@ ActorContext::ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::b
                            uint32_t index, uint32_t count)
     : node_(node), self_(kj::mv(self)), index_(index), count_(count), argBytes_(kj::mv(args)) {}
 
-const NodeInfo& ActorContext::node() const { return node_.info(); }
-EventLoop& ActorContext::loop() { return node_.loop(); }
+const NodeInfo& ActorContext::node() const {
+  return node_.info();
+}
+EventLoop& ActorContext::loop() {
+  return node_.loop();
+}
 
 kj::Promise<kj::Array<ActorContext::Spawned>> ActorContext::spawnRaw(kj::StringPtr typeName,
-                                                                    const Placement& placement,
-                                                                    SpawnOptions options,
-                                                                    bool many) {
+                                                                     const Placement& placement,
+                                                                     SpawnOptions options,
+                                                                     bool many) {
   KJ_REQUIRE(many || !placement.isMultiInstance(), "a multi-instance placement needs spawnMany()",
              placement.describe());
   auto req = node_.cluster().spawnRequest();
@@ -176,7 +182,9 @@ kj::Promise<void> ActorContext::link(uint64_t id) {
   return req.send().ignoreResult();
 }
 
-void ActorContext::exit(Exit reason) { node_.actorExited(self_.id, kj::mv(reason)); }
+void ActorContext::exit(Exit reason) {
+  node_.actorExited(self_.id, kj::mv(reason));
+}
 
 // =======================================================================================
 // ActorCore
@@ -187,17 +195,16 @@ ActorCore::~ActorCore() noexcept(false) {}
 void ActorCore::checkAlive() const {
   KJ_IF_MAYBE(e, exited_) {
     kj::throwFatalException(KJ_EXCEPTION(
-        DISCONNECTED,
-        kj::str("actor ", self().describe(), " has exited (", e->describe(), ")")));
+        DISCONNECTED, kj::str("actor ", self().describe(), " has exited (", e->describe(), ")")));
   }
 }
 
 void ActorCore::markExited(const Exit& reason) {
   if (exited_ != nullptr) return;
   exited_ = reason;
-  canceler_.cancel(KJ_EXCEPTION(DISCONNECTED, kj::str("actor ", self().describe(),
-                                                      " exited during the call (",
-                                                      reason.describe(), ")")));
+  canceler_.cancel(KJ_EXCEPTION(
+      DISCONNECTED,
+      kj::str("actor ", self().describe(), " exited during the call (", reason.describe(), ")")));
 }
 
 kj::Promise<void> ActorCore::stopImpl() {
@@ -206,7 +213,9 @@ kj::Promise<void> ActorCore::stopImpl() {
   return req.send().ignoreResult();
 }
 
-kj::Promise<void> ActorCore::linkImpl(uint64_t other) { return context_->link(other); }
+kj::Promise<void> ActorCore::linkImpl(uint64_t other) {
+  return context_->link(other);
+}
 
 kj::Promise<void> ActorCore::monitorImpl(proto::Watcher::Client watcher) {
   auto req = context_->runtime().cluster().monitorRequest();
@@ -231,9 +240,9 @@ Registry::Created Registry::create(const std::string& typeName,
                                    kj::Own<ActorContext> context) const {
   auto it = factories_.find(typeName);
   if (it == factories_.end()) {
-    kj::throwFatalException(KJ_EXCEPTION(FAILED, kj::str("actor type '", typeName,
-                                                         "' is not registered; registered types: ",
-                                                         names())));
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED,
+        kj::str("actor type '", typeName, "' is not registered; registered types: ", names())));
   }
   return it->second(kj::mv(context));
 }
@@ -244,8 +253,8 @@ Registry::Created Registry::create(const std::string& typeName,
 Driver::Driver(Head& head, std::vector<std::string> args) : head_(head), args_(kj::mv(args)) {}
 
 kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
-                                                  const Placement& placement,
-                                                  SpawnOptions options, bool many) {
+                                                  const Placement& placement, SpawnOptions options,
+                                                  bool many) {
   SpawnRequest spec;
   spec.typeName = typeName.cStr();
   spec.name = options.name;
@@ -267,30 +276,50 @@ proto::Actor::Client Driver::resolveRaw(const ActorAddress& address) {
   return rebinding(head_.node(), address, req.send().getActor());
 }
 
-kj::Promise<void> Driver::stop(uint64_t actorId) { return head_.stop(actorId); }
+kj::Promise<void> Driver::stop(uint64_t actorId) {
+  return head_.stop(actorId);
+}
 
 kj::Promise<Exit> Driver::monitor(uint64_t actorId) {
   return monitorThrough(head_.node().cluster(), actorId);
 }
 
-kj::Maybe<ActorAddress> Driver::lookup(kj::StringPtr name) { return head_.lookup(name); }
-kj::Maybe<ActorAddress> Driver::current(uint64_t actorId) { return head_.resolve(actorId); }
-const NodeInfo& Driver::node() const { return head_.node().info(); }
-std::vector<NodeInfo> Driver::nodes() const { return head_.nodes(); }
-EventLoop& Driver::loop() { return head_.node().loop(); }
+kj::Maybe<ActorAddress> Driver::lookup(kj::StringPtr name) {
+  return head_.lookup(name);
+}
+kj::Maybe<ActorAddress> Driver::current(uint64_t actorId) {
+  return head_.resolve(actorId);
+}
+const NodeInfo& Driver::node() const {
+  return head_.node().info();
+}
+std::vector<NodeInfo> Driver::nodes() const {
+  return head_.nodes();
+}
+EventLoop& Driver::loop() {
+  return head_.node().loop();
+}
 
 // =======================================================================================
 
 const char* exitCodeName(int code) {
   switch (code) {
-    case OK: return "OK";
-    case JOB_FAILED: return "JOB_FAILED";
-    case CONFIG_ERROR: return "CONFIG_ERROR";
-    case HEAD_LOST: return "HEAD_LOST";
-    case AUTH_FAILED: return "AUTH_FAILED";
-    case JOIN_FAILED: return "JOIN_FAILED";
-    case INTERRUPTED: return "INTERRUPTED";
-    case INTERNAL_ERROR: return "INTERNAL_ERROR";
+    case OK:
+      return "OK";
+    case JOB_FAILED:
+      return "JOB_FAILED";
+    case CONFIG_ERROR:
+      return "CONFIG_ERROR";
+    case HEAD_LOST:
+      return "HEAD_LOST";
+    case AUTH_FAILED:
+      return "AUTH_FAILED";
+    case JOIN_FAILED:
+      return "JOIN_FAILED";
+    case INTERRUPTED:
+      return "INTERRUPTED";
+    case INTERNAL_ERROR:
+      return "INTERNAL_ERROR";
   }
   return "UNKNOWN";
 }

@@ -69,7 +69,7 @@ kj::Promise<void> CoalescingStream::write(kj::ArrayPtr<const kj::ArrayPtr<const 
 
 kj::Promise<void> CoalescingStream::writeSmall(
     kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
-  KJ_IF_MAYBE (exception, failure) {
+  KJ_IF_MAYBE(exception, failure) {
     return kj::cp(*exception);
   }
   KJ_REQUIRE(!shutdownRequested, "write() after shutdownWrite()");
@@ -92,7 +92,7 @@ kj::Promise<void> CoalescingStream::writeSmall(
 
 kj::Promise<void> CoalescingStream::writeLarge(
     kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
-  KJ_IF_MAYBE (exception, failure) {
+  KJ_IF_MAYBE(exception, failure) {
     return kj::cp(*exception);
   }
   KJ_REQUIRE(!shutdownRequested, "write() after shutdownWrite()");
@@ -113,7 +113,7 @@ kj::Promise<void> CoalescingStream::whenWriteDisconnected() {
 }
 
 kj::Promise<void> CoalescingStream::flush() {
-  KJ_IF_MAYBE (exception, failure) {
+  KJ_IF_MAYBE(exception, failure) {
     return kj::cp(*exception);
   }
   sealAccumulator();
@@ -196,7 +196,7 @@ void CoalescingStream::onWriteDone() {
       pendingBytes -= chunk.ownedSize;
       if (spareBuffers.size() < 4) spareBuffers.add(kj::mv(chunk.owned));
     }
-    KJ_IF_MAYBE (done, chunk.done) {
+    KJ_IF_MAYBE(done, chunk.done) {
       (*done)->fulfill();
     }
   }
@@ -217,7 +217,7 @@ void CoalescingStream::fail(kj::Exception&& exception) {
   auto& error = KJ_ASSERT_NONNULL(failure);
   auto rejectAll = [&](kj::Vector<Chunk>& chunks) {
     for (auto& chunk : chunks) {
-      KJ_IF_MAYBE (done, chunk.done) {
+      KJ_IF_MAYBE(done, chunk.done) {
         (*done)->reject(kj::cp(error));
       }
     }

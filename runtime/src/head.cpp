@@ -118,11 +118,11 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
 }
 
 void Head::watchConnection(uint32_t nodeId, kj::Promise<void> disconnected) {
-  tasks_.add(disconnected.then([]() { return std::string("its connection closed"); },
-                               [](kj::Exception&& e) {
-                                 return std::string("its connection failed: ") +
-                                        e.getDescription().cStr();
-                               })
+  tasks_.add(disconnected
+                 .then([]() { return std::string("its connection closed"); },
+                       [](kj::Exception&& e) {
+                         return std::string("its connection failed: ") + e.getDescription().cStr();
+                       })
                  .then([this, nodeId](std::string why) { nodeLost(nodeId, why); }));
 }
 
@@ -234,10 +234,11 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
   KJ_REQUIRE(!finishing_, "the job is ending; not starting more actors");
   if (!node_.registry().has(request.typeName)) {
     kj::throwFatalException(KJ_EXCEPTION(
-        FAILED, kj::str("cannot spawn '", request.typeName,
-                        "': no actor type of that name is registered; registered types: ",
-                        node_.registry().names(), ". Register it in main() with Registry::add<T>(\"",
-                        request.typeName, "\")")));
+        FAILED,
+        kj::str("cannot spawn '", request.typeName,
+                "': no actor type of that name is registered; registered types: ",
+                node_.registry().names(), ". Register it in main() with Registry::add<T>(\"",
+                request.typeName, "\")")));
   }
   if (request.parent != 0) {
     auto* parent = findActor(request.parent);
@@ -313,15 +314,17 @@ void Head::hostOn(ActorEntry& entry) {
   auto incarnation = entry.address.incarnation;
   auto description = entry.address.describe();
   spdlog::info("started {}", description);
-  entry.started = response.ignoreResult()
-                      .catch_([this, id, incarnation, description](kj::Exception&& e) {
-                        actorExited(id, incarnation,
-                                    Exit::failed(std::string("could not start: ") +
-                                                 e.getDescription().cStr()));
-                        kj::throwFatalException(kj::mv(e));
-                      })
-                      .fork();
-  KJ_IF_MAYBE(s, entry.started) { tasks_.add(s->addBranch()); }
+  entry.started =
+      response.ignoreResult()
+          .catch_([this, id, incarnation, description](kj::Exception&& e) {
+            actorExited(id, incarnation,
+                        Exit::failed(std::string("could not start: ") + e.getDescription().cStr()));
+            kj::throwFatalException(kj::mv(e));
+          })
+          .fork();
+  KJ_IF_MAYBE(s, entry.started) {
+    tasks_.add(s->addBranch());
+  }
   if (entry.address.nodeId == 1) announceHeadActors();
 }
 
@@ -342,7 +345,9 @@ void Head::announceHeadActors() {
 kj::Promise<void> Head::whenStarted(uint64_t id) {
   auto* e = findActor(id);
   if (e == nullptr) return kj::READY_NOW;
-  KJ_IF_MAYBE(s, e->started) { return s->addBranch(); }
+  KJ_IF_MAYBE(s, e->started) {
+    return s->addBranch();
+  }
   return kj::READY_NOW;
 }
 
@@ -379,7 +384,9 @@ proto::Node::Client Head::nodeAt(const std::string& address,
   for (auto& [id, n] : nodes_) {
     if (n.alive && address == n.info.address().cStr()) return n.client;
   }
-  KJ_IF_MAYBE(o, otherwise) { return *o; }
+  KJ_IF_MAYBE(o, otherwise) {
+    return *o;
+  }
   return KJ_EXCEPTION(DISCONNECTED, kj::str("no live node listens at ", address.c_str()));
 }
 
@@ -390,8 +397,8 @@ void Head::link(uint64_t a, uint64_t b) {
   for (auto id : {a, b}) {
     auto* e = findActor(id);
     if (e == nullptr || e->state != State::RUNNING) {
-      kj::throwFatalException(KJ_EXCEPTION(
-          DISCONNECTED, kj::str("cannot link: actor #", id, " is not running")));
+      kj::throwFatalException(
+          KJ_EXCEPTION(DISCONNECTED, kj::str("cannot link: actor #", id, " is not running")));
     }
   }
   actors_.at(a).links.insert(b);
@@ -506,8 +513,7 @@ kj::Promise<void> Head::stopOnNode(ActorEntry& entry, Exit reason) {
       .timer()
       .timeoutAfter(timeout + 2 * kj::SECONDS, req.send().ignoreResult())
       .catch_([this, client, id, reason, description](kj::Exception&& e) mutable {
-        spdlog::warn("stopping {} failed ({}); killing it", description,
-                     e.getDescription().cStr());
+        spdlog::warn("stopping {} failed ({}); killing it", description, e.getDescription().cStr());
         auto kill = client.killRequest();
         kill.setId(id);
         Exit{ExitKind::KILLED, reason.text}.toProto(kill.initReason());
@@ -538,10 +544,13 @@ bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
   auto decision = sched::place(view_, entry.spec.placement);
   auto* placed = std::get_if<sched::Placed>(&decision);
   if (placed == nullptr || !view_.reserve(placed->nodeId, entry.spec.placement.getResources())) {
-    std::string why = placed ? "no capacity" : std::visit([](auto& d) -> std::string {
-      if constexpr (requires { d.reason; }) return d.reason;
-      return "";
-    }, decision);
+    std::string why = placed ? "no capacity"
+                             : std::visit(
+                                   [](auto& d) -> std::string {
+                                     if constexpr (requires { d.reason; }) return d.reason;
+                                     return "";
+                                   },
+                                   decision);
     reason.text += " (could not restart it: " + why + ")";
     return false;
   }
@@ -627,9 +636,8 @@ kj::Promise<void> Head::endJob() {
   std::vector<uint64_t> roots(rootChildren_.rbegin(), rootChildren_.rend());
   kj::Promise<void> chain = kj::READY_NOW;
   for (auto id : roots) {
-    chain = chain.then([this, id]() {
-      return terminate(id, Exit::shutdown("the job is ending"), false, false);
-    });
+    chain = chain.then(
+        [this, id]() { return terminate(id, Exit::shutdown("the job is ending"), false, false); });
   }
   // 2. Every other node stops what it still hosts and exits with the job's status.
   return chain
@@ -661,7 +669,9 @@ kj::Promise<void> Head::endJob() {
 kj::Promise<void> ClusterSession::join(JoinContext call) {
   auto p = call.getParams();
   auto id = head_.join(NodeInfo::fromProto(p.getInfo()), p.getNode());
-  KJ_IF_MAYBE(c, connection_) { head_.watchConnection(id, c->onDisconnect()); }
+  KJ_IF_MAYBE(c, connection_) {
+    head_.watchConnection(id, c->onDisconnect());
+  }
   auto r = call.getResults();
   r.setNodeId(id);
   r.setHeartbeatMs(head_.node().options().heartbeatMs);

@@ -38,7 +38,7 @@ EventLoop::EventLoop(unsigned poolThreads)
   io_.waitScope.setBusyPollInterval(256);
   KJ_REQUIRE(uv_loop_init(&uv_) == 0, "uv_loop_init failed");
   observer_ = kj::heap<kj::UnixEventPort::FdObserver>(io_.unixEventPort, uv_backend_fd(&uv_),
-                                                       kj::UnixEventPort::FdObserver::OBSERVE_READ);
+                                                      kj::UnixEventPort::FdObserver::OBSERVE_READ);
   pumpTask_ = pump().eagerlyEvaluate([](kj::Exception&& e) {
     KJ_LOG(FATAL, "libuv pump failed", e);
     abort();
@@ -117,8 +117,7 @@ void EventLoop::onSignal(int signum, kj::Function<void(int)> handler) {
   uv_signal_init(&uv_, s);
   s->data = new kj::Function<void(int)>(kj::mv(handler));
   uv_signal_start(
-      s,
-      [](uv_signal_t* h, int sig) { (*static_cast<kj::Function<void(int)>*>(h->data))(sig); },
+      s, [](uv_signal_t* h, int sig) { (*static_cast<kj::Function<void(int)>*>(h->data))(sig); },
       signum);
   // The handle stays referenced: libuv only polls (and so only registers the signal pipe with
   // epoll) while the loop is alive.

@@ -69,10 +69,10 @@ class NodeServer final : public proto::Node::Server {
       call.getResults().setActor(*client);
       return kj::READY_NOW;
     }
-    return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " is not hosted on ",
-                                              node_.info().host(),
-                                              ": it has exited or lives elsewhere now; ask the "
-                                              "cluster for its current address"));
+    return KJ_EXCEPTION(DISCONNECTED,
+                        kj::str("actor #", id, " is not hosted on ", node_.info().host(),
+                                ": it has exited or lives elsewhere now; ask the "
+                                "cluster for its current address"));
   }
   kj::Promise<void> stop(StopContext call) override {
     auto p = call.getParams();
@@ -222,22 +222,22 @@ void NodeRuntime::accepted(kj::Own<kj::AsyncIoStream> stream) {
   // The gate needs the connection (to learn of its end) but is made before it.
   auto slot = kj::heap<Connection*>(nullptr);
   auto gate = kj::heap<GateServer>(*this, *slot, peer);
-  auto conn = kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
-                                   capnp::rpc::twoparty::Side::SERVER, kj::mv(gate),
-                                   readerOptions(), peer);
+  auto conn =
+      kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
+                           capnp::rpc::twoparty::Side::SERVER, kj::mv(gate), readerOptions(), peer);
   *slot = conn.get();
-  tasks_.add(conn->onDisconnect()
-                 .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
-                       [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
-                 .then([this, id, peer, slot = kj::mv(slot)](kj::Maybe<kj::Exception> error) mutable {
-                   KJ_IF_MAYBE(e, error) {
-                     spdlog::debug("connection from {} dropped: {}", peer,
-                                   e->getDescription().cStr());
-                   }
-                   *slot = nullptr;
-                   // Destroy the connection outside of its own disconnect callback.
-                   return kj::evalLater([this, id]() { inbound_.erase(id); });
-                 }));
+  tasks_.add(
+      conn->onDisconnect()
+          .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
+                [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
+          .then([this, id, peer, slot = kj::mv(slot)](kj::Maybe<kj::Exception> error) mutable {
+            KJ_IF_MAYBE(e, error) {
+              spdlog::debug("connection from {} dropped: {}", peer, e->getDescription().cStr());
+            }
+            *slot = nullptr;
+            // Destroy the connection outside of its own disconnect callback.
+            return kj::evalLater([this, id]() { inbound_.erase(id); });
+          }));
   inbound_.emplace(id, kj::mv(conn));
 }
 
@@ -265,20 +265,19 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
     // The head already holds a connection to every worker that joined.
     return h->nodeAt(address, nullptr);
   }
-  auto connected =
-      connect(address)
-          .then([this, address](kj::Own<Connection> conn) {
-            auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
-            login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
-            proto::Node::Client node = login.send().getNode();
-            tasks_.add(conn->onDisconnect().then([this, address]() {
-              return kj::evalLater([this, address]() { peers_.erase(address); });
-            }));
-            auto it = peers_.find(address);
-            if (it != peers_.end()) it->second.connection = kj::mv(conn);
-            return node;
-          })
-          .fork();
+  auto connected = connect(address)
+                       .then([this, address](kj::Own<Connection> conn) {
+                         auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
+                         login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
+                         proto::Node::Client node = login.send().getNode();
+                         tasks_.add(conn->onDisconnect().then([this, address]() {
+                           return kj::evalLater([this, address]() { peers_.erase(address); });
+                         }));
+                         auto it = peers_.find(address);
+                         if (it != peers_.end()) it->second.connection = kj::mv(conn);
+                         return node;
+                       })
+                       .fork();
   tasks_.add(connected.addBranch().ignoreResult().catch_([this, address](kj::Exception&& e) {
     spdlog::warn("cannot connect to {}: {}", address, e.getDescription().cStr());
     peers_.erase(address);
@@ -289,7 +288,9 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
 }
 
 proto::Cluster::Client NodeRuntime::cluster() {
-  KJ_IF_MAYBE(c, cluster_) { return *c; }
+  KJ_IF_MAYBE(c, cluster_) {
+    return *c;
+  }
   KJ_FAIL_REQUIRE("this node has not joined the cluster yet");
 }
 

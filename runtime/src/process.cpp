@@ -51,7 +51,8 @@ struct ChildProcess::State {
 namespace {
 
 void closeHandle(uv_handle_t* h) {
-  uv_close(h, [](uv_handle_t* handle) { static_cast<ChildProcess::State*>(handle->data)->closed(); });
+  uv_close(h,
+           [](uv_handle_t* handle) { static_cast<ChildProcess::State*>(handle->data)->closed(); });
 }
 
 }  // namespace
@@ -152,9 +153,13 @@ ChildProcess::~ChildProcess() noexcept(false) {
   loop_.kick();
 }
 
-bool ChildProcess::running() const { return state_ != nullptr && state_->running; }
+bool ChildProcess::running() const {
+  return state_ != nullptr && state_->running;
+}
 
-kj::Promise<ChildExit> ChildProcess::onExit() { return exited_.addBranch(); }
+kj::Promise<ChildExit> ChildProcess::onExit() {
+  return exited_.addBranch();
+}
 
 void ChildProcess::kill(int signum) {
   if (running()) {

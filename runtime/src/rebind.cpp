@@ -39,7 +39,7 @@ class Rebinder final : public capnp::Capability::Server {
 
   kj::Promise<void> refresh() {
     // Concurrent calls share one question to the head.
-    KJ_IF_MAYBE (r, refreshing_) {
+    KJ_IF_MAYBE(r, refreshing_) {
       return r->addBranch();
     }
     auto req = node_.cluster().resolveRequest();

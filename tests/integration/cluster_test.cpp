@@ -166,8 +166,7 @@ TEST_CASE("restarts: new incarnations, then escalation to the driver past the li
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("a reference kept across restarts reaches each new incarnation",
-          "[cluster][lifecycle]") {
+TEST_CASE("a reference kept across restarts reaches each new incarnation", "[cluster][lifecycle]") {
   Run run(harness::sim(kThree, probe("follow")));
   REQUIRE(run.wait(30s) == 0);
   auto out = run.output();
@@ -202,10 +201,10 @@ TEST_CASE("the cascade stops children before parents and kills a stubborn actor"
 
 TEST_CASE("a wrong token is refused: that node exits AUTH_FAILED, the head reports it missing",
           "[cluster][bad-input]") {
-  Run run(harness::sim({"--group", "data_group=1", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
-                        "data_group:TROUPE_TOKEN=not-the-token", "--env",
-                        "dnn_group:TROUPE_JOIN_TIMEOUT_MS=3000"},
-                       probe("normal")));
+  Run run(harness::sim(
+      {"--group", "data_group=1", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
+       "data_group:TROUPE_TOKEN=not-the-token", "--env", "dnn_group:TROUPE_JOIN_TIMEOUT_MS=3000"},
+      probe("normal")));
   REQUIRE(run.wait(30s) != 0);
   auto out = run.output();
   INFO(out);

@@ -41,7 +41,7 @@ class ScriptedAugmenter final : public troupe::ActorBase<hetero::Augmenter> {
   kj::Promise<void> grant(GrantContext call) override {
     if (call.getParams().getSession() == session_) {
       credits_ += call.getParams().getCredits();
-      KJ_IF_MAYBE (w, creditWaiter_) {
+      KJ_IF_MAYBE(w, creditWaiter_) {
         (*w)->fulfill();
         creditWaiter_ = nullptr;
       }

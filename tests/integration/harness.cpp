@@ -15,8 +15,12 @@ extern char** environ;
 
 namespace harness {
 
-std::string troupeBinary() { return TROUPE_BINARY; }
-std::string probeApp() { return PROBE_APP; }
+std::string troupeBinary() {
+  return TROUPE_BINARY;
+}
+std::string probeApp() {
+  return PROBE_APP;
+}
 
 bool processExists(pid_t pid) {
   if (kill(pid, 0) != 0) return errno != ESRCH;
@@ -110,8 +114,7 @@ std::string Run::output() const {
 
 std::map<std::string, Instance> Run::instances() const {
   std::map<std::string, Instance> out;
-  static const std::regex line(
-      R"(troupe sim: (\S+)\s+(\S+)\s+\S+\s+(\S+)\s+pid=(\d+))");
+  static const std::regex line(R"(troupe sim: (\S+)\s+(\S+)\s+\S+\s+(\S+)\s+pid=(\d+))");
   auto text = output();
   for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
     Instance i;

@@ -225,10 +225,10 @@ TEST_CASE("a write error is kept and fails later calls", "[coalescing_stream]") 
   kj::Maybe<kj::Exception> error;
   size_t writes = 0;
   for (; writes < 100000 && error == nullptr; ++writes) {
-    KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&]() {
-                   writer.write(chunk.begin(), chunk.size()).wait(io.waitScope);
-                   writer.flush().wait(io.waitScope);
-                 })) {
+    KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&]() {
+                  writer.write(chunk.begin(), chunk.size()).wait(io.waitScope);
+                  writer.flush().wait(io.waitScope);
+                })) {
       error = kj::mv(*exception);
     }
   }

@@ -32,7 +32,7 @@ TEST_CASE("a heterogeneous description parses; hosts and groups come out sorted"
 
 TEST_CASE("the head is the first host of the head group, by default the GPU group", "[config]") {
   auto c = ClusterConfig::parse(kHetero, "rc.json");
-  CHECK(c.headHost("") == "algo-2");           // ml.p3.2xlarge has a GPU
+  CHECK(c.headHost("") == "algo-2");  // ml.p3.2xlarge has a GPU
   CHECK(c.headHost("data_group") == "algo-1");
   CHECK_THROWS_WITH(c.headHost("dnn_grup"),
                     "head group 'dnn_grup' is unknown; groups are: data_group, dnn_group");
@@ -69,15 +69,17 @@ TEST_CASE("bad descriptions name the file, the key and the value", "[config][bad
   CHECK(fails(R"({"current_host":"a","hosts":["a","b"],"instance_groups":[
                  {"instance_group_name":"g","hosts":["a"]}]})") ==
         "cluster file rc.json: host 'b' is in no instance group; add it to one of: g");
-  CHECK(fails(R"({"current_host":"a","hosts":["a"],"instance_groups":[
+  CHECK(
+      fails(R"({"current_host":"a","hosts":["a"],"instance_groups":[
                  {"instance_group_name":"g","hosts":["a"]},{"instance_group_name":"h","hosts":["a"]}]})") ==
-        "cluster file rc.json: host 'a' is in two groups, 'g' and 'h'; a host belongs to one group");
+      "cluster file rc.json: host 'a' is in two groups, 'g' and 'h'; a host belongs to one group");
   CHECK(fails(R"({"current_host":"a","hosts":["a"],"instance_groups":[
                  {"instance_group_name":"g","hosts":["a"]},{"instance_group_name":"h","hosts":[]}]})") ==
         "cluster file rc.json: instance group 'h' has no hosts; give it at least one or remove it");
   CHECK(fails(R"({"current_host":"a","hosts":["a"],"current_group_name":"x","instance_groups":[
                  {"instance_group_name":"g","hosts":["a"]}]})") ==
-        "cluster file rc.json: current_group_name 'x' does not match the group of current_host 'a' ('g')");
+        "cluster file rc.json: current_group_name 'x' does not match the group of current_host 'a' "
+        "('g')");
 }
 
 TEST_CASE("a missing file is a clear error", "[config][bad-input]") {

@@ -57,7 +57,8 @@ TEST_CASE("dropping an offload promise cancels queued work", "[loop]") {
   int threads = atoi(getenv("UV_THREADPOOL_SIZE"));
   auto blockers = kj::heapArrayBuilder<kj::Promise<void>>(threads);
   for (int i = 0; i < threads; ++i) {
-    blockers.add(loop.offload([]() { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }));
+    blockers.add(
+        loop.offload([]() { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }));
   }
   {
     auto dropped = loop.offload([ran]() { ++*ran; });

@@ -64,7 +64,7 @@ struct Options {
   std::vector<uint> windows = {128, 1024};
   uint warmupCalls = 1000;
   bool json = false;
-  bool restartable = false;  // mode (c2): the echo actor has a restart policy
+  bool restartable = false;                  // mode (c2): the echo actor has a restart policy
   std::string troupeBinary = TROUPE_BINARY;  // `troupe sim`, for mode (c).
 };
 
@@ -432,9 +432,9 @@ kj::Promise<void> driveTroupe(Driver& job) {
   auto options = optionsFromJson(nlohmann::json::parse(*(flag + 1)));
 
   // A restart policy makes the reference a local forwarding capability (runtime/src/rebind.cpp).
-  auto echo = job.spawn<EchoActor>(
-      kEchoActorType, Placement::group("b"),
-      options.restartable ? SpawnOptions().restarts(1) : SpawnOptions());
+  auto echo =
+      job.spawn<EchoActor>(kEchoActorType, Placement::group("b"),
+                           options.restartable ? SpawnOptions().restarts(1) : SpawnOptions());
   KJ_REQUIRE(echo.address().address != job.node().address().cStr(),
              "the echo actor must live on another node than the driver", echo.address().describe());
   auto measurement = kj::heap<Measurement>(

@@ -14,10 +14,10 @@
 //     }
 //   };
 //
-// Lifecycle (Erlang/OTP semantics): every actor has a parent (the driver is the root) and by default
-// is linked to it, so an abnormal exit escalates to the parent unless the actor's restart policy
-// restarts it first. Stopping an actor stops its children first, in reverse start order, each with
-// a deadline after which it is killed. Once an actor has exited, calls on it fail with a
+// Lifecycle (Erlang/OTP semantics): every actor has a parent (the driver is the root) and by
+// default is linked to it, so an abnormal exit escalates to the parent unless the actor's restart
+// policy restarts it first. Stopping an actor stops its children first, in reverse start order,
+// each with a deadline after which it is killed. Once an actor has exited, calls on it fail with a
 // DISCONNECTED kj::Exception naming the actor and the reason; calls in flight fail the same way.
 
 #pragma once
@@ -158,8 +158,8 @@ class ActorContext {
   // What an actor can do besides serving calls: spawn children, resolve and monitor other actors,
   // run CPU work on the pool, and exit. One per actor incarnation, owned by the actor.
  public:
-  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args,
-               uint32_t index = 0, uint32_t count = 1);
+  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args, uint32_t index = 0,
+               uint32_t count = 1);
 
   const ActorAddress& self() const { return self_; }
   uint32_t instanceIndex() const { return index_; }
@@ -197,7 +197,9 @@ class ActorContext {
                                            SpawnOptions options = {}) {
     // Starts one child per instance of a multi-instance placement (onePerNode, perVcpu, ...).
     return spawnRaw(typeName, placement, kj::mv(options), true).then([](auto refs) {
-      return KJ_MAP(r, refs) { return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address)); };
+      return KJ_MAP(r, refs) {
+        return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address));
+      };
     });
   }
 
@@ -308,7 +310,8 @@ class ActorBase : public Interface::Server, public ActorCore {
     auto result = Server::dispatchCall(interfaceId, methodId, call);
     // The Actor interface's own methods (stop, link, ...) are control calls: they must be able to
     // finish while the actor is being stopped.
-    if (interfaceId != capnp::typeId<proto::Actor>()) result.promise = guard(kj::mv(result.promise));
+    if (interfaceId != capnp::typeId<proto::Actor>())
+      result.promise = guard(kj::mv(result.promise));
     return result;
   }
 

@@ -90,11 +90,11 @@ class PromiseAwaiter {
   }
 
   U await_resume() {
-    KJ_IF_MAYBE (e, error_) {
+    KJ_IF_MAYBE(e, error_) {
       kj::throwFatalException(kj::mv(*e));
     }
     if constexpr (!std::is_void_v<U>) {
-      KJ_IF_MAYBE (v, value_) {
+      KJ_IF_MAYBE(v, value_) {
         return kj::mv(*v);
       }
       KJ_UNREACHABLE;
@@ -111,7 +111,7 @@ class PromiseAwaiter {
 inline kj::Exception currentException() {
   // From inside a catch block: rethrow to have KJ convert whatever it is. (Out of line from
   // unhandled_exception(): g++ 12 crashes on a lambda there.)
-  KJ_IF_MAYBE (e, kj::runCatchingExceptions([]() { throw; })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([]() { throw; })) {
     return kj::mv(*e);
   }
   KJ_UNREACHABLE;
@@ -159,7 +159,7 @@ class PromiseTypeBase : public CoroutineBase {
   }
 
   kj::Promise<T> takePromise() {
-    KJ_IF_MAYBE (p, promise_) {
+    KJ_IF_MAYBE(p, promise_) {
       auto result = kj::mv(*p);
       promise_ = nullptr;
       return result;

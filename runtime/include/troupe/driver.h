@@ -38,7 +38,9 @@ class Driver {
                               SpawnOptions options = {}) {
     // Starts every instance of a multi-instance placement (perVcpu, perNode, onePerNode).
     auto spawned = spawnRaw(typeName, placement, kj::mv(options), true);
-    return KJ_MAP(s, spawned) { return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address)); };
+    return KJ_MAP(s, spawned) {
+      return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address));
+    };
   }
 
   template <typename T>

@@ -10,7 +10,8 @@
 // - uv_backend_timeout() is 0 when libuv has nothing active: we sleep until kicked, not spin;
 // - KJ's FdObserver is edge-triggered: the fd's level is checked before each wait;
 // - the observer is destroyed before uv_loop_close();
-// - after any libuv call made from KJ code, the pump must be kicked (kick()) to pick up new timeouts;
+// - after any libuv call made from KJ code, the pump must be kicked (kick()) to pick up new
+// timeouts;
 // - KJ's captureChildExit() and captureSignal() are never used: KJ's waitpid(-1) would steal
 //   libuv's children, and a signal can have one owner only.
 
@@ -105,7 +106,9 @@ struct EventLoop::Work final : public WorkBase {
   WorkAdapter<T>* adapter = nullptr;  // null once the promise was dropped
 
   void run() override {
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = fn(); })) { error = kj::mv(*e); }
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = fn(); })) {
+      error = kj::mv(*e);
+    }
   }
   void finish(int status) override {
     if (adapter == nullptr) return;  // abandoned: discard the result

@@ -27,22 +27,22 @@ namespace troupe {
 struct RunOptions {
   // Defaults an app may set in code; flags and TROUPE_* environment variables override them.
   std::string headGroup;  // --head-group / TROUPE_HEAD_GROUP; empty: the GPU group, else first host
-  std::string clusterFile;  // --cluster / TROUPE_CLUSTER_FILE
-  std::string hostMapFile;  // --host-map / TROUPE_HOST_MAP
-  std::string token;        // --token / TROUPE_TOKEN
-  unsigned port = 7077;     // --port / TROUPE_PORT, when the host map has no entry
-  unsigned joinTimeoutMs = 60000;    // --join-timeout-ms: the cluster must form within this
-  unsigned heartbeatMs = 500;        // --heartbeat-ms: how often workers send heartbeats
-  unsigned nodeTimeoutMs = 3000;     // --node-timeout-ms: the head declares a silent node lost
-  unsigned headTimeoutMs = 5000;     // --head-timeout-ms: a worker exits after losing the head
-  unsigned stopTimeoutMs = 5000;     // --stop-timeout-ms: default per-actor stop deadline
-  unsigned vcpus = 0, gpus = 0;      // --vcpus/--gpus: override the instance table (0 = table)
-  uint64_t memoryBytes = 0;          // --memory-bytes
+  std::string clusterFile;         // --cluster / TROUPE_CLUSTER_FILE
+  std::string hostMapFile;         // --host-map / TROUPE_HOST_MAP
+  std::string token;               // --token / TROUPE_TOKEN
+  unsigned port = 7077;            // --port / TROUPE_PORT, when the host map has no entry
+  unsigned joinTimeoutMs = 60000;  // --join-timeout-ms: the cluster must form within this
+  unsigned heartbeatMs = 500;      // --heartbeat-ms: how often workers send heartbeats
+  unsigned nodeTimeoutMs = 3000;   // --node-timeout-ms: the head declares a silent node lost
+  unsigned headTimeoutMs = 5000;   // --head-timeout-ms: a worker exits after losing the head
+  unsigned stopTimeoutMs = 5000;   // --stop-timeout-ms: default per-actor stop deadline
+  unsigned vcpus = 0, gpus = 0;    // --vcpus/--gpus: override the instance table (0 = table)
+  uint64_t memoryBytes = 0;        // --memory-bytes
   uint64_t maxMessageBytes = 64ull << 20;  // --max-message-bytes: larger messages are refused
-  std::string logLevel = "info";     // --log-level / TROUPE_LOG_LEVEL
+  std::string logLevel = "info";           // --log-level / TROUPE_LOG_LEVEL
 };
 
 [[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,
-                      RunOptions defaults = {});
+                     RunOptions defaults = {});
 
 }  // namespace troupe
