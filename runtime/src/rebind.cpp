@@ -38,10 +38,10 @@ class Rebinder final : public capnp::Capability::Server {
   }
 
   kj::Promise<void> refresh() {
-    // Concurrent calls share one question to the head.
-    KJ_IF_MAYBE(r, refreshing_) {
-      return r->addBranch();
-    }
+    // Concurrent calls share one question to the head. (The fork is replaced only once it has
+    // finished, never from inside its own continuation.)
+    if (refreshInFlight_) return KJ_ASSERT_NONNULL(refreshing_).addBranch();
+    refreshInFlight_ = true;
     auto req = node_.cluster().resolveRequest();
     req.setId(address_.id);
     auto done = req.send()
@@ -64,7 +64,7 @@ class Rebinder final : public capnp::Capability::Server {
                         })
                     .then([this]() {
                       stale_ = false;
-                      refreshing_ = nullptr;
+                      refreshInFlight_ = false;
                     });
     auto forked = done.fork();
     auto branch = forked.addBranch();
@@ -76,6 +76,7 @@ class Rebinder final : public capnp::Capability::Server {
   ActorAddress address_;
   proto::Actor::Client target_;
   bool stale_ = false;
+  bool refreshInFlight_ = false;
   kj::Maybe<kj::ForkedPromise<void>> refreshing_;
 };
 
