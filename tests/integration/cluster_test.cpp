@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "harness.h"
@@ -177,6 +178,28 @@ TEST_CASE("a reference kept across restarts reaches each new incarnation", "[clu
   CHECK(out.find("now go to incarnation 2") != std::string::npos);
   CHECK(out.find("now go to incarnation 3") != std::string::npos);
   CHECK(out.find("CALL FAILED other") == std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a reference follows its actor to another node when the first one is lost",
+          "[cluster][lifecycle][fault]") {
+  Run run(harness::sim(kThree, probe("follow-node")));
+  REQUIRE_OUTPUT(run, "HOSTED on ", 30s);
+  auto out = run.output();
+  auto at = out.find("HOSTED on ") + strlen("HOSTED on ");
+  auto victim = out.substr(at, out.find('\n', at) - at);
+  auto instances = run.instances();
+  REQUIRE(instances.count(victim) == 1);
+  REQUIRE(kill(instances[victim].pid, SIGKILL) == 0);
+  int code = run.wait(30s);
+  out = run.output();
+  INFO(out);
+  CHECK(code == 128 + SIGKILL);  // the killed instance's status; every other one exits 0
+  CHECK(out.find("FOLLOWED to incarnation 2 on ") != std::string::npos);
+  CHECK(out.find("FOLLOWED to incarnation 2 on " + victim) == std::string::npos);
+  for (auto& [host, i] : instances) {
+    if (host != victim) CHECK(run.exitLine(host).empty());
+  }
   CHECK(run.leftovers().empty());
 }
 

@@ -252,6 +252,35 @@ kj::Promise<void> follow(Job& job) {
   return followRestarts(job);
 }
 
+// Following a restart after a node loss: the test kills the node that hosts the actor once it
+// says where it is; the same reference then reaches the incarnation on the other data node.
+troupe::Co<void> followAcrossNodeLoss(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("data_group").cpus(0),
+                                   labelled("n").restarts(2, 60 * kj::SECONDS));
+  auto first = co_await a.pingRequest().send();
+  say(std::string("HOSTED on ") + first.getHost().cStr());
+  int failed = 0;
+  for (;;) {
+    try {
+      auto ping = a.pingRequest();
+      auto r = co_await ping.send();
+      if (r.getIncarnation() > 1) {
+        say("FOLLOWED to incarnation " + std::to_string(r.getIncarnation()) + " on " +
+            r.getHost().cStr() + " after " + std::to_string(failed) + " failed calls");
+        break;
+      }
+    } catch (const kj::Exception& e) {
+      KJ_REQUIRE(e.getType() == kj::Exception::Type::DISCONNECTED, e);
+      ++failed;
+    }
+    co_await job.timer().afterDelay(20 * kj::MILLISECONDS);
+  }
+}
+
+kj::Promise<void> followNode(Job& job) {
+  return followAcrossNodeLoss(job);
+}
+
 // The cascade: children stop before their parent, newest first; a child that ignores its stop is
 // killed at the deadline.
 kj::Promise<void> cascade(Job& job) {
@@ -286,6 +315,7 @@ Scenario find(const std::string& name) {
   if (name == "monitors") return monitors;
   if (name == "restarts") return restarts;
   if (name == "follow") return follow;
+  if (name == "follow-node") return followNode;
   if (name == "cascade") return cascade;
   if (name == "unregistered") return unregistered;
   if (name == "unplaceable") return unplaceable;
