@@ -167,7 +167,8 @@ TEST_CASE("restarts: new incarnations, then escalation to the driver past the li
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("a reference kept across restarts reaches each new incarnation", "[cluster][lifecycle]") {
+TEST_CASE("a reference kept across restarts reaches each new incarnation, then says why it is gone",
+          "[cluster][lifecycle]") {
   Run run(harness::sim(kThree, probe("follow")));
   REQUIRE(run.wait(30s) == 0);
   auto out = run.output();
@@ -178,6 +179,8 @@ TEST_CASE("a reference kept across restarts reaches each new incarnation", "[clu
   CHECK(out.find("now go to incarnation 2") != std::string::npos);
   CHECK(out.find("now go to incarnation 3") != std::string::npos);
   CHECK(out.find("CALL FAILED other") == std::string::npos);
+  // The head's answer, with the reason the actor was not restarted again.
+  CHECK(out.find("GONE: actor #1 has exited: failed: ") != std::string::npos);
   CHECK(run.leftovers().empty());
 }
 

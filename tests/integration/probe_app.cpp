@@ -215,10 +215,11 @@ kj::Promise<void> restarts(Job& job) {
 }
 
 // Following restarts: one reference, kept across two crashes, reaches each new incarnation. The
-// first calls after a crash may fail (DISCONNECTED); later ones go to the new incarnation.
+// first calls after a crash may fail (DISCONNECTED); later ones go to the new incarnation. A third
+// crash passes the limit (unlinked, so the job goes on): then calls fail with why it exited.
 troupe::Co<void> followRestarts(Job& job) {
   auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::prefer("data_group").cpus(0),
-                                   labelled("f").restarts(3, 60 * kj::SECONDS));
+                                   labelled("f").restarts(2, 60 * kj::SECONDS).unlinked());
   for (uint32_t want = 1; want <= 3; ++want) {
     for (;;) {
       bool reached = false;
@@ -237,7 +238,6 @@ troupe::Co<void> followRestarts(Job& job) {
       if (reached) break;
       co_await job.timer().afterDelay(50 * kj::MILLISECONDS);
     }
-    if (want == 3) break;
     try {
       auto crash = a.crashRequest();
       crash.setWhy("crash " + std::to_string(want));
@@ -246,6 +246,21 @@ troupe::Co<void> followRestarts(Job& job) {
       // The actor may fail the crash call itself as it exits.
     }
   }
+  // Gone for good: once the reference has asked the head, calls say why.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    try {
+      auto ping = a.pingRequest();
+      co_await ping.send();
+    } catch (const kj::Exception& e) {
+      std::string why = e.getDescription().cStr();
+      if (why.find("restart limit reached") != std::string::npos) {
+        say("GONE: " + why);
+        co_return;
+      }
+    }
+    co_await job.timer().afterDelay(20 * kj::MILLISECONDS);
+  }
+  KJ_FAIL_REQUIRE("calls to an actor past its restart limit never said why it exited");
 }
 
 kj::Promise<void> follow(Job& job) {
