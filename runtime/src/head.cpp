@@ -1,5 +1,6 @@
 #include "head.h"
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "troupe/log.h"
@@ -251,6 +252,7 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
   }
   KJ_REQUIRE(many || !request.placement.isMultiInstance(),
              "a multi-instance placement needs spawnMany()", request.placement.describe());
+  warnUnknownPreferences(request.placement);
   auto decision = sched::placeMany(view_, request.placement);
   if (auto* u = std::get_if<sched::Unschedulable>(&decision)) {
     kj::throwFatalException(KJ_EXCEPTION(
@@ -301,6 +303,19 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
     out.add(ActorContext::Spawned{stored.client, stored.address});
   }
   return out.finish();
+}
+
+void Head::warnUnknownPreferences(const Placement& placement) {
+  // A preference for a group this cluster lacks is how one app runs on a homogeneous cluster,
+  // so it is not an error; but it may be a typo, so say so once per name.
+  for (auto& group : placement.getPreferred()) {
+    if (view_.hasGroup(group) || !warnedPreferences_.insert(group).second) continue;
+    auto known = view_.getGroupNames();
+    spdlog::warn(
+        "preferred group '{}' is not in this cluster (groups: {}); actors that prefer it "
+        "go wherever else they fit",
+        group, fmt::join(known, ", "));
+  }
 }
 
 void Head::hostOn(ActorEntry& entry) {

@@ -94,6 +94,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   ActorAddress addressFor(uint64_t id, uint32_t incarnation, uint32_t nodeId,
                           const SpawnRequest& spec);
   void hostOn(ActorEntry& entry);
+  void warnUnknownPreferences(const Placement& placement);
   void nodeLost(uint32_t nodeId, std::string why);
   kj::Promise<void> terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart);
   kj::Promise<void> stopChildren(uint64_t id);
@@ -114,6 +115,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   std::map<uint64_t, ActorEntry> actors_;
   std::vector<uint64_t> rootChildren_;
   std::map<uint64_t, Exit> tombstones_;
+  std::set<std::string> warnedPreferences_;
   std::map<std::string, uint64_t> names_;
   uint64_t nextActorId_ = 1;
   kj::Own<kj::PromiseFulfiller<void>> formed_;

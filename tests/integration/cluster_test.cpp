@@ -279,6 +279,18 @@ TEST_CASE("spawning an unregistered type fails the job with a clear error",
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("a preference for a group the cluster lacks is placed anyway, with a warning",
+          "[cluster][bad-input]") {
+  Run run(harness::sim(kThree, probe("prefer-unknown")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("preferred group 'data_grup' is not in this cluster (groups: data_group, "
+                 "dnn_group)") != std::string::npos);
+  CHECK(out.find("PLACED on ") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("an impossible placement fails at once with the reason", "[cluster][bad-input]") {
   Run run(harness::sim(kThree, probe("unplaceable")));
   REQUIRE(run.wait(30s) == 1);

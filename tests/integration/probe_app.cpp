@@ -312,6 +312,15 @@ kj::Promise<void> cascade(Job& job) {
   });
 }
 
+// A preference for a group the cluster lacks (a typo, or a homogeneous cluster): placed anyway,
+// with a warning that names the groups there are.
+kj::Promise<void> preferUnknown(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::prefer("data_grup").cpus(0),
+                                   labelled("u"));
+  return a.pingRequest().send().then(
+      [](auto r) { say(std::string("PLACED on ") + r.getGroup().cStr()); });
+}
+
 kj::Promise<void> unregistered(Job& job) {
   job.spawn<probe::Probe>("no.SuchType", troupe::Placement::any());
   return kj::READY_NOW;
@@ -333,6 +342,7 @@ Scenario find(const std::string& name) {
   if (name == "follow-node") return followNode;
   if (name == "cascade") return cascade;
   if (name == "unregistered") return unregistered;
+  if (name == "prefer-unknown") return preferUnknown;
   if (name == "unplaceable") return unplaceable;
   return nullptr;
 }
