@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -201,8 +202,10 @@ class Job {
   }
 
   troupe::Co<void> progressLoop(troupe::Ref<hetero::Trainer> trainer) {
-    // Runs until the training call returns, which drops (cancels) it.
-    auto every = static_cast<int64_t>(s_.progressEvery * 1000) * kj::MILLISECONDS;
+    // Runs until the training call returns, which drops (cancels) it. On a terminal the line is
+    // redrawn in place twice a second; otherwise (troupe sim, a log file) a new line each time.
+    double seconds = live_ ? std::min(s_.progressEvery, 0.5) : s_.progressEvery;
+    auto every = static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS;
     for (;;) {
       co_await job_.timer().afterDelay(every);
       auto p = co_await trainer.progressRequest().send();
@@ -211,14 +214,17 @@ class Job {
       uint64_t total = p.getPlannedSteps();
       double rate = secs > 0 ? p.getSamples() / secs : 0;
       double eta = steps ? secs * (double(total) / steps - 1) : 0;
-      printf("progress: epoch %u/%u, step %lu/%lu, %.0f samples/s, data wait %.0f%%, ETA %.0f s\n",
-             p.getEpoch() + 1, s_.epochs, (unsigned long)steps, (unsigned long)total, rate,
-             secs > 0 ? 100 * p.getWaitSeconds() / secs : 0, eta);
+      printf(
+          "%sprogress: epoch %u/%u, step %lu/%lu, %.0f samples/s, data wait %.0f%%, ETA %.0f s%s",
+          live_ ? "\r" : "", p.getEpoch() + 1, s_.epochs, (unsigned long)steps,
+          (unsigned long)total, rate, secs > 0 ? 100 * p.getWaitSeconds() / secs : 0, eta,
+          live_ ? "\x1b[K" : "\n");
       fflush(stdout);
     }
   }
 
   void report(capnp::Response<hetero::Trainer::TrainResults>& r) {
+    if (live_) printf("\n");  // end the live progress line
     printf("\ntrainer device: %s\n\n", r.getDevice().cStr());
     printf("%5s %9s %10s %8s %9s %9s %8s\n", "epoch", "samples", "duplicates", "missing",
            "rejected", "accuracy", "seconds");
@@ -284,6 +290,7 @@ class Job {
   Settings s_;
   uint64_t samples_ = 0;
   std::vector<Placed> placed_;
+  bool live_ = isatty(STDOUT_FILENO);  // a terminal: one progress line, redrawn
 };
 
 }  // namespace
