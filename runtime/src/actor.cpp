@@ -318,6 +318,8 @@ const char* exitCodeName(int code) {
       return "JOIN_FAILED";
     case INTERRUPTED:
       return "INTERRUPTED";
+    case FENCED:
+      return "FENCED";
     case INTERNAL_ERROR:
       return "INTERNAL_ERROR";
   }

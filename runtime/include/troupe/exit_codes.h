@@ -15,6 +15,7 @@ enum ExitCode : int {
   AUTH_FAILED = 4,     // the head refused this node's cluster token
   JOIN_FAILED = 5,     // the cluster did not form before the join deadline
   INTERRUPTED = 6,     // SIGTERM or SIGINT on some node ended the job (gracefully)
+  FENCED = 7,          // the head declared this node lost and cut it off; the job goes on without it
   INTERNAL_ERROR = 70  // a bug in troupe
 };
 
