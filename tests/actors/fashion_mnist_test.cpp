@@ -90,7 +90,7 @@ TEST_CASE("bad magic, trailing bytes and label range are rejected", "[dataset]")
 
 TEST_CASE("the installed Fashion-MNIST loads", "[dataset][real]") {
   if (!std::filesystem::exists(troupe::data::kDefaultFashionMnistDir)) {
-    WARN("dataset-fashion-mnist not installed; skipped");
+    WARN("skipping: dataset-fashion-mnist is not installed");
     return;
   }
   auto train = loadFashionMnist(troupe::data::kDefaultFashionMnistDir, Split::kTrain);

@@ -12,7 +12,7 @@
 TEST_CASE("one epoch on 10k real images reaches 0.75 test accuracy", "[trainer][real]") {
   using namespace troupe;
   if (!std::filesystem::exists(data::kDefaultFashionMnistDir)) {
-    WARN("dataset-fashion-mnist not installed; skipped");
+    WARN("skipping: dataset-fashion-mnist is not installed");
     return;
   }
   const auto start = std::chrono::steady_clock::now();

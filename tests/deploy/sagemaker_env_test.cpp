@@ -81,7 +81,7 @@ TEST_CASE("hyperparameters.json that is not a JSON object is an error naming the
   CHECK(SageMakerEnv::load(root).keys().empty());  // no file: no hyperparameters
 }
 
-TEST_CASE("channels are the entries of input/data; an unknown one names those there",
+TEST_CASE("channels are the entries of input/data, an unknown one names those there",
           "[sagemaker]") {
   roots::TempDir dir;
   auto root = roots::makeRoot(dir / "r", "");
@@ -95,7 +95,8 @@ TEST_CASE("channels are the entries of input/data; an unknown one names those th
                                     "/input/data; channels are: test, train"));
 }
 
-TEST_CASE("the root is TROUPE_SM_ROOT, else /opt/ml; current() is what run() set", "[sagemaker]") {
+TEST_CASE("the root is TROUPE_SM_ROOT, else /opt/ml, and current() is what run() set",
+          "[sagemaker]") {
   setenv("TROUPE_SM_ROOT", "/tmp/somewhere/", 1);
   CHECK(SageMakerEnv::defaultRoot() == "/tmp/somewhere/");
   unsetenv("TROUPE_SM_ROOT");

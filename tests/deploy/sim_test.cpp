@@ -120,7 +120,7 @@ TEST_CASE("sim --pin: a 2-CPU machine gives one CPU to the dnn instance, one to 
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("sim --cpus pins named groups; a bad list is a clear error", "[sim][pin]") {
+TEST_CASE("sim --cpus pins named groups, a bad list is a clear error", "[sim][pin]") {
   auto last = std::to_string(machineCpus() - 1);
   harness::Run run(harness::sim(
       {"--cpus", "dnn_group=0", "--cpus", "data_group=" + last, "--group",
@@ -138,7 +138,7 @@ TEST_CASE("sim --cpus pins named groups; a bad list is a clear error", "[sim][pi
   CHECK(bad.output().find("--cpus dnn_group '0-x' is not a CPU list") != std::string::npos);
 }
 
-TEST_CASE("sim --netns: separate hosts with their own addresses; everything removed after",
+TEST_CASE("sim --netns: separate hosts with their own addresses, everything removed after",
           "[sim][netns]") {
   if (!netnsAvailable()) return;
   // A namespace left by a simulator that was SIGKILLed: removed by the next one.

@@ -107,7 +107,7 @@ TEST_CASE("a coroutine starts at once and runs to its first co_await", "[co]") {
   REQUIRE(steps == 2);
 }
 
-TEST_CASE("exceptions: a rejected co_await throws; an escaping exception rejects", "[co]") {
+TEST_CASE("exceptions: a rejected co_await throws, an escaping exception rejects", "[co]") {
   EventLoop loop(1);
   REQUIRE_THROWS_WITH(failing(loop).promise().wait(loop.waitScope()),
                       Catch::Contains("augmenter lost"));

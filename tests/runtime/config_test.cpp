@@ -19,7 +19,7 @@ const char* kHetero = R"({
 
 }  // namespace
 
-TEST_CASE("a heterogeneous description parses; hosts and groups come out sorted", "[config]") {
+TEST_CASE("a heterogeneous description parses, hosts and groups come out sorted", "[config]") {
   auto c = ClusterConfig::parse(kHetero, "rc.json");
   CHECK(c.currentHost == "algo-1");
   CHECK(c.currentGroup == "data_group");
