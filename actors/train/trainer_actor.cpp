@@ -63,14 +63,13 @@ kj::Promise<void> TrainerActor::onStart() {
               : deviceName_ == "cuda" ? DeviceKind::kCuda
                                       : DeviceKind::kAuto;
   auto selection = selectDevice(kind);
-  device_ = kj::mv(selection.device);
   deviceReason_ = selection.reason;
   spdlog::info("trainer on {}: {}", node().host(), deviceReason_);
   MlpConfig config;
   config.learningRate = args_.getLearningRate();
   config.momentum = args_.getMomentum();
   config.seed = seed_;
-  model_ = std::make_shared<Mlp>(config, *device_);
+  model_ = std::make_shared<Mlp>(config, std::move(selection.device));
   return context()
       .offload([dir = dataDir_]() {
         auto set = data::loadFashionMnist(dir, data::Split::kTest);

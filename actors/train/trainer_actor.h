@@ -74,7 +74,6 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint32_t batchSize_, prefetch_;
   uint64_t seed_;
   std::string dataDir_, modelDir_, deviceName_;
-  std::unique_ptr<Device> device_;
   std::shared_ptr<Mlp> model_;
   std::shared_ptr<const Test> test_;
   std::string deviceReason_;

@@ -84,7 +84,9 @@ void MlpConfig::validate() const {
   }
 }
 
-Mlp::Mlp(const MlpConfig& config, Device& device) : config_(config), device_(&device) {
+Mlp::Mlp(const MlpConfig& config, std::shared_ptr<Device> device)
+    : config_(config), device_(std::move(device)) {
+  if (!device_) throw std::invalid_argument("Mlp: no device given");
   config_.validate();
   InitRandom random(config_.seed);
   for (size_t l = 0; l + 1 < config_.layerSizes.size(); ++l) {
@@ -95,13 +97,13 @@ Mlp::Mlp(const MlpConfig& config, Device& device) : config_(config), device_(&de
     std::vector<float> w(nw);
     const double scale = std::sqrt(2.0 / layer.in);
     for (float& x : w) x = float(random.normal() * scale);
-    layer.w = device.allocate(nw);
-    device.upload(w, *layer.w);
-    layer.b = device.allocate(layer.out);
-    layer.vw = device.allocate(nw);
-    layer.vb = device.allocate(layer.out);
-    layer.gw = device.allocate(nw);
-    layer.gb = device.allocate(layer.out);
+    layer.w = device_->allocate(nw);
+    device_->upload(w, *layer.w);
+    layer.b = device_->allocate(layer.out);
+    layer.vw = device_->allocate(nw);
+    layer.vb = device_->allocate(layer.out);
+    layer.gw = device_->allocate(nw);
+    layer.gb = device_->allocate(layer.out);
     layers_.push_back(std::move(layer));
   }
 }
@@ -275,7 +277,8 @@ void Mlp::save(const std::filesystem::path& dir, const ModelInfo& info) const {
   writeFileAtomically(dir / "model.json", text.data(), text.size());
 }
 
-Mlp Mlp::load(const std::filesystem::path& dir, Device& device, ModelInfo* info, MlpConfig config) {
+Mlp Mlp::load(const std::filesystem::path& dir, std::shared_ptr<Device> device, ModelInfo* info,
+              MlpConfig config) {
   const std::filesystem::path jsonPath = dir / "model.json";
   std::ifstream in(jsonPath);
   if (!in) throw std::runtime_error(jsonPath.string() + ": cannot open");
@@ -290,7 +293,7 @@ Mlp Mlp::load(const std::filesystem::path& dir, Device& device, ModelInfo* info,
   } catch (const std::exception& e) {
     throw std::runtime_error(jsonPath.string() + ": " + e.what());
   }
-  Mlp mlp(config, device);
+  Mlp mlp(config, std::move(device));
   const std::filesystem::path binPath = dir / header.value("weightsFile", "model.bin");
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(binPath, ec);

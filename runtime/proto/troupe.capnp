@@ -72,14 +72,17 @@ struct SpawnSpec {
 
 interface Gate {
   # The bootstrap capability of every node's port.
-  login @0 (token :Data) -> (node :Node, cluster :Cluster);
+  login @0 (token :Data, host :Text) -> (node :Node, cluster :Cluster);
   # Compares `token` with the cluster token in constant time. `cluster` is null on non-head nodes.
+  # `host` names the caller's host, so that the connection can be cut when the head declares that
+  # host lost (Node.peerLost).
 }
 
 interface Cluster {
   # Served by the head.
   join @0 (info :NodeInfo, node :Node) -> (nodeId :UInt32, heartbeatMs :UInt32);
-  heartbeat @1 (nodeId :UInt32);
+  heartbeat @1 (nodeId :UInt32) -> (fenced :Bool, reason :Text);
+  # `fenced`: the head has declared this node lost; it must exit (FENCED) at once.
   spawn @2 (spec :SpawnSpec) -> (actors :List(ActorAddress));
   # Places and starts one actor, or several for a multi-instance placement (onePerNode, perVcpu).
   resolve @3 (id :UInt64) -> (actor :ActorAddress);
@@ -108,6 +111,13 @@ interface Node {
   headActors @6 (actors :List(ActorAddress));
   # The head tells every worker which actors it hosts itself, so that a worker that loses the head
   # can say what was lost with it ("and with it 'trainer' (train.Trainer #1)").
+  fence @7 (reason :Text);
+  # The head has declared this node lost and restarted its actors elsewhere: the node exits with
+  # FENCED at once, without stopping anything (its actors belong to the cluster no more).
+  peerLost @8 (host :Text, address :Text, reason :Text);
+  # The head has declared another node lost: drop every connection to and from it, so that calls
+  # in flight to its actors fail with DISCONNECTED now rather than wait on a socket that a network
+  # partition never closes.
 }
 
 interface Actor {

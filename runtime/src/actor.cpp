@@ -199,12 +199,46 @@ void ActorCore::checkAlive() const {
   }
 }
 
+namespace {
+
+kj::Exception exitedDuringCall(const ActorAddress& self, const Exit& reason) {
+  return KJ_EXCEPTION(DISCONNECTED, kj::str("actor ", self.describe(), " exited during the call (",
+                                            reason.describe(), ")"));
+}
+
+}  // namespace
+
 void ActorCore::markExited(const Exit& reason) {
   if (exited_ != nullptr) return;
   exited_ = reason;
-  canceler_.cancel(KJ_EXCEPTION(
-      DISCONNECTED,
-      kj::str("actor ", self().describe(), " exited during the call (", reason.describe(), ")")));
+  context_->work().close(
+      kj::str("actor ", self().describe(), " has exited (", reason.describe(), ")"));
+}
+
+void ActorCore::cancelCalls() {
+  KJ_IF_MAYBE(e, exited_) {
+    canceler_.cancel(exitedDuringCall(self(), *e));
+  }
+}
+
+kj::Promise<void> ActorCore::guard(kj::Promise<void> call) {
+  // The continuations run while the call's context (and so this server) is alive.
+  return canceler_.wrap(kj::mv(call))
+      .then(
+          [this]() -> kj::Promise<void> {
+            KJ_IF_MAYBE(e, exited_) {
+              return exitedDuringCall(self(), *e);
+            }
+            return kj::READY_NOW;
+          },
+          [this](kj::Exception&& error) -> kj::Promise<void> {
+            KJ_IF_MAYBE(e, exited_) {
+              if (error.getType() != kj::Exception::Type::DISCONNECTED) {
+                return exitedDuringCall(self(), *e);
+              }
+            }
+            return kj::mv(error);
+          });
 }
 
 kj::Promise<void> ActorCore::stopImpl() {

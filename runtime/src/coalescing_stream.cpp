@@ -35,15 +35,20 @@ kj::Promise<size_t> CoalescingStream::tryRead(void* buffer, size_t minBytes, siz
     if (readBegin == readEnd) readBegin = readEnd = 0;
   }
   if (n >= minBytes) return n;
+  KJ_IF_MAYBE(e, aborted) {
+    return kj::cp(*e);
+  }
 
   // The read-ahead buffer is empty now. Pass the remaining minimum down: a short result from
   // `inner` means EOF, and only if it is short of what our caller needs.
   size_t minRest = minBytes - n;
   size_t maxRest = maxBytes - n;
   if (maxRest >= kReadAheadBytes) {
-    return inner->tryRead(out + n, minRest, maxRest).then([n](size_t got) { return n + got; });
+    return readCanceler.wrap(inner->tryRead(out + n, minRest, maxRest)).then([n](size_t got) {
+      return n + got;
+    });
   }
-  return inner->tryRead(readBuffer.begin(), minRest, readBuffer.size())
+  return readCanceler.wrap(inner->tryRead(readBuffer.begin(), minRest, readBuffer.size()))
       .then([this, out, n, maxRest](size_t got) {
         size_t take = kj::min(got, maxRest);
         memcpy(out + n, readBuffer.begin(), take);
@@ -260,6 +265,14 @@ void CoalescingStream::shutdownWrite() {
   if (shutdownRequested) return;
   shutdownRequested = true;
   maybeFinishDrain();  // Otherwise the write completion that empties the queue does it.
+}
+
+void CoalescingStream::abort(kj::Exception&& exception) {
+  // Buffers a write in progress still points into stay as they are: that write is cancelled
+  // when the stream is destroyed (`tasks` goes first).
+  if (failure == nullptr) failure = kj::cp(exception);
+  if (aborted == nullptr) aborted = kj::cp(exception);
+  readCanceler.cancel(kj::mv(exception));
 }
 
 void CoalescingStream::abortRead() {

@@ -65,6 +65,11 @@ class CoalescingStream final : public kj::AsyncIoStream, private kj::TaskSet::Er
   // Sends everything written so far now (rather than at the end of the turn) and resolves once
   // it has been handed to the kernel. Rejects with the stream's error if a write failed.
 
+  void abort(kj::Exception&& exception);
+  // Ends the stream from this side without waiting for the peer: reads in progress and later
+  // ones fail with `exception`, and so do later writes. For fencing a peer that may be frozen or
+  // partitioned, where no FIN or RST would ever arrive.
+
   kj::AsyncIoStream& getInner() { return *inner; }
   // The wrapped stream. Writing to it directly bypasses (and reorders against) the buffer.
 
@@ -125,6 +130,8 @@ class CoalescingStream final : public kj::AsyncIoStream, private kj::TaskSet::Er
   kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> drainWaiters;  // flush() callers.
 
   // Read side.
+  kj::Canceler readCanceler;  // reads from `inner` in progress; cancelled by abort()
+  kj::Maybe<kj::Exception> aborted;
   kj::Array<kj::byte> readBuffer;
   size_t readBegin = 0;
   size_t readEnd = 0;

@@ -212,6 +212,18 @@ std::string ClusterConfig::headHost(const std::string& headGroup) const {
   return hosts.front();
 }
 
+std::optional<std::string> ClusterConfig::missingHeadGroup(const std::string& headGroup) const {
+  if (headGroup.empty() || findGroup(headGroup) != nullptr) return std::nullopt;
+  auto head = headHost("");
+  auto& group = groupOf(head);
+  auto type = sched::findInstanceType(group.instanceType);
+  bool gpus = type && type->gpus > 0;
+  return "head group '" + headGroup + "' is not in this cluster (groups: " + groupNames() +
+         "); the head is " + head + " instead, the first host of " +
+         (gpus ? "group '" + group.name + "', whose " + group.instanceType + " has GPUs"
+               : std::string("the cluster (no group has GPUs)"));
+}
+
 HostMap HostMap::load(const std::string& path) {
   auto text = readFile(path, "host map");
   json j;

@@ -127,9 +127,12 @@ void Head::watchConnection(uint32_t nodeId, kj::Promise<void> disconnected) {
                  .then([this, nodeId](std::string why) { nodeLost(nodeId, why); }));
 }
 
-void Head::heartbeat(uint32_t nodeId) {
+kj::Maybe<std::string> Head::heartbeat(uint32_t nodeId) {
   auto* n = findNode(nodeId);
-  if (n != nullptr) n->lastHeartbeat = node_.loop().timer().now();
+  if (n == nullptr) return std::string("node id " + std::to_string(nodeId) + " is unknown");
+  if (!n->alive) return n->lostBecause;
+  n->lastHeartbeat = node_.loop().timer().now();
+  return nullptr;
 }
 
 kj::Promise<void> Head::formCluster() {
@@ -154,10 +157,19 @@ kj::Promise<void> Head::formCluster() {
   }));
 }
 
-kj::Promise<void> Head::checkHeartbeats() {
+kj::Promise<void> Head::checkHeartbeats(kj::TimePoint due) {
   auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
-  return node_.loop().timer().afterDelay(interval).then([this]() {
+  return node_.loop().timer().atTime(due).then([this, due, interval]() {
     auto now = node_.loop().timer().now();
+    if (now - due > interval) {
+      // The head stalled (frozen, or starved of CPU): heartbeats may be waiting unread in its
+      // sockets. Its own stall is not its workers' fault: credit it to every node and judge in the
+      // next round, after the queue was read.
+      spdlog::warn("the head's event loop stalled for {} ms; judging heartbeats after it catches up",
+                   (now - due) / kj::MILLISECONDS);
+      for (auto& [id, n] : nodes_) n.lastHeartbeat = n.lastHeartbeat + (now - due);
+      return checkHeartbeats(now + interval);
+    }
     auto limit = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
     std::vector<uint32_t> silent;
     for (auto& [id, n] : nodes_) {
@@ -166,7 +178,7 @@ kj::Promise<void> Head::checkHeartbeats() {
     for (auto id : silent) {
       nodeLost(id, kj::str("no heartbeat for ", node_.options().nodeTimeoutMs, " ms").cStr());
     }
-    return checkHeartbeats();
+    return checkHeartbeats(now + interval);
   });
 }
 
@@ -183,7 +195,8 @@ kj::Promise<void> Head::run() {
                node_.config().groupNames(), view_.getExpectedHosts().size());
   tasks_.add(formCluster().then(
       [this]() {
-        tasks_.add(checkHeartbeats());
+        auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
+        tasks_.add(checkHeartbeats(node_.loop().timer().now() + interval));
         if (!finishing_) startDriver();
       },
       [this](kj::Exception&& e) { finish(JOIN_FAILED, e.getDescription().cStr()); }));
@@ -456,12 +469,14 @@ void Head::nodeLost(uint32_t nodeId, std::string why) {
   auto* n = findNode(nodeId);
   if (n == nullptr || !n->alive) return;
   n->alive = false;
+  n->lostBecause = "node " + nodeLine(n->info) + " was lost: " + why;
   view_.setState(nodeId, sched::NodeState::LOST);
   if (finishing_) {
     spdlog::debug("{} left: {}", nodeLine(n->info), why);
     return;
   }
   spdlog::error("node {} was lost: {}", nodeLine(n->info), why);
+  fence(*n, why);
   std::vector<uint64_t> hosted;
   for (auto& [id, a] : actors_) {
     if (a.address.nodeId == nodeId && a.state == State::RUNNING) hosted.push_back(id);
@@ -473,6 +488,32 @@ void Head::nodeLost(uint32_t nodeId, std::string why) {
     Exit reason{ExitKind::NODE_LOST, originLine(*a, Exit{ExitKind::NODE_LOST, text})};
     tasks_.add(terminate(id, reason, true, true));
   }
+}
+
+void Head::fence(NodeEntry& lost, const std::string& why) {
+  // The head's word is final: the node is cut off before its actors are restarted elsewhere, so
+  // two incarnations never serve the same calls. Every other node drops its connections to it,
+  // which fails calls in flight to its actors with DISCONNECTED at once (a partition closes no
+  // socket by itself).
+  std::string host = lost.info.host().cStr(), address = lost.info.address().cStr();
+  for (auto& [id, n] : nodes_) {
+    if (id == 1 || !n.alive) continue;
+    auto req = n.client.peerLostRequest();
+    req.setHost(host);
+    req.setAddress(address);
+    req.setReason(why);
+    tasks_.add(req.send().ignoreResult());
+  }
+  // Tell the node itself, in case it can still hear (a freeze it wakes from), then cut it off
+  // here too: after its answer, or after a short wait if it cannot answer.
+  auto req = lost.client.fenceRequest();
+  req.setReason(why);
+  tasks_.add(node_.loop()
+                 .timer()
+                 .timeoutAfter(500 * kj::MILLISECONDS, req.send().ignoreResult())
+                 .then([]() {}, [](kj::Exception&&) {})
+                 .then([this, host, address, why]() { node_.fencePeer(host, address, why); }));
+  node_.fencePeer(host, address, why);
 }
 
 kj::Promise<void> Head::stop(uint64_t id) {
@@ -694,7 +735,11 @@ kj::Promise<void> ClusterSession::join(JoinContext call) {
 }
 
 kj::Promise<void> ClusterSession::heartbeat(HeartbeatContext call) {
-  head_.heartbeat(call.getParams().getNodeId());
+  KJ_IF_MAYBE(why, head_.heartbeat(call.getParams().getNodeId())) {
+    auto r = call.getResults();
+    r.setFenced(true);
+    r.setReason(*why);
+  }
   return kj::READY_NOW;
 }
 

@@ -46,7 +46,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   // -- Cluster (called by ClusterSession and Driver) --
   uint32_t join(const NodeInfo& info, proto::Node::Client client);
   void watchConnection(uint32_t nodeId, kj::Promise<void> disconnected);
-  void heartbeat(uint32_t nodeId);
+  kj::Maybe<std::string> heartbeat(uint32_t nodeId);
+  // Records a heartbeat; returns why the node was fenced if the head has declared it lost.
   kj::Array<ActorContext::Spawned> spawn(SpawnRequest request, bool many);
   kj::Promise<void> whenStarted(uint64_t id);
   kj::Maybe<ActorAddress> resolve(uint64_t id);
@@ -68,6 +69,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
     proto::Node::Client client;
     bool alive = true;
     kj::TimePoint lastHeartbeat;
+    std::string lostBecause;  // set when declared lost
   };
   enum class State { RUNNING, STOPPING, DEAD };
   struct ActorEntry {
@@ -85,7 +87,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
 
   void taskFailed(kj::Exception&& exception) override;
   kj::Promise<void> formCluster();
-  kj::Promise<void> checkHeartbeats();
+  kj::Promise<void> checkHeartbeats(kj::TimePoint due);
   void startDriver();
   kj::Promise<void> endJob();
 
@@ -96,6 +98,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   void hostOn(ActorEntry& entry);
   void warnUnknownPreferences(const Placement& placement);
   void nodeLost(uint32_t nodeId, std::string why);
+  void fence(NodeEntry& lost, const std::string& why);
   kj::Promise<void> terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart);
   kj::Promise<void> stopChildren(uint64_t id);
   kj::Promise<void> stopOnNode(ActorEntry& entry, Exit reason);

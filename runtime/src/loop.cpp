@@ -23,6 +23,44 @@ bool fdIsReadable(int fd) {
 
 }  // namespace
 
+// =======================================================================================
+// WorkGroup
+
+WorkGroup::WorkGroup() : state_(kj::refcounted<State>()) {}
+
+WorkGroup::~WorkGroup() noexcept(false) {
+  // Jobs still running keep the state alive; nobody is waiting for them any more.
+  state_->idleWaiters.clear();
+}
+
+kj::Promise<void> WorkGroup::whenIdle() {
+  if (state_->running == 0) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  state_->idleWaiters.add(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void WorkGroup::close(kj::StringPtr why) {
+  if (closed_ == nullptr) closed_ = kj::str(why);
+}
+
+kj::Maybe<kj::StringPtr> WorkGroup::closedBecause() const {
+  KJ_IF_MAYBE(why, closed_) {
+    return kj::StringPtr(*why);
+  }
+  return nullptr;
+}
+
+void WorkGroup::State::finished() {
+  KJ_ASSERT(running > 0);
+  if (--running > 0) return;
+  auto waiters = kj::mv(idleWaiters);
+  for (auto& w : waiters) w->fulfill();
+}
+
+// =======================================================================================
+// EventLoop
+
 EventLoop::EventLoop(unsigned poolThreads)
     : io_(kj::setupAsyncIo()),
       poolThreads_(poolThreads == 0 ? onlineCpus() : poolThreads),

@@ -5,7 +5,6 @@
 #include "troupe/log.h"
 #include <unistd.h>
 
-#include "coalescing_stream.h"
 #include "head.h"
 #include "troupe/exit_codes.h"
 
@@ -26,7 +25,7 @@ bool tokensEqual(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b)
 // =======================================================================================
 // Connection
 
-Connection::Connection(kj::Own<kj::AsyncIoStream> stream, capnp::rpc::twoparty::Side side,
+Connection::Connection(kj::Own<CoalescingStream> stream, capnp::rpc::twoparty::Side side,
                        capnp::Capability::Client bootstrap, capnp::ReaderOptions options,
                        std::string peer)
     : stream_(kj::mv(stream)),
@@ -36,6 +35,10 @@ Connection::Connection(kj::Own<kj::AsyncIoStream> stream, capnp::rpc::twoparty::
       peer_(kj::mv(peer)) {}
 
 Connection::~Connection() noexcept(false) {}
+
+void Connection::abort(kj::StringPtr reason) {
+  stream_->abort(KJ_EXCEPTION(DISCONNECTED, reason));
+}
 
 capnp::Capability::Client Connection::peerBootstrap() {
   capnp::word scratch[4];
@@ -92,6 +95,17 @@ class NodeServer final : public proto::Node::Server {
     });
   }
   kj::Promise<void> ping(PingContext) override { return kj::READY_NOW; }
+  kj::Promise<void> fence(FenceContext call) override {
+    node_.requestExit(FENCED, std::string("the head declared this node lost and cut it off (") +
+                                  call.getParams().getReason().cStr() +
+                                  "); its actors run elsewhere now");
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> peerLost(PeerLostContext call) override {
+    auto p = call.getParams();
+    node_.fencePeer(p.getHost(), p.getAddress(), p.getReason());
+    return kj::READY_NOW;
+  }
   kj::Promise<void> headActors(HeadActorsContext call) override {
     std::vector<ActorAddress> actors;
     for (auto a : call.getParams().getActors()) actors.push_back(ActorAddress::fromProto(a));
@@ -115,6 +129,7 @@ class GateServer final : public proto::Gate::Server {
       spdlog::warn("refused a login from {}: wrong cluster token", peer_);
       return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
     }
+    if (connection_ != nullptr) connection_->setPeerHost(call.getParams().getHost());
     auto results = call.getResults();
     results.setNode(node_.selfClient());
     KJ_IF_MAYBE(head, node_.head()) {
@@ -265,26 +280,62 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
     // The head already holds a connection to every worker that joined.
     return h->nodeAt(address, nullptr);
   }
-  auto connected = connect(address)
-                       .then([this, address](kj::Own<Connection> conn) {
+  // Callbacks of a connection that was fenced (and maybe replaced) must not touch its successor.
+  auto generation = nextPeerGeneration_++;
+  auto dropPeer = [this, address, generation]() {
+    auto it = peers_.find(address);
+    if (it != peers_.end() && it->second.generation == generation) peers_.erase(it);
+  };
+  auto canceler = kj::heap<kj::Canceler>();
+  auto connected = canceler->wrap(connect(address))
+                       .then([this, address, generation, dropPeer](kj::Own<Connection> conn) {
                          auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
                          login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
+                         login.setHost(info_.host());
                          proto::Node::Client node = login.send().getNode();
-                         tasks_.add(conn->onDisconnect().then([this, address]() {
-                           return kj::evalLater([this, address]() { peers_.erase(address); });
-                         }));
+                         tasks_.add(conn->onDisconnect().then(
+                             [dropPeer]() { return kj::evalLater(dropPeer); },
+                             [dropPeer](kj::Exception&&) { return kj::evalLater(dropPeer); }));
                          auto it = peers_.find(address);
-                         if (it != peers_.end()) it->second.connection = kj::mv(conn);
+                         KJ_ASSERT(it != peers_.end() && it->second.generation == generation);
+                         it->second.connection = kj::mv(conn);
                          return node;
                        })
                        .fork();
-  tasks_.add(connected.addBranch().ignoreResult().catch_([this, address](kj::Exception&& e) {
-    spdlog::warn("cannot connect to {}: {}", address, e.getDescription().cStr());
-    peers_.erase(address);
-  }));
+  tasks_.add(connected.addBranch().ignoreResult().catch_(
+      [address, dropPeer](kj::Exception&& e) {
+        spdlog::warn("cannot connect to {}: {}", address, e.getDescription().cStr());
+        dropPeer();
+      }));
   proto::Node::Client client = connected.addBranch();
-  peers_.emplace(address, Peer{client, kj::Own<Connection>()});
+  peers_.emplace(address, Peer{client, kj::Own<Connection>(), kj::mv(canceler), generation});
   return client;
+}
+
+void NodeRuntime::fencePeer(const std::string& host, const std::string& address,
+                            const std::string& reason) {
+  auto why = kj::str("node ", host, " was declared lost: ", reason);
+  size_t cut = 0;
+  for (auto& [id, conn] : inbound_) {
+    if (conn->peerHost() == host) {
+      conn->abort(why);
+      ++cut;
+    }
+  }
+  auto it = peers_.find(address);
+  if (it != peers_.end()) {
+    // Out of the cache now: a later call connects anew (to a restarted instance, say).
+    auto peer = kj::mv(it->second);
+    peers_.erase(it);
+    peer.connecting->cancel(why);
+    if (peer.connection.get() != nullptr) {
+      peer.connection->abort(why);
+      ++cut;
+    }
+    // Destroyed next turn: its disconnect callbacks may be running up the stack.
+    tasks_.add(kj::evalLater([peer = kj::mv(peer)]() {}));
+  }
+  if (cut > 0) spdlog::info("cut {} connection(s) with {}: {}", cut, host, reason);
 }
 
 proto::Cluster::Client NodeRuntime::cluster() {
@@ -329,8 +380,24 @@ kj::Maybe<proto::Actor::Client> NodeRuntime::find(uint64_t id) {
   return it->second.client;
 }
 
-void NodeRuntime::forget(uint64_t id) {
-  tasks_.add(kj::evalLater([this, id]() { actors_.erase(id); }));
+void NodeRuntime::retire(uint64_t id, Exit reason) {
+  auto it = actors_.find(id);
+  if (it == actors_.end()) return;
+  it->second.core->markExited(reason);
+  // Out of the directory at once (the same id may be hosted here again by a restart), but kept
+  // alive until it is safe to let it go: we may be inside one of its calls or its onStart(), so
+  // its calls are cancelled next turn, and a job it offloaded may still run on the pool and touch
+  // what it owns, so it is dropped only once those have returned.
+  auto serial = nextRetired_++;
+  retiring_.emplace(serial, kj::mv(it->second));
+  actors_.erase(it);
+  tasks_.add(kj::evalLater([this, serial]() {
+    auto& hosted = retiring_.at(serial);
+    hosted.started = nullptr;
+    hosted.core->cancelCalls();
+    return hosted.core->context().work().whenIdle().then(
+        [this, serial]() { retiring_.erase(serial); });
+  }));
 }
 
 kj::Promise<void> NodeRuntime::stopActor(uint64_t id, Exit reason, kj::Duration timeout) {
@@ -348,22 +415,18 @@ kj::Promise<void> NodeRuntime::stopActor(uint64_t id, Exit reason, kj::Duration 
       .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
             [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
       .then([this, id, core, reason, description, timeout](kj::Maybe<kj::Exception> error) {
-        Exit final = reason;
         KJ_IF_MAYBE(e, error) {
           spdlog::warn("actor {} did not stop cleanly within {} ms: {}", description,
                        timeout / kj::MILLISECONDS, e->getDescription().cStr());
         }
-        if (actors_.count(id) && !core->exited()) core->markExited(final);
-        forget(id);
+        // Still the same incarnation (a kill may have retired it meanwhile).
+        auto it = actors_.find(id);
+        if (it != actors_.end() && it->second.core == core) retire(id, reason);
       });
 }
 
 void NodeRuntime::killActor(uint64_t id, Exit reason) {
-  auto it = actors_.find(id);
-  if (it == actors_.end()) return;
-  it->second.started = nullptr;
-  if (!it->second.core->exited()) it->second.core->markExited(reason);
-  forget(id);
+  retire(id, kj::mv(reason));
 }
 
 kj::Promise<void> NodeRuntime::stopAll(Exit reason) {
@@ -380,13 +443,7 @@ void NodeRuntime::actorExited(uint64_t id, Exit reason) {
   auto it = actors_.find(id);
   if (it == actors_.end() || it->second.core->exited() || it->second.stopping) return;
   auto address = it->second.address;
-  it->second.core->markExited(reason);
-  // Dropping the onStart() promise must wait: we may be inside it.
-  tasks_.add(kj::evalLater([this, id]() {
-    auto it = actors_.find(id);
-    if (it != actors_.end()) it->second.started = nullptr;
-  }));
-  forget(id);
+  retire(id, reason);
   // The head logs the exit with what follows from it; here it is only a detail.
   spdlog::debug("actor {} exited: {}", address.describe(), reason.describe());
   auto req = cluster().actorExitedRequest();

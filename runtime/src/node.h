@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "coalescing_stream.h"
 #include "troupe/actor.h"
 #include "troupe/config.h"
 #include "troupe/registry.h"
@@ -23,7 +24,7 @@ class Connection {
   // One RPC connection: a TCP stream (TCP_NODELAY, writes coalesced per event-loop turn), its
   // two-party network and RPC system. The acceptor side exports `bootstrap` (a Gate).
  public:
-  Connection(kj::Own<kj::AsyncIoStream> stream, capnp::rpc::twoparty::Side side,
+  Connection(kj::Own<CoalescingStream> stream, capnp::rpc::twoparty::Side side,
              capnp::Capability::Client bootstrap, capnp::ReaderOptions options, std::string peer);
   ~Connection() noexcept(false);
   KJ_DISALLOW_COPY(Connection);
@@ -31,13 +32,21 @@ class Connection {
   capnp::Capability::Client peerBootstrap();
   kj::Promise<void> onDisconnect() { return disconnected_.addBranch(); }
   const std::string& peer() const { return peer_; }
+  const std::string& peerHost() const { return peerHost_; }
+  void setPeerHost(std::string host) { peerHost_ = kj::mv(host); }
+  // The host the peer said it is when it logged in ("" for connections this node opened).
+
+  void abort(kj::StringPtr reason);
+  // Cuts the connection now, whether or not the peer can hear: every call in flight on it fails
+  // with a DISCONNECTED exception carrying `reason`, and onDisconnect() resolves.
 
  private:
-  kj::Own<kj::AsyncIoStream> stream_;
+  kj::Own<CoalescingStream> stream_;
   capnp::TwoPartyVatNetwork network_;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
   kj::ForkedPromise<void> disconnected_;
   std::string peer_;
+  std::string peerHost_;
 };
 
 class NodeRuntime final : private kj::TaskSet::ErrorHandler {
@@ -64,6 +73,10 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   proto::Node::Client peerNode(const std::string& address);
   // The Node capability of the node listening at `address`, over a direct connection cached per
   // peer (or this node itself).
+
+  void fencePeer(const std::string& host, const std::string& address, const std::string& reason);
+  // Drops every connection to and from `host` (listening at `address`): the head declared it
+  // lost. Calls in flight to it fail with DISCONNECTED; a later peerNode(address) connects anew.
 
   proto::Cluster::Client cluster();
   // The head's Cluster capability (local on the head).
@@ -110,12 +123,16 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   struct Peer {
     proto::Node::Client node;
     kj::Own<Connection> connection;  // null while connecting
+    kj::Own<kj::Canceler> connecting;  // cancels the connection attempt
+    uint64_t generation;               // which connection to this address it is
   };
 
   void taskFailed(kj::Exception&& exception) override;
   kj::Promise<void> acceptLoop(kj::ConnectionReceiver& receiver);
   void accepted(kj::Own<kj::AsyncIoStream> stream);
-  void forget(uint64_t id);  // drop a hosted actor at the end of this turn
+  void retire(uint64_t id, Exit reason);
+  // Marks a hosted actor exited and takes it out of the directory; it is destroyed once that is
+  // safe (see node.cpp).
 
   EventLoop& loop_;
   const Registry& registry_;
@@ -132,7 +149,10 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   std::map<uint64_t, kj::Own<Connection>> inbound_;
   uint64_t nextInbound_ = 0;
   std::map<std::string, Peer> peers_;
+  uint64_t nextPeerGeneration_ = 0;
   std::map<uint64_t, Hosted> actors_;  // by id, which is start order
+  std::map<uint64_t, Hosted> retiring_;  // exited, waiting for their calls and pool jobs to end
+  uint64_t nextRetired_ = 0;
   std::vector<ActorAddress> headActors_;
   int exitCode_ = -1;
   std::string exitReason_;

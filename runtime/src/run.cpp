@@ -17,6 +17,7 @@
 
 #include "head.h"
 #include "node.h"
+#include "troupe/app_settings.h"
 #include "troupe/exit_codes.h"
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
@@ -63,10 +64,9 @@ unsigned machineCpus() {
   return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-// Parses flags and TROUPE_* variables over the app's defaults. Returns the app's own arguments.
-std::vector<std::string> parseOptions(int argc, char* argv[], RunOptions& o) {
-  CLI::App cli("troupe node");
-  cli.allow_extras();
+// troupe's own flags, each with its TROUPE_* variable, writing into `o`. The one list: parseOptions
+// and runFlags() both read it.
+void addRunOptions(CLI::App& cli, RunOptions& o) {
   cli.set_help_flag("--troupe-help", "troupe's options");
   cli.add_option("--cluster", o.clusterFile, "cluster description (resourceconfig.json shape)")
       ->envname("TROUPE_CLUSTER_FILE");
@@ -87,6 +87,18 @@ std::vector<std::string> parseOptions(int argc, char* argv[], RunOptions& o) {
   cli.add_option("--memory-bytes", o.memoryBytes)->envname("TROUPE_MEMORY_BYTES");
   cli.add_option("--max-message-bytes", o.maxMessageBytes)->envname("TROUPE_MAX_MESSAGE_BYTES");
   cli.add_option("--log-level", o.logLevel)->envname("TROUPE_LOG_LEVEL");
+}
+
+struct Parsed {
+  std::vector<std::string> appArgs;  // what troupe does not take: the app's own arguments
+  bool headGroupGiven = false;       // --head-group or TROUPE_HEAD_GROUP, not the app's default
+};
+
+// Parses flags and TROUPE_* variables over the app's defaults.
+Parsed parseOptions(int argc, char* argv[], RunOptions& o) {
+  CLI::App cli("troupe node");
+  cli.allow_extras();
+  addRunOptions(cli, o);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -94,14 +106,16 @@ std::vector<std::string> parseOptions(int argc, char* argv[], RunOptions& o) {
   } catch (const CLI::ParseError& e) {
     throw ConfigError(std::string("bad option: ") + e.what() + " (see --troupe-help)");
   }
-  auto extras = cli.remaining();
+  Parsed parsed;
+  parsed.appArgs = cli.remaining();
+  parsed.headGroupGiven = cli.get_option("--head-group")->count() > 0;
   if (o.heartbeatMs == 0 || o.nodeTimeoutMs <= o.heartbeatMs || o.headTimeoutMs <= o.heartbeatMs) {
     throw ConfigError("heartbeat-ms (" + std::to_string(o.heartbeatMs) +
                       ") must be > 0 and below node-timeout-ms (" +
                       std::to_string(o.nodeTimeoutMs) + ") and head-timeout-ms (" +
                       std::to_string(o.headTimeoutMs) + ")");
   }
-  return extras;
+  return parsed;
 }
 
 struct Loaded {
@@ -180,6 +194,26 @@ void listenOnInterface(Loaded& l) {
     return;
   }
   l.hosts.addresses[c.currentHost] = *ip + ":" + std::to_string(l.hosts.defaultPort);
+}
+
+// The app's head group (RunOptions::headGroup, hetero_train's dnn_group) is a default: on a cluster
+// without it (a homogeneous SageMaker job) the default head is used instead, and the returned
+// warning says so. One named on purpose (--head-group, TROUPE_HEAD_GROUP) must exist.
+std::optional<std::string> resolveHeadGroup(const ClusterConfig& c, RunOptions& o, bool given) {
+  auto missing = c.missingHeadGroup(o.headGroup);
+  if (!missing) return std::nullopt;
+  if (given) {
+    std::vector<std::string> names;
+    for (auto& g : c.groups) names.push_back(g.name);
+    auto near = nearestName(o.headGroup, names);
+    throw ConfigError("--head-group (TROUPE_HEAD_GROUP) '" + o.headGroup +
+                      "' is not an instance group of " + c.source +
+                      (near.empty() ? "" : "; did you mean '" + near + "'?") +
+                      " groups are: " + c.groupNames() +
+                      "; leave it unset for the default head (the GPU group, else the first host)");
+  }
+  o.headGroup.clear();
+  return missing;
 }
 
 // `troupe sim --pin`: run on the CPU set TROUPE_CPUS names. Before any thread starts, so every
@@ -281,6 +315,7 @@ class Worker {
         .then([this](kj::Own<Connection> conn) {
           auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
           login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
+          login.setHost(node_.info().host());
           auto cluster = login.send().getCluster();
           auto join = cluster.joinRequest();
           node_.info().toProto(join.initInfo());
@@ -322,7 +357,8 @@ class Worker {
         [this]() { headGone("the connection closed"); },
         [this](kj::Exception&& e) { headGone(e.getDescription().cStr()); }));
     headConnection_ = kj::mv(conn);
-    node_.tasks().add(heartbeatLoop());
+    auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
+    node_.tasks().add(heartbeatLoop(node_.loop().timer().now() + interval));
   }
 
   void headGone(std::string why) {
@@ -331,20 +367,30 @@ class Worker {
                       "lost the head " + headLine() + node_.headActorsLine() + ": " + why);
   }
 
-  kj::Promise<void> heartbeatLoop() {
+  kj::Promise<void> heartbeatLoop(kj::TimePoint due) {
     auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
-    return node_.loop().timer().afterDelay(interval).then([this]() {
+    return node_.loop().timer().atTime(due).then([this, due, interval]() {
       auto now = node_.loop().timer().now();
-      auto limit = node_.options().headTimeoutMs * kj::MILLISECONDS;
-      if (now - lastHeard_ > limit) {
+      if (now - due > interval) {
+        // This process stalled (frozen, or starved of CPU): the head's answers may be waiting
+        // unread in the socket. Do not count our own stall against the head; the next round
+        // judges, after the queue was read.
+        lastHeard_ = lastHeard_ + (now - due);
+        spdlog::warn("this node's event loop stalled for {} ms", (now - due) / kj::MILLISECONDS);
+      } else if (now - lastHeard_ > node_.options().headTimeoutMs * kj::MILLISECONDS) {
         headGone("no answer for " + std::to_string(node_.options().headTimeoutMs) + " ms");
         return kj::Promise<void>(kj::READY_NOW);
       }
       auto req = node_.cluster().heartbeatRequest();
       req.setNodeId(nodeId_);
-      node_.tasks().add(
-          req.send().then([this](auto&&) { lastHeard_ = node_.loop().timer().now(); }));
-      return heartbeatLoop();
+      node_.tasks().add(req.send().then([this](auto&& reply) {
+        lastHeard_ = node_.loop().timer().now();
+        if (reply.getFenced()) {
+          node_.requestExit(FENCED, std::string("the head declared this node lost (") +
+                                        reply.getReason().cStr() + "); its actors run elsewhere now");
+        }
+      }));
+      return heartbeatLoop(now + interval);
     });
   }
 
@@ -385,6 +431,19 @@ class Worker {
 
 }  // namespace
 
+std::vector<RunFlag> runFlags() {
+  RunOptions unused;
+  CLI::App cli;
+  addRunOptions(cli, unused);
+  std::vector<RunFlag> flags;
+  for (const CLI::Option* option : cli.get_options()) {
+    for (auto& name : option->get_lnames()) {
+      flags.push_back({"--" + name, option->get_envname(), option->get_items_expected_max() > 0});
+    }
+  }
+  return flags;
+}
+
 int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOptions options) {
   // Under `troupe sim`: die with the simulator even if it is SIGKILLed.
   if (const char* parent = getenv("TROUPE_DIE_WITH_PARENT")) {
@@ -395,27 +454,33 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   Outcome outcome;
   outcome.setWho(localHostName());
   if (smRootGiven()) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
-  std::vector<std::string> appArgs;
+  Parsed parsed;
   Loaded loaded;
   bool isHead = false;
+  std::optional<std::string> headGroupWarning;
   try {
-    pinFromEnvironment();
-    appArgs = parseOptions(argc, argv, options);
+    parsed = parseOptions(argc, argv, options);
     if (underSageMaker(options)) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
+    pinFromEnvironment();
     loaded = loadCluster(options);
     auto& c = loaded.config;
     outcome.setWho(c.currentHost + " (" + c.currentGroup + ")");
     SageMakerEnv::setCurrent(underSageMaker(options)
                                  ? SageMakerEnv::load(SageMakerEnv::defaultRoot())
                                  : SageMakerEnv::inactive());
+    headGroupWarning = resolveHeadGroup(c, options, parsed.headGroupGiven);
     isHead = c.currentHost == c.headHost(options.headGroup);
   } catch (const ConfigError& e) {
+    // Also when the options did not parse: the rule for a SageMaker root needs none of them.
+    if (underSageMaker(options)) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
     fprintf(stderr, "troupe: configuration error: %s\n", e.what());
     outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
   }
   auto& config = loaded.config;
+  auto& appArgs = parsed.appArgs;
   setupLogging(config.currentHost + " " + config.currentGroup + (isHead ? " head" : " worker"),
                options.logLevel);
+  if (headGroupWarning) spdlog::warn("{}", *headGroupWarning);
   if (getenv("TROUPE_CPUS") != nullptr) spdlog::info("pinned to CPUs {}", allowedCpus());
   listenOnInterface(loaded);
   auto size = sizeOf(config, options);

@@ -105,16 +105,16 @@ const SageMakerEnv& SageMakerEnv::current() {
   std::lock_guard<std::mutex> lock(currentMutex);
   auto& slot = currentSlot();
   if (!slot) {
-    const char* explicitRoot = getenv("TROUPE_SM_ROOT");
-    std::error_code ec;
-    if ((explicitRoot != nullptr && *explicitRoot != '\0') ||
-        fs::exists("/opt/ml/input/config/resourceconfig.json", ec)) {
-      slot = std::make_unique<SageMakerEnv>(load(defaultRoot()));
-    } else {
-      slot = std::make_unique<SageMakerEnv>(inactive());
-    }
+    slot = std::make_unique<SageMakerEnv>(detected() ? load(defaultRoot()) : inactive());
   }
   return *slot;
+}
+
+bool SageMakerEnv::detected() {
+  const char* explicitRoot = getenv("TROUPE_SM_ROOT");
+  std::error_code ec;
+  return (explicitRoot != nullptr && *explicitRoot != '\0') ||
+         fs::exists("/opt/ml/input/config/resourceconfig.json", ec);
 }
 
 void SageMakerEnv::setCurrent(SageMakerEnv env) {

@@ -32,11 +32,11 @@ TinyBatch randomBatch(int rows, int inputs, int classes, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("backprop gradients match finite differences on a tiny net", "[trainer]") {
-  auto device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {6, 5, 4, 3};
   config.seed = 3;
-  Mlp mlp(config, *device);
+  Mlp mlp(config, device);
   const TinyBatch batch = randomBatch(7, 6, 3, 11);
   // Fresh biases are exactly 0, so a sample whose previous layer is all dead sits exactly on a
   // ReLU kink, where finite differences see half a slope. Random biases move off the kinks.
@@ -81,11 +81,11 @@ TEST_CASE("backprop gradients match finite differences on a tiny net", "[trainer
 }
 
 TEST_CASE("training drives the loss down on a fixed batch", "[trainer]") {
-  auto device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {20, 32, 5};
   config.learningRate = 0.05f;
-  Mlp mlp(config, *device);
+  Mlp mlp(config, device);
   const TinyBatch batch = randomBatch(40, 20, 5, 2);
   const float first = mlp.trainStep(batch.inputs, batch.labels);
   float last = first;
@@ -95,17 +95,17 @@ TEST_CASE("training drives the loss down on a fixed batch", "[trainer]") {
 }
 
 TEST_CASE("bad configs and batches are explained", "[trainer]") {
-  auto device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {10};
-  CHECK_THROWS_WITH(Mlp(config, *device), Contains("at least input and output"));
+  CHECK_THROWS_WITH(Mlp(config, device), Contains("at least input and output"));
   config.layerSizes = {10, 0, 3};
-  CHECK_THROWS_WITH(Mlp(config, *device), Contains("layerSizes[1] is 0"));
+  CHECK_THROWS_WITH(Mlp(config, device), Contains("layerSizes[1] is 0"));
   config.layerSizes = {10, 3};
   config.momentum = 1.0f;
-  CHECK_THROWS_WITH(Mlp(config, *device), Contains("momentum"));
+  CHECK_THROWS_WITH(Mlp(config, device), Contains("momentum"));
   config.momentum = 0.9f;
-  Mlp mlp(config, *device);
+  Mlp mlp(config, device);
   std::vector<float> inputs(25);
   std::vector<uint8_t> labels = {0, 1};
   CHECK_THROWS_WITH(mlp.trainStep(inputs, labels), Contains("25 input floats for 2 labels"));
@@ -117,10 +117,10 @@ TEST_CASE("bad configs and batches are explained", "[trainer]") {
 
 TEST_CASE("save writes weights and a JSON header that load reads back", "[trainer]") {
   troupe::test::TempDir dir;
-  auto device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {8, 6, 4};
-  Mlp mlp(config, *device);
+  Mlp mlp(config, device);
   const TinyBatch batch = randomBatch(5, 8, 4, 1);
   mlp.trainStep(batch.inputs, batch.labels);
   mlp.save(dir.path() / "model", {.epoch = 3, .accuracy = 0.5});
@@ -131,14 +131,14 @@ TEST_CASE("save writes weights and a JSON header that load reads back", "[traine
   CHECK_THAT(text, Contains("\"layerSizes\"") && Contains("\"epoch\": 3"));
 
   troupe::train::ModelInfo info;
-  Mlp loaded = Mlp::load(dir.path() / "model", *device, &info);
+  Mlp loaded = Mlp::load(dir.path() / "model", device, &info);
   CHECK(loaded.config().layerSizes == config.layerSizes);
   CHECK(loaded.parameters() == mlp.parameters());
   CHECK(info.epoch == 3);
   CHECK(info.accuracy == 0.5);
 
   std::filesystem::resize_file(dir.path() / "model" / "model.bin", 12);
-  CHECK_THROWS_WITH(Mlp::load(dir.path() / "model", *device), Contains("model.bin has 12 bytes"));
+  CHECK_THROWS_WITH(Mlp::load(dir.path() / "model", device), Contains("model.bin has 12 bytes"));
 }
 
 TEST_CASE("device selection falls back to the CPU and says why", "[trainer]") {

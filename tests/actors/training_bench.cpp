@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s\n", selection.reason.c_str());
   train::MlpConfig mlpConfig;
   mlpConfig.learningRate = lr;
-  train::Mlp mlp(mlpConfig, *selection.device);
+  train::Mlp mlp(mlpConfig, std::move(selection.device));
   train::AugmentConfig augConfig = augment ? train::AugmentConfig{} : train::AugmentConfig::none();
   train::Augmenter augmenter(augConfig);
   data::EpochCursor cursor(data::shardIndices(train.size(), 0, 1), /*seed=*/1);

@@ -22,8 +22,8 @@ TEST_CASE("one epoch on 10k real images reaches 0.75 test accuracy", "[trainer][
   // Shard 0 of 6 is 10k images.
   data::EpochCursor cursor(data::shardIndices(train.size(), 0, 6), /*seed=*/1);
   train::Augmenter augmenter(train::AugmentConfig{});
-  auto device = train::makeCpuDevice();
-  train::Mlp mlp(train::MlpConfig{}, *device);
+  std::shared_ptr<train::Device> device = train::makeCpuDevice();
+  train::Mlp mlp(train::MlpConfig{}, device);
   float loss = 0;
   for (auto batch = cursor.next(64); !batch.samples.empty(); batch = cursor.next(64)) {
     const auto images = data::gatherSamples(train, batch.samples);

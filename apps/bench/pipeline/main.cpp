@@ -217,10 +217,10 @@ json runProbe(const Options& o) {
   for (size_t i = 0; i < 16; ++i) {
     inputs.push_back(light.augment(batchPixels(i), train.rows, train.cols, i));
   }
-  auto device = train::makeCpuDevice();
+  std::shared_ptr<train::Device> device = train::makeCpuDevice();
   train::MlpConfig mlpConfig;
   mlpConfig.learningRate = o.lr;
-  train::Mlp model(mlpConfig, *device);
+  train::Mlp model(mlpConfig, device);
   auto step = [&](size_t i) { model.trainStep(inputs[i % 16], batchLabels(i % 16)); };
   for (size_t i = 0; i < 3; ++i) step(i);  // warm-up
   auto ms = timeReps(o.measureSeconds, 10, step);

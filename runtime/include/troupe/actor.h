@@ -226,9 +226,13 @@ class ActorContext {
 
   template <typename Fn>
   auto offload(Fn&& fn) {
-    // Runs CPU-heavy work on the node's compute pool; see EventLoop::offload.
-    return loop().offload(kj::fwd<Fn>(fn));
+    // Runs CPU-heavy work on the node's compute pool; see EventLoop::offload. The actor is not
+    // destroyed while a job it offloaded still runs (the node waits for them after the actor
+    // exits), and once it has exited offload() rejects with DISCONNECTED.
+    return loop().offload(work_, kj::fwd<Fn>(fn));
   }
+  WorkGroup& work() { return work_; }
+  // This actor's offloaded jobs (used by the runtime to wait for them).
 
   void exit(Exit reason);
   // Ends this actor: its children are stopped, calls fail, monitors are told. An abnormal reason
@@ -253,6 +257,7 @@ class ActorContext {
   kj::Array<kj::byte> argBytes_;
   kj::Array<capnp::word> argWords_;
   kj::Own<capnp::FlatArrayMessageReader> argReader_;
+  WorkGroup work_;
 };
 
 class ActorCore {
@@ -274,12 +279,20 @@ class ActorCore {
   // -- used by the runtime --
   void adoptContext(kj::Own<ActorContext> context) { ownedContext_ = kj::mv(context); }
   void markExited(const Exit& reason);
-  // After this, new calls fail and calls in flight are cancelled, with a DISCONNECTED exception.
+  // After this, new calls fail with a DISCONNECTED exception naming the reason, calls in flight
+  // fail the same way when they complete, and offload() refuses work. Safe to call from inside
+  // one of the actor's own calls (ActorContext::exit() does): nothing is cancelled here.
+  void cancelCalls();
+  // Cancels the calls still in flight (with the exit reason). Must not run inside one of them:
+  // the runtime calls it from a later turn.
   bool exited() const { return exited_ != nullptr; }
 
  protected:
   void checkAlive() const;
-  kj::Promise<void> guard(kj::Promise<void> call) { return canceler_.wrap(kj::mv(call)); }
+  kj::Promise<void> guard(kj::Promise<void> call);
+  // A user method's promise as the caller sees it: cancelled by cancelCalls(), and failing with
+  // the exit reason if the actor exited while the method ran (even if the method then returned
+  // normally).
 
   kj::Promise<void> stopImpl();
   kj::Promise<void> linkImpl(uint64_t other);

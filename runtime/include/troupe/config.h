@@ -63,6 +63,11 @@ struct ClusterConfig {
   std::string headHost(const std::string& headGroup) const;
   // The head: the first host (sorted) of `headGroup`; when that is empty, of the first group whose
   // instance type has GPUs; else the first of all hosts. Throws ConfigError for an unknown group.
+  std::optional<std::string> missingHeadGroup(const std::string& headGroup) const;
+  // When `headGroup` is not empty and this cluster has no such group (an app's `dnn_group` on a
+  // homogeneous SageMaker cluster, whose one group is "homogeneousCluster"): a one-line warning
+  // naming it, the groups there are and the default head, headHost(""), used instead. run() logs
+  // it and falls back; none when the group exists or none was asked for.
 };
 
 struct HostMap {

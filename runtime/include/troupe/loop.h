@@ -21,7 +21,9 @@
 #include <kj/async-unix.h>
 #include <kj/debug.h>
 #include <kj/function.h>
+#include <kj/refcount.h>
 #include <kj/timer.h>
+#include <kj/vector.h>
 #include <uv.h>
 
 #include <string>
@@ -29,6 +31,38 @@
 #include <vector>
 
 namespace troupe {
+
+class WorkGroup {
+  // Offloaded jobs that belong together (one actor's), counted from offload() until the job's
+  // function has returned on its pool thread, or the job was cancelled before it started. Dropping
+  // the promise offload() returned does not end a job that is already running, so an owner that
+  // is about to destroy what its jobs touch waits for whenIdle() first (Seastar's rule: every
+  // service's stop() waits for its work).
+ public:
+  WorkGroup();
+  ~WorkGroup() noexcept(false);
+  KJ_DISALLOW_COPY(WorkGroup);
+
+  size_t running() const { return state_->running; }
+  // Jobs offloaded through this group that have not finished running.
+  kj::Promise<void> whenIdle();
+  // Resolves once running() is 0 (at once if it is).
+
+  void close(kj::StringPtr why);
+  // Refuse further jobs: offload() through the group then rejects with a DISCONNECTED exception
+  // carrying `why`. Jobs already queued or running are not affected.
+  kj::Maybe<kj::StringPtr> closedBecause() const;
+
+ private:
+  friend class EventLoop;
+  struct State : public kj::Refcounted {
+    size_t running = 0;
+    kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> idleWaiters;
+    void finished();
+  };
+  kj::Own<State> state_;
+  kj::Maybe<kj::String> closed_;
+};
 
 class EventLoop {
   // The process's event loop. Create exactly one, on the main thread, before anything async.
@@ -57,6 +91,10 @@ class EventLoop {
   // Runs `fn` on the compute pool and resolves on the loop thread with its result (or its
   // exception). Dropping the promise cancels work that has not started; work already running
   // finishes and its result is discarded, so `fn` must own (capture by value) what it touches.
+  template <typename Fn>
+  auto offload(WorkGroup& group, Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>>;
+  // The same, counted in `group` until `fn` has returned (see WorkGroup); rejects at once when
+  // the group is closed.
 
   void onSignal(int signum, kj::Function<void(int)> handler);
   // Calls `handler` on the loop thread each time `signum` arrives (through uv_signal).
@@ -71,6 +109,8 @@ class EventLoop {
   template <typename T>
   class WorkAdapter;
 
+  template <typename Fn>
+  auto offloadCounted(WorkGroup::State* group, Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>>;
   kj::Promise<void> pump();
   kj::Promise<void> waitForUv();
   void queue(WorkBase& work);
@@ -104,6 +144,7 @@ struct EventLoop::Work final : public WorkBase {
   kj::Maybe<Result> result;
   kj::Maybe<kj::Exception> error;
   WorkAdapter<T>* adapter = nullptr;  // null once the promise was dropped
+  kj::Own<WorkGroup::State> group;    // null when not counted
 
   void run() override {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = fn(); })) {
@@ -111,6 +152,7 @@ struct EventLoop::Work final : public WorkBase {
     }
   }
   void finish(int status) override {
+    if (group.get() != nullptr) group->finished();
     if (adapter == nullptr) return;  // abandoned: discard the result
     auto& f = adapter->fulfiller_;
     adapter->work_ = nullptr;
@@ -153,6 +195,20 @@ class EventLoop::WorkAdapter {
 
 template <typename Fn>
 auto EventLoop::offload(Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>> {
+  return offloadCounted(nullptr, kj::fwd<Fn>(fn));
+}
+
+template <typename Fn>
+auto EventLoop::offload(WorkGroup& group, Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>> {
+  KJ_IF_MAYBE(why, group.closedBecause()) {
+    return KJ_EXCEPTION(DISCONNECTED, *why);
+  }
+  return offloadCounted(group.state_.get(), kj::fwd<Fn>(fn));
+}
+
+template <typename Fn>
+auto EventLoop::offloadCounted(WorkGroup::State* group, Fn&& fn)
+    -> kj::Promise<std::invoke_result_t<Fn>> {
   using T = std::invoke_result_t<Fn>;
   auto work = new Work<T>();
   if constexpr (std::is_void_v<T>) {
@@ -162,6 +218,10 @@ auto EventLoop::offload(Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>> {
     };
   } else {
     work->fn = kj::fwd<Fn>(fn);
+  }
+  if (group != nullptr) {
+    ++group->running;
+    work->group = kj::addRef(*group);
   }
   return kj::newAdaptedPromise<T, WorkAdapter<T>>(*this, work);
 }

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "troupe/driver.h"
 #include "troupe/registry.h"
@@ -44,5 +45,15 @@ struct RunOptions {
 
 [[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,
                      RunOptions defaults = {});
+
+struct RunFlag {
+  std::string flag;      // "--head-group"
+  std::string variable;  // "TROUPE_HEAD_GROUP"; empty for --troupe-help
+  bool takesValue;       // false only for --troupe-help
+};
+std::vector<RunFlag> runFlags();
+// The flags run() reads from the command line (the fields of RunOptions, and --troupe-help). run()
+// leaves every other argument to the app (Driver::args()); an app that parses its own flags
+// checks what its parser left over against these (troupe/app_settings.h does).
 
 }  // namespace troupe

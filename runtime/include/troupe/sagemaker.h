@@ -51,6 +51,10 @@ class SageMakerEnv {
   // The environment troupe::run() loaded for this process. Before run() (in main(), say) it is
   // detected the way run() detects it: active when TROUPE_SM_ROOT is set or
   // /opt/ml/input/config/resourceconfig.json exists. May throw ConfigError then.
+  static bool detected();
+  // Whether this process runs under a SageMaker-shaped root by the rule current() uses before
+  // run(): TROUPE_SM_ROOT is set, or /opt/ml/input/config/resourceconfig.json exists. Reads no
+  // file, so it cannot fail (configError() uses it to decide where to write output/failure).
   static void setCurrent(SageMakerEnv env);
   // For troupe::run() (and tests): replaces what current() returns. Call before any thread that
   // reads current() starts.

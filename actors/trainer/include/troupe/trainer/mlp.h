@@ -40,9 +40,10 @@ struct ModelInfo {
 /// The model plus its optimiser state and scratch buffers, all on one Device.
 class Mlp {
  public:
-  /// Initialises weights (He normal from config.seed, zero biases) on `device`, which must
-  /// outlive the Mlp. Throws std::invalid_argument on a bad config.
-  Mlp(const MlpConfig& config, Device& device);
+  /// Initialises weights (He normal from config.seed, zero biases) on `device`. The Mlp shares
+  /// ownership of the device: a training step running on a pool thread keeps both alive, however
+  /// early the actor that made them goes away. Throws std::invalid_argument on a bad config.
+  Mlp(const MlpConfig& config, std::shared_ptr<Device> device);
   ~Mlp();
   Mlp(Mlp&&) noexcept;
   Mlp& operator=(Mlp&&) noexcept;
@@ -85,7 +86,8 @@ class Mlp {
   /// Reads a model written by save() onto `device`; the optimiser settings come from `config`
   /// except layerSizes, which come from the file. Throws std::runtime_error naming the file
   /// and the mismatching values.
-  static Mlp load(const std::filesystem::path& dir, Device& device, ModelInfo* info = nullptr,
+  static Mlp load(const std::filesystem::path& dir, std::shared_ptr<Device> device,
+                  ModelInfo* info = nullptr,
                   MlpConfig config = {});
 
  private:
@@ -97,7 +99,7 @@ class Mlp {
   void backward(int rows);
 
   MlpConfig config_;
-  Device* device_;
+  std::shared_ptr<Device> device_;
   std::vector<Layer> layers_;
   size_t capacity_ = 0;                          // Rows the scratch buffers hold.
   std::vector<std::unique_ptr<Buffer>> acts_;    // acts_[0] input, acts_[l + 1] layer l output.
