@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: run test build deps configure clean hello
+.PHONY: run test build deps configure clean hello soak
 
 deps:
 	@scripts/install-deps.sh
@@ -24,6 +24,14 @@ hello: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+
+# The whole fault matrix with random moments (docs/faults.md): one line per run, then a table of
+# cases x outcomes; exits non-zero when a run failed. SOAK_SEED empty: a random seed, printed.
+SOAK_CASES ?= 200
+SOAK_MINUTES ?= 90
+SOAK_SEED ?=
+soak: build
+	$(BUILD)/tests/faults/fault_soak --cases $(SOAK_CASES) --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,146 @@
+// The table of the fault matrix: one row per case, with what it does and what it must end with.
+// Codes are troupe::ExitCode or 128 + a signal; bounds count from the moment of the injection. The
+// runtime's defaults: heartbeat 500 ms, node timeout 3000 ms, head timeout 5000 ms, actor stop
+// deadline 5 s.
+
+#include <signal.h>
+
+#include <troupe/exit_codes.h>
+
+#include "fault_case.h"
+#include "inject.h"
+
+namespace faults {
+
+namespace {
+
+using namespace troupe;  // the ExitCode names
+
+constexpr int kComplete = 180;  // a job that must still complete: 2 short epochs, slowly
+constexpr int kTerm = 30;       // a graceful cascade: stop deadline 5 s, with room for a slow CI
+constexpr int kHeadLost = 15;   // head timeout 5 s + 10 s
+
+RoleExpect codes(std::set<int> allowed, int withinS = kComplete) {
+  return RoleExpect{std::move(allowed), withinS};
+}
+
+// Every role the same. (Built by assignment: g++ 12 warns about designated initializers that
+// leave a std::set member to its default.)
+Expect every(RoleExpect all, int withinS, std::string why) {
+  Expect e;
+  e.head = e.victim = e.workers = all;
+  e.withinS = withinS;
+  e.why = std::move(why);
+  return e;
+}
+
+Expect completes(std::string why) {
+  return every(codes({OK}), kComplete, std::move(why));
+}
+
+Expect interrupted() {
+  return every(codes({INTERRUPTED}, kTerm), kTerm,
+               "SIGTERM on any node ends the job gracefully: every node exits 6 (INTERRUPTED) "
+               "with output/failure");
+}
+
+Expect headKilled() {
+  auto e = every(codes({HEAD_LOST}, kHeadLost), kHeadLost + 5,
+                 "a worker that loses the head exits 3 (HEAD_LOST) within the head timeout");
+  e.head = codes({128 + SIGKILL}, kHeadLost);
+  return e;
+}
+
+Expect simKilled() {
+  auto e = every(codes({}, 5), 5,
+                 "every instance dies with the simulator, even when it is killed by SIGKILL");
+  e.sim = 128 + SIGKILL;
+  return e;
+}
+
+// A data instance is lost for good: the job goes on without it.
+Expect dataLost(std::set<int> victim, int victimWithinS, std::string why) {
+  auto e = completes(std::move(why));
+  e.victim = codes(std::move(victim), victimWithinS);
+  return e;
+}
+
+// The head is cut off or stalled for longer than the head timeout: the workers leave on their
+// own; the head may finish the job alone or fail it.
+Expect headLost(std::string why) {
+  auto e = every(codes({HEAD_LOST, FENCED}, kHeadLost), kComplete, std::move(why));
+  e.head = codes({OK, JOB_FAILED});
+  return e;
+}
+
+std::vector<Case> makeCases() {
+  using T = const Target&;
+  return {
+      {"data-kill9", "kill -9 a data instance", Role::DATA, false, true,
+       [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
+       dataLost({128 + SIGKILL}, kComplete,
+                "losing a data instance costs throughput, never samples or the job")},
+      {"head-kill9", "kill -9 the head (the trainer's instance)", Role::HEAD, false, true,
+       [](T t, Rng&) { return signalOne(t.head, SIGKILL); }, headKilled()},
+      {"head-sigterm", "SIGTERM to the head", Role::HEAD, false, true,
+       [](T t, Rng&) { return signalOne(t.head, SIGTERM); }, interrupted()},
+      {"data-sigterm", "SIGTERM to one data instance", Role::DATA, false, false,
+       [](T t, Rng&) { return signalOne(t.victim, SIGTERM); }, interrupted()},
+      {"all-sigterm", "SIGTERM to every instance at once", Role::SIM, false, false,
+       [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted()},
+      {"sim-sigterm", "SIGTERM to troupe sim", Role::SIM, false, false,
+       [](T t, Rng&) { return signalSim(t, SIGTERM); }, interrupted()},
+      {"sim-kill9", "kill -9 troupe sim", Role::SIM, false, false,
+       [](T t, Rng&) { return signalSim(t, SIGKILL); }, simKilled()},
+      {"data-stop-short", "SIGSTOP a data instance for 0.5-2 s (< node timeout)", Role::DATA, false,
+       false, [](T t, Rng& r) { return freeze(t.victim, r, 500, 2000); },
+       completes("a data instance that stalls for less than the node timeout is not lost")},
+      {"data-stop-long", "SIGSTOP a data instance for 4-8 s (> node timeout)", Role::DATA, false,
+       true, [](T t, Rng& r) { return freeze(t.victim, r, 4000, 8000); },
+       dataLost({FENCED}, 8 + 10,
+                "a data node declared lost is fenced: it exits 7 (FENCED) and the job goes on "
+                "without it, exactly-once")},
+      {"head-stop-short", "SIGSTOP the head for 1-4 s (< head timeout)", Role::HEAD, false, false,
+       [](T t, Rng& r) { return freeze(t.head, r, 1000, 4000); },
+       completes("a head that stalls for less than the head timeout must not kill a healthy job")},
+      {"head-stop-long", "SIGSTOP the head for 6-8 s (> head timeout)", Role::HEAD, false, false,
+       [](T t, Rng& r) { return freeze(t.head, r, 6000, 8000); },
+       headLost("workers that lose a stalled head exit on their own (3 or 7); the head ends too")},
+      {"data-partition-long", "take a data instance's link down for good", Role::DATA, true, true,
+       [](T t, Rng& r) { return partition(t, t.victim, r, 0, -1); },
+       dataLost({HEAD_LOST, FENCED}, kHeadLost,
+                "a partitioned data instance is lost: the job goes on without it, exactly-once, "
+                "and it exits on its own (3 or 7)")},
+      {"data-partition-short", "take a data instance's link down for 0.5-2 s", Role::DATA, true,
+       false, [](T t, Rng& r) { return partition(t, t.victim, r, 500, 2000); },
+       completes("a partition shorter than the node timeout loses nothing")},
+      {"head-partition-long", "take the head's link down for good", Role::HEAD, true, false,
+       [](T t, Rng& r) { return partition(t, t.head, r, 0, -1); },
+       headLost("workers cut off from the head exit on their own (3 or 7); the head ends too")},
+      {"head-partition-short", "take the head's link down for 0.5-2 s", Role::HEAD, true, false,
+       [](T t, Rng& r) { return partition(t, t.head, r, 500, 2000); },
+       completes("a partition shorter than the node timeout loses nothing")},
+      {"head-garbage", "garbage bytes, silent and huge-prefix connections on the head's port",
+       Role::HEAD, false, true, [](T t, Rng& r) { return garbage(t.head, r); },
+       completes("garbage on a node's port is dropped: the job completes, exactly-once")},
+      {"data-garbage", "garbage bytes, silent and huge-prefix connections on a data port",
+       Role::DATA, false, false, [](T t, Rng& r) { return garbage(t.victim, r); },
+       completes("garbage on a node's port is dropped: the job completes, exactly-once")},
+  };
+}
+
+}  // namespace
+
+const std::vector<Case>& allCases() {
+  static const std::vector<Case> cases = makeCases();
+  return cases;
+}
+
+const Case* findCase(std::string_view name) {
+  for (auto& c : allCases()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace faults

@@ -1,0 +1,272 @@
+#include "fault_run.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "inject.h"
+
+namespace faults {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+Options Options::fromBuild() {
+  Options o{TROUPE_BINARY, HETERO_TRAIN};
+  if (const char* t = getenv("FAULT_TROUPE")) o.troupe = t;
+  if (const char* a = getenv("FAULT_HETERO_TRAIN")) o.app = a;
+  return o;
+}
+
+const InstanceEnd* Observation::head() const {
+  for (auto& e : instances) {
+    if (e.role == "head") return &e;
+  }
+  return nullptr;
+}
+
+namespace {
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<std::string> command(const Case& c, uint64_t seed, const Options& o,
+                                 const std::string& report) {
+  // `make run`'s cluster, and hetero_train's default augmenters: one per vCPU, no spare room.
+  std::vector<std::string> argv = {o.troupe, "sim", "--keep", "--seed",
+                                   std::to_string(seed % 2147483647 + 1)};
+  if (c.netns) argv.push_back("--netns");
+  argv.insert(argv.end(),
+              {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--",
+               o.app, "--epochs", std::to_string(kEpochs), "--train-samples",
+               std::to_string(kSamples), "--progress-every", "0.2", "--report", report});
+  return argv;
+}
+
+// Instances the sim leaves behind when it dies become this process's children, so their exit
+// codes can be read and nothing is left unreaped.
+void becomeSubreaper() {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+// Reaps `pid` if it is this process's child (orphaned by the sim) and has exited: its code.
+std::optional<int> reapOrphan(pid_t pid) {
+  int st = 0;
+  if (waitpid(pid, &st, WNOHANG) != pid) return std::nullopt;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string rootsDir(const std::string& output) {
+  static const std::regex roots(R"(roots in (\S+))");
+  std::smatch m;
+  return std::regex_search(output, m, roots) ? m[1].str() : "";
+}
+
+// The process, its roots and report, and (with --netns) its namespaces go on every path.
+class Scene {
+ public:
+  Scene(const Case& c, uint64_t seed, const Options& o)
+      : report_("/tmp/troupe-fault-" + std::to_string(getpid()) + "-" + std::to_string(seed) +
+                ".json"),
+        netns_(c.netns) {
+    becomeSubreaper();
+    run_.emplace(command(c, seed, o, report_));
+  }
+  ~Scene() {
+    auto instances = run_->instances();
+    auto roots = rootsDir(run_->output());
+    int simPid = run_->pid();
+    run_.reset();  // SIGKILLs the sim and every instance still there
+    for (auto& [host, i] : instances) {
+      for (int tries = 0; tries < 100 && harness::processExists(i.pid); ++tries) {
+        std::this_thread::sleep_for(10ms);
+      }
+      reapOrphan(i.pid);
+    }
+    std::error_code ec;
+    if (!roots.empty()) fs::remove_all(roots, ec);
+    fs::remove(report_, ec);
+    if (netns_ && simPid > 0) removeNetnsLeftovers(simPid, instances.size());
+  }
+  harness::Run& run() { return *run_; }
+  const std::string& report() const { return report_; }
+
+ private:
+  std::string report_;
+  bool netns_;
+  std::optional<harness::Run> run_;
+};
+
+Target targetOf(const Case& c, harness::Run& run, Rng& rng) {
+  Target t;
+  t.sim = t.simPid = run.pid();
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "dnn_group") {
+      t.head = i;
+    } else {
+      t.data.push_back(i);
+    }
+  }
+  if (c.role == Role::HEAD) t.victim = t.head;
+  if (c.role == Role::DATA && !t.data.empty()) t.victim = t.data[rng() % t.data.size()];
+  return t;
+}
+
+std::vector<InstanceEnd> endsOf(const Case& c, const Target& t) {
+  std::vector<InstanceEnd> ends;
+  ends.push_back({t.head, "head"});
+  for (auto& d : t.data) {
+    bool hit = c.role == Role::DATA && d.host == t.victim.host;
+    ends.push_back({d, hit ? "victim" : "worker"});
+  }
+  return ends;
+}
+
+int longestBound(const Expect& e) {
+  return std::max({e.withinS, e.head.withinS, e.victim.withinS, e.workers.withinS});
+}
+
+// Runs the plan's steps as they come due and notes when each process is gone, until every one
+// is, or the longest bound has passed.
+void watch(Observation& obs, harness::Run& run, Plan& plan, int limitS) {
+  auto t0 = Clock::now();
+  size_t next = 0;
+  for (int tick = 0;; ++tick) {
+    while (next < plan.actions.size() && Clock::now() - t0 >= plan.actions[next].at) {
+      plan.actions[next++].run();
+    }
+    bool headRuns = false, anyRuns = false;
+    for (auto& e : obs.instances) {
+      // An orphan may be seen gone (a zombie) before it is handed to this process to reap.
+      if (e.code < 0) {
+        if (auto code = reapOrphan(e.instance.pid)) e.code = *code;
+      }
+      if (e.goneS) continue;
+      if (e.code >= 0 || !harness::processExists(e.instance.pid)) {
+        e.goneS = since(t0);
+      } else {
+        anyRuns = true;
+        headRuns = headRuns || e.role == "head";
+      }
+    }
+    if (!obs.simGoneS && run.wait(0ms) >= 0) obs.simGoneS = since(t0);
+    // The linger line is read only now and then: the output grows with every progress line.
+    if (headRuns && tick % 5 == 0 &&
+        run.output().find("after the first exit: SIGTERM") != std::string::npos) {
+      obs.simTermedLiveHead = true;
+    }
+    if (obs.simGoneS && !anyRuns) return;
+    if (since(t0) > limitS + 0.5) return;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// Exit codes the sim printed; an instance without a line exited 0, when the sim got to print.
+void readCodes(Observation& obs, harness::Run& run) {
+  obs.simCode = run.wait(0ms);
+  auto out = run.output();
+  bool printed = out.find("exited with") != std::string::npos ||
+                 out.find("instances exited 0") != std::string::npos;
+  static const std::regex exitLine(R"(exited with (\d+))");
+  for (auto& e : obs.instances) {
+    if (e.code < 0) {
+      if (auto code = reapOrphan(e.instance.pid)) e.code = *code;
+    }
+    if (e.code >= 0) continue;  // reaped here
+    auto line = run.exitLine(e.instance.host);
+    std::smatch m;
+    if (std::regex_search(line, m, exitLine)) {
+      e.code = std::stoi(m[1].str());
+    } else if (printed) {
+      e.code = 0;
+    }
+  }
+}
+
+void readFailureFiles(Observation& obs, const std::string& roots) {
+  if (roots.empty()) return;
+  for (auto& e : obs.instances) {
+    e.failure = readFile(fs::path(roots) / e.instance.host / "output" / "failure");
+  }
+}
+
+void readReport(Observation& obs, const std::string& path) {
+  if (!fs::exists(path)) {
+    obs.reportError = "no report at " + path;
+    return;
+  }
+  try {
+    auto j = nlohmann::json::parse(readFile(path));
+    std::vector<EpochCount> epochs;
+    for (auto& e : j.at("epochs")) {
+      epochs.push_back({e.at("samples").get<uint64_t>(), e.at("duplicates").get<uint64_t>(),
+                        e.at("missing").get<uint64_t>()});
+    }
+    obs.report = epochs;
+  } catch (const std::exception& e) {
+    obs.reportError = "the report " + path + " does not parse: " + e.what();
+  }
+}
+
+// Waits for training to start; false (with the reason noted) when it does not.
+bool started(Observation& obs, harness::Run& run) {
+  if (run.waitFor("progress: epoch 1/", 120s)) return true;
+  auto out = run.output();
+  auto at = out.find("--netns is not available");
+  if (at != std::string::npos) {
+    obs.skipped = out.substr(at, out.find('\n', at) - at);
+  } else {
+    obs.notStarted = "no 'progress: epoch 1/' line within 120 s (sim exit " +
+                     std::to_string(run.wait(0ms)) + ")";
+  }
+  return false;
+}
+
+}  // namespace
+
+Observation runCase(const Case& c, uint64_t seed, const Options& options) {
+  Observation obs;
+  obs.caseName = c.name;
+  obs.seed = seed;
+  auto start = Clock::now();
+  if (c.netns) obs.skipped = netnsUnavailable();
+  if (!obs.skipped.empty()) return obs;
+  Rng rng(seed);
+  Scene scene(c, seed, options);
+  auto& run = scene.run();
+  if (started(obs, run)) {
+    auto target = targetOf(c, run, rng);
+    obs.instances = endsOf(c, target);
+    obs.momentMs = std::uniform_int_distribution<int>(0, options.maxMomentMs)(rng);
+    std::this_thread::sleep_for(Millis(obs.momentMs));
+    auto plan = c.inject(target, rng);
+    obs.plan = plan.text;
+    obs.late = run.output().find("job finished") != std::string::npos;
+    watch(obs, run, plan, longestBound(c.expect));
+    readCodes(obs, run);
+    readFailureFiles(obs, rootsDir(run.output()));
+    if (const auto* head = obs.head(); head && head->code == 0) readReport(obs, scene.report());
+  }
+  obs.output = run.output();
+  obs.seconds = since(start);
+  return obs;
+}
+
+}  // namespace faults

@@ -1,0 +1,64 @@
+// Running one case of the fault matrix: hetero_train under `troupe sim`, the fault at a random
+// moment after training started, then watching every process until it is gone or its bound
+// passes. What was seen is an Observation; verdict.h judges it against the case's promises.
+
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fault_case.h"
+
+namespace faults {
+
+struct Options {
+  std::string troupe;      // the `troupe` binary
+  std::string app;         // hetero_train
+  int maxMomentMs = 3000;  // the fault lands 0..maxMomentMs after the first progress line
+  static Options fromBuild();
+  // The binaries this test was built with; FAULT_TROUPE and FAULT_HETERO_TRAIN override them.
+};
+
+struct InstanceEnd {
+  harness::Instance instance;
+  std::string role;             // "head", "victim" (the data instance hit) or "worker"
+  int code = -1;                // exit code, 128 + signal when killed; -1: never seen to exit
+  std::optional<double> goneS;  // seconds from the moment to when it was seen gone
+  std::string failure;          // its output/failure ("" when there is none)
+};
+
+struct EpochCount {
+  uint64_t samples = 0, duplicates = 0, missing = 0;
+};
+
+struct Observation {
+  std::string caseName;
+  uint64_t seed = 0;
+  std::string skipped;     // why the case could not run here, or ""
+  std::string notStarted;  // why training never started, or ""
+  bool late = false;       // training had ended when the fault came: the run proves nothing
+  int momentMs = 0;        // after the first progress line
+  std::string plan;        // the injection in words
+  std::vector<InstanceEnd> instances;
+  int simCode = -1;
+  std::optional<double> simGoneS;
+  bool simTermedLiveHead = false;  // the sim SIGTERMed instances while the head still ran
+  std::optional<std::vector<EpochCount>> report;
+  std::string reportError;  // why there is no report, when the head exited 0
+  std::string output;       // everything the sim printed
+  double seconds = 0;       // the whole case
+
+  const InstanceEnd* head() const;
+};
+
+Observation runCase(const Case& c, uint64_t seed, const Options& options);
+
+constexpr uint64_t kSamples = 12000;  // --train-samples
+// --epochs: 4, not 2, so that a moment up to 3 s after the first progress line always lands in
+// training: on the 2-core VM epoch 1 (with the augmenters' dataset loading) takes ~2.7 s and each
+// later one ~0.7 s.
+constexpr size_t kEpochs = 4;
+
+}  // namespace faults

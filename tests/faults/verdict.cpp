@@ -1,0 +1,214 @@
+#include "verdict.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include <cstdio>
+#include <troupe/exit_codes.h>
+
+namespace faults {
+
+const char* outcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::PASS:
+      return "pass";
+    case Outcome::NO_FAILURE_FILE:
+      return "no-failure-file";
+    case Outcome::WRONG_EXIT:
+      return "wrong-exit";
+    case Outcome::SAMPLES_LOST:
+      return "samples-lost";
+    case Outcome::HANG:
+      return "hang";
+    case Outcome::CRASH:
+      return "crash";
+    case Outcome::NO_START:
+      return "no-start";
+    case Outcome::LATE:
+      return "late";
+    case Outcome::SKIPPED:
+      return "skipped";
+  }
+  return "?";
+}
+
+const std::vector<Outcome>& allOutcomes() {
+  static const std::vector<Outcome> all = {
+      Outcome::PASS,     Outcome::WRONG_EXIT,   Outcome::CRASH,
+      Outcome::HANG,     Outcome::SAMPLES_LOST, Outcome::NO_FAILURE_FILE,
+      Outcome::NO_START, Outcome::LATE,         Outcome::SKIPPED};
+  return all;
+}
+
+namespace {
+
+std::string codeText(int code) {
+  if (code < 0) return "(never exited)";
+  if (code > 128 && code < 128 + 65) {
+    const char* abbrev = sigabbrev_np(code - 128);
+    return std::to_string(code) + " (SIG" + (abbrev ? abbrev : "?") + ")";
+  }
+  return std::to_string(code) + " (" + troupe::exitCodeName(code) + ")";
+}
+
+std::string allowedText(const std::set<int>& codes) {
+  if (codes.empty()) return "any code but a crash";
+  std::string out;
+  for (int c : codes) out += (out.empty() ? "" : " or ") + codeText(c);
+  return out;
+}
+
+bool isCrash(int code) {
+  // abort, segfault, and their kin: SIGILL, SIGBUS, SIGFPE
+  return code == 128 + SIGABRT || code == 128 + SIGSEGV || code == 128 + SIGILL ||
+         code == 128 + SIGBUS || code == 128 + SIGFPE;
+}
+
+std::string label(const InstanceEnd& e) {
+  auto who = e.role == "head" ? "head " : e.role == "victim" ? "data instance " : "worker ";
+  return who + e.instance.host + " (" + e.instance.group + ")";
+}
+
+const RoleExpect& expectOf(const Case& c, const InstanceEnd& e) {
+  if (e.role == "head") return c.expect.head;
+  return e.role == "victim" ? c.expect.victim : c.expect.workers;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
+class Judge {
+ public:
+  Judge(const Case& c, const Observation& obs) : c_(c), obs_(obs) {}
+
+  std::vector<Check> run() {
+    if (!obs_.notStarted.empty()) {
+      add(Outcome::NO_START,
+          "training must start (a case proves nothing without it): " + obs_.notStarted, false);
+      return checks_;
+    }
+    add(Outcome::LATE,
+        "the fault must land while training runs (else the case proves nothing); it came after "
+        "'job finished'",
+        !obs_.late);
+    for (auto& e : obs_.instances) instance(e);
+    sim();
+    samples();
+    return checks_;
+  }
+
+ private:
+  void add(Outcome kind, std::string promise, bool ok) {
+    checks_.push_back({kind, std::move(promise), ok});
+  }
+
+  std::string after() const { return "after " + obs_.plan + ", "; }
+
+  void instance(const InstanceEnd& e) {
+    auto& want = expectOf(c_, e);
+    add(Outcome::CRASH,
+        "no crash (docs/exit-codes.md: never 134 or 139): " + after() + label(e) + " exited " +
+            codeText(e.code),
+        !isCrash(e.code));
+    bound(label(e), e.goneS, want.withinS);
+    if (e.code < 0) return;  // the bound speaks for it
+    bool allowed = want.codes.empty() ? !isCrash(e.code) : want.codes.count(e.code) > 0;
+    add(Outcome::WRONG_EXIT,
+        "exit code (docs/exit-codes.md): " + after() + label(e) + " must exit " +
+            allowedText(want.codes) + " (" + c_.expect.why + "); it exited " + codeText(e.code),
+        allowed);
+    if (e.code != 0 && e.code != 128 + SIGKILL) {
+      add(Outcome::NO_FAILURE_FILE,
+          "failure file (docs/exit-codes.md): " + label(e) + " exited " + codeText(e.code) +
+              ", so " + e.instance.host + "/output/failure must say why; it is " +
+              (e.failure.empty() ? "missing or empty" : "there"),
+          !e.failure.empty());
+    }
+  }
+
+  void bound(const std::string& who, const std::optional<double>& goneS, int withinS) {
+    add(Outcome::HANG,
+        "bound (docs/lifecycle.md: no path leaves a process running): " + after() + who +
+            " must be gone within " + std::to_string(withinS) + " s; " +
+            (goneS ? "it was gone after " + seconds(*goneS) : "it still ran"),
+        goneS && *goneS <= withinS);
+  }
+
+  void sim() {
+    bound("troupe sim and everything it started", obs_.simGoneS, c_.expect.withinS);
+    add(Outcome::CRASH, "no crash: troupe sim exited " + codeText(obs_.simCode),
+        !isCrash(obs_.simCode));
+    add(Outcome::WRONG_EXIT,
+        "sim linger (docs/exit-codes.md): troupe sim never SIGTERMs instances while the head "
+        "still runs; " +
+            std::string(obs_.simTermedLiveHead ? "it printed '... after the first exit: SIGTERM'"
+                                               : "it did not"),
+        !obs_.simTermedLiveHead);
+    const auto* head = obs_.head();
+    int want = c_.expect.sim.value_or(head ? head->code : -1);
+    if (obs_.simCode < 0 || want < 0) return;
+    add(Outcome::WRONG_EXIT,
+        "sim exit (docs/exit-codes.md): " + after() + "troupe sim must exit with " +
+            (c_.expect.sim ? "" : "the job's outcome, the head's ") + codeText(want) +
+            "; it exited " + codeText(obs_.simCode),
+        obs_.simCode == want);
+  }
+
+  void samples() {
+    const auto* head = obs_.head();
+    if (!head || head->code != 0) return;
+    std::string promise =
+        "exactly-once (docs/hetero_train.md): the job completed after " + obs_.plan + ", so ";
+    if (!obs_.report) {
+      add(Outcome::SAMPLES_LOST, promise + "its report must list every epoch: " + obs_.reportError,
+          false);
+      return;
+    }
+    auto& epochs = *obs_.report;
+    add(Outcome::SAMPLES_LOST,
+        promise + "the report must have " + std::to_string(kEpochs) + " epochs; it has " +
+            std::to_string(epochs.size()),
+        epochs.size() == kEpochs);
+    for (size_t i = 0; i < epochs.size(); ++i) {
+      auto& e = epochs[i];
+      add(Outcome::SAMPLES_LOST,
+          promise + "epoch " + std::to_string(i + 1) + " must have " + std::to_string(kSamples) +
+              " samples, 0 duplicates, 0 missing; it has " + std::to_string(e.samples) + ", " +
+              std::to_string(e.duplicates) + ", " + std::to_string(e.missing),
+          e.samples == kSamples && e.duplicates == 0 && e.missing == 0);
+    }
+  }
+
+  const Case& c_;
+  const Observation& obs_;
+  std::vector<Check> checks_;
+};
+
+}  // namespace
+
+std::vector<Check> judge(const Case& c, const Observation& obs) {
+  if (!obs.skipped.empty()) return {};
+  return Judge(c, obs).run();
+}
+
+Outcome outcomeOf(const Observation& obs, const std::vector<Check>& checks) {
+  if (!obs.skipped.empty()) return Outcome::SKIPPED;
+  auto worst = Outcome::PASS;
+  for (auto& c : checks) {
+    if (!c.ok && c.failsAs > worst) worst = c.failsAs;
+  }
+  return worst;
+}
+
+std::string codesText(const Observation& obs) {
+  std::string out;
+  for (auto& e : obs.instances) {
+    out += e.role + " " + e.instance.host + "=" + (e.code < 0 ? "?" : std::to_string(e.code)) + " ";
+  }
+  return out + "sim=" + (obs.simCode < 0 ? "?" : std::to_string(obs.simCode));
+}
+
+}  // namespace faults
