@@ -16,6 +16,7 @@
 #include "train.capnp.h"
 #include "augmenter_actor.h"
 #include "trainer_actor.h"
+#include "troupe/cli11.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
@@ -45,14 +46,13 @@ struct Settings {
   std::string dnnGroup = "dnn_group";
 };
 
-// Parses and checks the app's flags on every node, before anything starts: a bad value is a
-// configuration error (exit 2) everywhere at once.
+// Parses and checks the app's flags on every node, before anything starts: a bad value, an unknown
+// flag or an unknown hyperparameter is a configuration error (exit 2, and output/failure on
+// SageMaker) everywhere at once.
 Settings parseSettings(int argc, char* argv[]) {
   Settings s;
   CLI::App cli("hetero_train: augmentation on the data group, training on the dnn group");
-  cli.allow_extras();  // troupe's own options
-  // A setting given twice (a hyperparameter, then a flag): the last one wins.
-  cli.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cli.footer("troupe's own options (--cluster, --token, --head-group, ...): --troupe-help\n");
   cli.add_option("--epochs", s.epochs, "epochs")->check(CLI::Range(1u, 1000u));
   cli.add_option("--batch-size", s.batchSize, "samples per batch")->check(CLI::Range(1u, 8192u));
   cli.add_option("--lr", s.learningRate, "learning rate (decays linearly to 0)")
@@ -74,38 +74,25 @@ Settings parseSettings(int argc, char* argv[]) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cli.add_option("--data-group", s.dataGroup, "the instance group for augmentation");
   cli.add_option("--dnn-group", s.dnnGroup, "the instance group for training (and the head)");
-  // On SageMaker (or under `troupe sim --hp`) the same settings arrive as hyperparameters, with
-  // `_` or `-`; the model goes to the model dir and a `train` channel, if any, is the dataset.
-  // Flags on the command line win.
-  std::vector<std::string> args;
-  auto& sm = troupe::SageMakerEnv::current();
-  if (sm.active()) {
-    if (sm.hasChannel("train")) args.insert(args.end(), {"--data-dir", sm.channelDir("train")});
-    args.insert(args.end(), {"--model-dir", sm.modelDir()});
-    for (auto& key : sm.keys()) {
-      std::string flag = "--" + key;
-      std::replace(flag.begin(), flag.end(), '_', '-');
-      if (cli.get_option_no_throw(flag) != nullptr) {
-        args.push_back(flag);
-        args.push_back(*sm.raw(key));
-      }
-    }
-  }
-  args.insert(args.end(), argv + 1, argv + argc);
-  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   try {
-    cli.parse(args);
+    // On SageMaker (or under `troupe sim --hp`) the same settings arrive as hyperparameters, with
+    // `_` or `-`; the model goes to the model dir and a `train` channel, if any, is the dataset.
+    // Flags on the command line win.
+    std::vector<std::string> defaults;
+    auto& sm = troupe::SageMakerEnv::current();
+    if (sm.active()) {
+      if (sm.hasChannel("train"))
+        defaults.insert(defaults.end(), {"--data-dir", sm.channelDir("train")});
+      defaults.insert(defaults.end(), {"--model-dir", sm.modelDir()});
+    }
+    troupe::parseAppFlags(cli, argc, argv, defaults);
     troupe::train::AugmentConfig augment;
     augment.blurKernel = s.blur;
     augment.validate();
-  } catch (const CLI::CallForHelp& e) {
-    std::exit(cli.exit(e));
-  } catch (const CLI::ParseError& e) {
-    fprintf(stderr, "hetero_train: %s\n", e.what());
-    std::exit(troupe::CONFIG_ERROR);
+  } catch (const troupe::ConfigError& e) {
+    troupe::configError(e.what());
   } catch (const std::invalid_argument& e) {
-    fprintf(stderr, "hetero_train: --blur: %s\n", e.what());
-    std::exit(troupe::CONFIG_ERROR);
+    troupe::configError(std::string("--blur: ") + e.what());
   }
   return s;
 }
@@ -138,13 +125,26 @@ class Job {
   }
 
  private:
-  kj::Promise<void> start() {
-    bool dnnHasGpus = false;
+  // The trainer goes to the dnn group, on a GPU when it has one. A cluster without that group (a
+  // homogeneous one) runs it on the head, which then fate-shares with it as it does on the dnn
+  // group's first host (troupe::run() chose the head with a warning already).
+  Placement trainerPlacement() {
+    bool found = false, gpus = false;
     for (auto& n : job_.nodes()) {
-      if (n.group() == s_.dnnGroup.c_str() && n.gpus() > 0) dnnHasGpus = true;
+      if (n.group() != s_.dnnGroup.c_str()) continue;
+      found = true;
+      gpus = gpus || n.gpus() > 0;
     }
+    if (found) return Placement::group(s_.dnnGroup).gpus(gpus ? 1 : 0);
+    auto& head = job_.node();
+    return Placement::any()
+        .labels(std::string("host=") + head.host().cStr())
+        .gpus(head.gpus() > 0 ? 1 : 0);
+  }
+
+  kj::Promise<void> start() {
     auto trainer = job_.spawn<hetero::Trainer>(
-        "train.Trainer", Placement::group(s_.dnnGroup).gpus(dnnHasGpus ? 1 : 0),
+        "train.Trainer", trainerPlacement(),
         troupe::SpawnOptions().named("trainer").args<hetero::TrainerArgs>([&](auto a) {
           a.setBatchSize(s_.batchSize);
           a.setLearningRate(s_.learningRate);
@@ -159,8 +159,12 @@ class Job {
     where = s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
     auto augmenters =
         job_.spawnMany<hetero::Augmenter>("train.Augmenter", where,
+                                          // Unlinked: an augmenter gone for good (no room to
+                                          // restart it) is not the job's failure; the trainer
+                                          // hands its shard to the others.
                                           troupe::SpawnOptions()
                                               .named("augmenter")
+                                              .unlinked()
                                               .restarts(s_.restarts, 60 * kj::SECONDS)
                                               .args<hetero::AugmenterArgs>([&](auto a) {
                                                 a.setSeed(s_.seed);

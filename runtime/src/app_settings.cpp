@@ -112,15 +112,12 @@ void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string
     std::string what = "unknown hyperparameter '" + key + "' in " + env.hyperparametersPath();
     auto near = nearestName(name, pool);
     if (!near.empty()) throw ConfigError(what + "; did you mean '" + near + "'?");
-    auto run = runFlags();
-    bool runs = std::any_of(run.begin(), run.end(), [&](auto& f) {
-      return f.takesValue && underscored(dashless(f.flag)) == name;
-    });
-    if (runs) {
+    for (auto& f : runFlags()) {
       // "port": troupe's own option, which deploy/sagemaker/train takes as troupe_<variable>.
-      throw ConfigError(what + ": it is troupe's option --" + dashless(key) +
-                        "; set it as the hyperparameter troupe_<its TROUPE_* variable> (" +
-                        join(troupe) + ")");
+      if (!f.variable.empty() && underscored(dashless(f.flag)) == name) {
+        throw ConfigError(what + ": it is troupe's option " + f.flag +
+                          "; set it as the hyperparameter '" + lower(f.variable) + "'");
+      }
     }
     throw ConfigError(what + "; known: " + join(isTroupes ? troupe : names) +
                       " (and SageMaker's own sagemaker_*)");

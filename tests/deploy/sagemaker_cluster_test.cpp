@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "deploy_util.h"
@@ -175,4 +176,53 @@ TEST_CASE("a node listens on the interface the config names, not on every addres
   CHECK(run.output().find("network interface 'nosuch0' (network_interface_name in " + missing +
                           "/input/config/resourceconfig.json) does not exist or has no IPv4 "
                           "address; listening on every address") != std::string::npos);
+}
+
+TEST_CASE("a homogeneous SageMaker cluster runs hetero_train unchanged: the head falls back",
+          "[sagemaker][cluster][homogeneous]") {
+  // SageMaker's homogeneous job: no instance_groups, current_group_name "homogeneousCluster".
+  // hetero_train's head group (dnn_group) is not there: the default head (the first host) runs
+  // the driver and the trainer, with one warning line, and every instance exits 0.
+  roots::TempDir dir;
+  const std::vector<std::string> hosts = {"algo-1", "algo-2"};
+  deploy::json map = deploy::json::object();
+  for (auto& h : hosts) map[h] = "127.0.0.1:" + std::to_string(deploy::freePort());
+  roots::writeFile(dir / "hosts.json", map.dump());
+  std::vector<std::unique_ptr<harness::Run>> runs;
+  std::vector<std::string> rootOf;
+  for (auto& h : hosts) {
+    deploy::json rc = {{"current_host", h},
+                       {"current_group_name", "homogeneousCluster"},
+                       {"current_instance_type", "ml.c5.xlarge"},
+                       {"hosts", hosts},
+                       {"network_interface_name", "eth0"}};
+    rootOf.push_back(
+        roots::makeRoot(dir / h, rc.dump(),
+                        R"({"epochs": "1", "train_samples": "2000", "augmenters_per_node": "1",
+            "sagemaker_program": "train", "sagemaker_region": "us-east-1",
+            "sagemaker_job_name": "homogeneous-1", "sagemaker_container_log_level": "20",
+            "sagemaker_submit_directory": "s3://bucket/source.tar.gz"})"));
+    runs.push_back(std::make_unique<harness::Run>(
+        std::vector<std::string>{HETERO_TRAIN},
+        std::vector<std::string>{"TROUPE_SM_ROOT=" + rootOf.back(),
+                                 "TROUPE_HOST_MAP=" + (dir / "hosts.json"),
+                                 "TROUPE_TOKEN=homogeneous"}));
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    INFO(hosts[i] << "\n" << runs[i]->output());
+    CHECK(runs[i]->wait(120s) == 0);
+    auto out = runs[i]->output();
+    CHECK(count(out,
+                "head group 'dnn_group' is not in this cluster (groups: homogeneousCluster); "
+                "the head is algo-1 instead") == 1);
+    CHECK(out.find(i == 0 ? "[algo-1 homogeneousCluster head]"
+                          : "[algo-2 homogeneousCluster worker]") != std::string::npos);
+    CHECK(std::filesystem::exists(rootOf[i] + "/output/success"));
+    CHECK_FALSE(std::filesystem::exists(rootOf[i] + "/output/failure"));
+    CHECK_FALSE(harness::processExists(runs[i]->pid()));
+  }
+  auto head = runs[0]->output();
+  // The trainer ran on the head; the epoch table has its one epoch with every sample.
+  CHECK(std::regex_search(head, std::regex("trainer +train.Trainer +algo-1 +homogeneousCluster")));
+  CHECK(std::regex_search(head, std::regex("\n +1 +2000 +0 +0 +0 ")));
 }

@@ -48,6 +48,41 @@ TEST_CASE("a homogeneous description has one group holding every host", "[config
   CHECK(c.headHost("") == "algo-1");  // no GPU group: the first host
 }
 
+TEST_CASE("a head group the cluster lacks falls back to the default head, with one warning",
+          "[config]") {
+  // SageMaker's homogeneous job: no instance_groups, one group named "homogeneousCluster".
+  auto homogeneous = ClusterConfig::parse(
+      R"({"current_host":"algo-2","hosts":["algo-2","algo-1"],"current_group_name":"homogeneousCluster",
+          "current_instance_type":"ml.c5.xlarge"})",
+      "rc.json");
+  auto warning = homogeneous.missingHeadGroup("dnn_group");
+  REQUIRE(warning);
+  CHECK(*warning ==
+        "head group 'dnn_group' is not in this cluster (groups: homogeneousCluster); the head is "
+        "algo-1 instead, the first host of the cluster (no group has GPUs)");
+  CHECK(homogeneous.headHost("") == "algo-1");
+
+  // A homogeneous GPU cluster: the default head is in the GPU group.
+  auto gpus = ClusterConfig::parse(
+      R"({"current_host":"algo-1","hosts":["algo-1","algo-2"],"current_group_name":"homogeneousCluster",
+          "current_instance_type":"ml.p3.2xlarge"})",
+      "rc.json");
+  REQUIRE(gpus.missingHeadGroup("dnn_group"));
+  CHECK(
+      gpus.missingHeadGroup("dnn_group")
+          ->find("the head is algo-1 instead, the first host of group 'homogeneousCluster', whose "
+                 "ml.p3.2xlarge has GPUs") != std::string::npos);
+
+  // A group that exists, or none asked for: nothing to warn about.
+  auto hetero = ClusterConfig::parse(kHetero, "rc.json");
+  CHECK_FALSE(hetero.missingHeadGroup("dnn_group"));
+  CHECK_FALSE(hetero.missingHeadGroup(""));
+  CHECK_FALSE(homogeneous.missingHeadGroup("homogeneousCluster"));
+  CHECK(hetero.missingHeadGroup("gpu_group")
+            ->find("(groups: data_group, dnn_group); the head is "
+                   "algo-2 instead") != std::string::npos);
+}
+
 TEST_CASE("bad descriptions name the file, the key and the value", "[config][bad-input]") {
   auto fails = [](const char* json) {
     try {

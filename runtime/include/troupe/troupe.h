@@ -5,6 +5,7 @@
 #pragma once
 
 #include "troupe/actor.h"            // ActorBase, ActorContext, Ref, SpawnOptions, Exit
+#include "troupe/app_settings.h"     // an app's flags and hyperparameters, configError()
 #include "troupe/co.h"               // Co<T>: coroutines over kj::Promise
 #include "troupe/driver.h"           // Driver: spawn, call, stop, monitor from the head
 #include "troupe/exit_codes.h"       // how processes exit
