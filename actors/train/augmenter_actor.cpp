@@ -36,9 +36,18 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
 }
 
 kj::Promise<void> AugmenterActor::onStart() {
+  return load(shard_).then([this](std::shared_ptr<const Shard> shard) {
+    spdlog::debug("augmenter shard {}/{}: {} samples", shard_, shards_, shard->ids.size());
+  });
+}
+
+kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(uint32_t shard) {
+  auto it = loaded_.find(shard);
+  if (it != loaded_.end()) return it->second.addBranch();
+  KJ_REQUIRE(shard < shards_, "no such shard", shard, shards_);
   // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
   auto load =
-      context().offload([dir = dataDir_, shard = shard_, shards = shards_, samples = samples_]() {
+      context().offload([dir = dataDir_, shard, shards = shards_, samples = samples_]() {
         auto all = data::loadFashionMnist(dir, data::Split::kTrain);
         KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
                    samples, all.size());
@@ -47,13 +56,17 @@ kj::Promise<void> AugmenterActor::onStart() {
         shared->images = data::gatherSamples(all, shared->ids);
         return std::shared_ptr<const Shard>(kj::mv(shared));
       });
-  loaded_ =
-      load.then([this](std::shared_ptr<const Shard> shard) {
-            spdlog::debug("augmenter shard {}/{}: {} samples", shard_, shards_, shard->ids.size());
-            data_ = kj::mv(shard);
-          })
-          .fork();
-  return loaded_.addBranch();
+  auto& forked = loaded_.emplace(shard, load.fork()).first->second;
+  return forked.addBranch();
+}
+
+AugmenterActor::Stream& AugmenterActor::current(uint32_t shard, uint64_t session) {
+  auto it = streams_.find(shard);
+  if (it == streams_.end() || it->second.session != session) {
+    kj::throwFatalException(
+        KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
+  }
+  return it->second;
 }
 
 kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
@@ -61,64 +74,67 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   auto session = p.getSession();
   auto epoch = p.getEpoch();
   auto from = p.getFrom();
-  // A new session replaces the previous one (the trainer reconnected after a restart).
-  session_ = session;
-  credits_ = p.getCredits();
-  produced_ = 0;
-  KJ_IF_MAYBE(w, creditWaiter_) {
+  auto shard = p.getShard();
+  // A new session replaces the shard's previous one (the trainer reconnected after a restart).
+  auto& stream = streams_[shard];
+  KJ_IF_MAYBE(w, stream.creditWaiter) {
     (*w)->reject(KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
-    creditWaiter_ = nullptr;
+  }
+  stream = Stream{session, p.getCredits()};
+  if (shard != shard_) {
+    spdlog::info("augmenter {} takes over shard {} of {} from sample {}", shard_, shard, shards_,
+                 from);
   }
   auto sink = p.getSink();
-  return loaded_.addBranch().then([this, call, session, epoch, from, sink]() mutable {
-    KJ_REQUIRE(from <= data_->ids.size(), "resume position beyond the shard", from,
-               data_->ids.size());
-    auto order =
-        std::make_shared<std::vector<uint32_t>>(data::epochOrder(data_->ids, seed_, epoch));
-    return pump(session, epoch, order, from, sink).then([this, call, order]() mutable {
-      auto r = call.getResults();
-      r.setEnd(order->size());
-      r.setSamples(produced_);
-    });
-  });
+  return load(shard).then(
+      [this, call, shard, session, epoch, from, sink](std::shared_ptr<const Shard> data) mutable {
+        KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
+                   data->ids.size());
+        auto order =
+            std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
+        return pump(shard, session, epoch, data, order, from, sink)
+            .then([this, call, shard, session, order]() mutable {
+              auto r = call.getResults();
+              r.setEnd(order->size());
+              r.setSamples(current(shard, session).produced);
+            });
+      });
 }
 
 kj::Promise<void> AugmenterActor::grant(GrantContext call) {
   auto p = call.getParams();
-  if (p.getSession() != session_) return kj::READY_NOW;  // for an older session
-  credits_ += p.getCredits();
-  KJ_IF_MAYBE(w, creditWaiter_) {
-    (*w)->fulfill();
-    creditWaiter_ = nullptr;
+  for (auto& [shard, stream] : streams_) {
+    if (stream.session != p.getSession()) continue;
+    stream.credits += p.getCredits();
+    KJ_IF_MAYBE(w, stream.creditWaiter) {
+      (*w)->fulfill();
+      stream.creditWaiter = nullptr;
+    }
   }
-  return kj::READY_NOW;
+  return kj::READY_NOW;  // for an older session: nothing to do
 }
 
-kj::Promise<void> AugmenterActor::creditAvailable(uint64_t session) {
-  if (credits_ > 0) return kj::READY_NOW;
+kj::Promise<void> AugmenterActor::creditAvailable(Stream& stream) {
+  if (stream.credits > 0) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
-  creditWaiter_ = kj::mv(paf.fulfiller);
+  stream.creditWaiter = kj::mv(paf.fulfiller);
   return kj::mv(paf.promise);
 }
 
-kj::Promise<void> AugmenterActor::pump(uint64_t session, uint32_t epoch,
+kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_t epoch,
+                                       std::shared_ptr<const Shard> data,
                                        std::shared_ptr<std::vector<uint32_t>> order,
                                        uint64_t position, hetero::BatchSink::Client sink) {
-  if (session != session_) {
-    return KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one");
-  }
+  auto& stream = current(shard, session);
   if (position >= order->size()) return kj::READY_NOW;
-  return creditAvailable(session).then([this, session, epoch, order, position, sink]() mutable {
-    if (session != session_) {
-      return kj::Promise<void>(
-          KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
-    }
-    --credits_;
+  return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
+                                       sink]() mutable {
+    --current(shard, session).credits;
     auto end = std::min<uint64_t>(position + batchSize_, order->size());
     std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
     // Positions within the shard's own storage, for gathering pixels.
     auto batchSeed = data::mixSeed(seed_, epoch, position);
-    auto work = [data = data_, augmenter = augmenter_, ids, batchSeed]() {
+    auto work = [data, augmenter = augmenter_, ids, batchSeed]() {
       auto& images = data->images;
       size_t n = ids.size(), pixels = images.imageSize();
       std::vector<uint8_t> raw(n * pixels);
@@ -134,23 +150,23 @@ kj::Promise<void> AugmenterActor::pump(uint64_t session, uint32_t epoch,
     };
     return context()
         .offload(kj::mv(work))
-        .then([this, session, epoch, order, position, end, sink,
+        .then([this, shard, session, epoch, data, order, position, end, sink,
                ids = kj::mv(ids)](auto result) mutable {
           auto req = sink.pushRequest();
           auto b = req.initBatch();
           b.setSession(session);
           b.setEpoch(epoch);
-          b.setShard(shard_);
+          b.setShard(shard);
           b.setBegin(position);
           auto list = b.initSampleIds(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
           b.setLabels(kj::arrayPtr(result.second.data(), result.second.size()));
           b.setImages(kj::arrayPtr(reinterpret_cast<const kj::byte*>(result.first.data()),
                                    result.first.size() * sizeof(float)));
-          produced_ += ids.size();
+          current(shard, session).produced += ids.size();
           // A streaming call: resolves at once while within the flow-control window.
-          return req.send().then([this, session, epoch, order, end, sink]() mutable {
-            return pump(session, epoch, order, end, sink);
+          return req.send().then([this, shard, session, epoch, data, order, end, sink]() mutable {
+            return pump(shard, session, epoch, data, order, end, sink);
           });
         });
   });

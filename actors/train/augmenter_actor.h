@@ -6,6 +6,7 @@
 
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -31,23 +32,30 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
     data::LabeledImages images;  // this shard's samples, indexed by position in `ids`
     std::vector<uint32_t> ids;   // global sample ids of the shard, ascending
   };
+  struct Stream {
+    // The produce() call serving one shard; a newer one for the same shard replaces it.
+    uint64_t session = 0;
+    uint32_t credits = 0;
+    uint64_t produced = 0;
+    kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> creditWaiter;
+  };
 
-  kj::Promise<void> pump(uint64_t session, uint32_t epoch,
+  kj::Promise<std::shared_ptr<const Shard>> load(uint32_t shard);
+  // The shard's samples, read once (on the pool) and kept.
+  kj::Promise<void> pump(uint32_t shard, uint64_t session, uint32_t epoch,
+                         std::shared_ptr<const Shard> data,
                          std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
                          hetero::BatchSink::Client sink);
-  kj::Promise<void> creditAvailable(uint64_t session);
+  kj::Promise<void> creditAvailable(Stream& stream);
+  Stream& current(uint32_t shard, uint64_t session);
+  // The shard's stream if `session` still is its session; throws DISCONNECTED otherwise.
 
   uint32_t shard_, shards_, batchSize_;
   uint64_t seed_, samples_;
   std::string dataDir_;
   std::shared_ptr<const Augmenter> augmenter_;
-  std::shared_ptr<const Shard> data_;
-  kj::ForkedPromise<void> loaded_ = nullptr;
-
-  uint64_t session_ = 0;  // the produce() call being served; older ones stop
-  uint32_t credits_ = 0;
-  uint64_t produced_ = 0;
-  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> creditWaiter_;
+  std::map<uint32_t, kj::ForkedPromise<std::shared_ptr<const Shard>>> loaded_;
+  std::map<uint32_t, Stream> streams_;  // by shard
 };
 
 }  // namespace troupe::train

@@ -41,12 +41,15 @@ interface BatchSink {
 }
 
 interface Augmenter extends(Troupe.Actor) {
-  produce @0 (session :UInt64, epoch :UInt32, from :UInt64, credits :UInt32, sink :BatchSink)
-      -> (end :UInt64, samples :UInt64);
-  # Streams the shard's batches of `epoch` from position `from` into `sink`, at most `credits`
-  # ahead of what grant() has returned; resolves when the last batch was pushed.
+  produce @0 (session :UInt64, epoch :UInt32, from :UInt64, credits :UInt32, sink :BatchSink,
+              shard :UInt32) -> (end :UInt64, samples :UInt64);
+  # Streams the batches of `shard` for `epoch` from position `from` into `sink`, at most `credits`
+  # ahead of what grant() has returned; resolves when the last batch was pushed. `shard` is
+  # normally the augmenter's own (its instanceIndex); another one when the trainer hands it the
+  # shard of an augmenter that is gone for good. One stream per shard: a new produce() for a shard
+  # replaces that shard's previous stream.
   grant @1 (session :UInt64, credits :UInt32);
-  # The trainer consumed batches: send that many more.
+  # The trainer consumed batches of that session's stream: send that many more.
 }
 
 struct TrainerArgs {

@@ -101,11 +101,15 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   KJ_REQUIRE(epochs_ > 0, "train() needs at least one epoch");
   KJ_REQUIRE(p.getSources().size() > 0, "train() needs at least one augmenter");
   sources_.clear();
+  augmenters_.clear();
   uint32_t shard = 0;
   for (auto a : p.getSources()) {
     auto address = ActorAddress::fromProto(a);
     sources_.push_back(Source{address.id, shard++, address.incarnation,
                               context().resolve<hetero::Augmenter>(address)});
+    augmenters_.push_back(address);
+    tasks_->add(context().monitor(address.id).then(
+        [this, id = address.id](Exit why) { gone(id, why); }));
   }
   plannedSteps_ = 0;
   for (auto& s : sources_) {
@@ -191,7 +195,9 @@ void TrainerActor::startSource(uint32_t index) {
   req.setFrom(s.acked);
   req.setCredits(prefetch_);
   req.setSink(kj::heap<Sink>(self_));
+  req.setShard(s.shard);
   auto session = s.session;
+  auto actorId = s.actorId;
   tasks_->add(req.send().then(
       [this, index, session](auto response) -> kj::Promise<void> {
         auto& s = sources_[index];
@@ -201,32 +207,39 @@ void TrainerActor::startSource(uint32_t index) {
         wake();
         return kj::READY_NOW;
       },
-      [this, index, session](kj::Exception&& e) -> kj::Promise<void> {
+      [this, index, session, actorId](kj::Exception&& e) -> kj::Promise<void> {
         if (sources_[index].session != session) return kj::READY_NOW;
-        return recover(index, kj::mv(e), 0);
+        return recover(index, actorId, kj::mv(e), 0);
       }));
 }
 
-kj::Promise<void> TrainerActor::recover(uint32_t index, kj::Exception error, int attempt) {
+kj::Promise<void> TrainerActor::recover(uint32_t index, uint64_t actorId, kj::Exception error,
+                                        int attempt) {
   auto& s = sources_[index];
   if (attempt == 0) {
     spdlog::warn(
         "shard {}: the stream from augmenter #{} broke ({}); resuming from sample {} "
         "once it runs again",
-        s.shard, s.actorId, error.getDescription().cStr(), s.acked);
+        s.shard, actorId, error.getDescription().cStr(), s.acked);
+    s.session = 0;  // whatever still arrives from the old stream is stale
   }
-  s.session = 0;  // whatever still arrives from the old stream is stale
-  return context().timer().afterDelay(200 * kj::MILLISECONDS).then([this, index, attempt]() {
+  // Done once the source was resumed, or handed to another augmenter, meanwhile.
+  auto settled = [this, index, actorId]() {
     auto& s = sources_[index];
-    return context().current(s.actorId).then(
-        [this, index, attempt](ActorAddress address) -> kj::Promise<void> {
+    return s.actorId != actorId || s.session != 0;
+  };
+  return context().timer().afterDelay(200 * kj::MILLISECONDS).then([=, this]() -> kj::Promise<void> {
+    if (settled()) return kj::READY_NOW;
+    return context().current(actorId).then(
+        [=, this](ActorAddress address) -> kj::Promise<void> {
+          if (settled()) return kj::READY_NOW;
           auto& s = sources_[index];
           if (address.incarnation == s.incarnation) {
             // Not restarted yet: the head has not noticed, or is still placing it.
-            return recover(index, KJ_EXCEPTION(DISCONNECTED, "waiting"), attempt + 1);
+            return recover(index, actorId, KJ_EXCEPTION(DISCONNECTED, "waiting"), attempt + 1);
           }
           spdlog::info("shard {}: augmenter #{} runs again on {} (incarnation {}); resuming",
-                       s.shard, s.actorId, address.host, address.incarnation);
+                       s.shard, actorId, address.host, address.incarnation);
           s.incarnation = address.incarnation;
           s.client = context().resolve<hetero::Augmenter>(address);
           // Batches queued from the old stream are dropped: the new one resends from `acked`.
@@ -234,10 +247,50 @@ kj::Promise<void> TrainerActor::recover(uint32_t index, kj::Exception error, int
           startSource(index);
           return kj::READY_NOW;
         },
-        [this, index, attempt](kj::Exception&& e) {
-          return recover(index, kj::mv(e), attempt + 1);
+        [=, this](kj::Exception&& e) {
+          // Gone for good: gone() hands the shard over, and settled() then ends this loop.
+          return recover(index, actorId, kj::mv(e), attempt + 1);
         });
   });
+}
+
+void TrainerActor::gone(uint64_t actorId, const Exit& why) {
+  if (!why.abnormal()) return;  // stopped: the job is ending
+  if (!gone_.insert(actorId).second) return;
+  spdlog::warn("augmenter #{} will not come back ({}); the other augmenters take over its shards",
+               actorId, why.describe());
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    if (sources_[i].actorId == actorId) handOver(i);
+  }
+}
+
+void TrainerActor::handOver(uint32_t index) {
+  // The survivor serving the fewest shards takes this one, from the position last acknowledged.
+  std::map<uint64_t, size_t> load;
+  for (auto& a : augmenters_) {
+    if (!gone_.count(a.id)) load[a.id] = 0;
+  }
+  for (auto& s : sources_) {
+    if (load.count(s.actorId)) ++load[s.actorId];
+  }
+  auto& s = sources_[index];
+  if (load.empty()) {
+    fatal_ = KJ_EXCEPTION(FAILED, kj::str("every augmenter is gone; shard ", s.shard,
+                                          " cannot be served from sample ", s.acked));
+    wake();
+    return;
+  }
+  auto best = std::min_element(load.begin(), load.end(),
+                               [](auto& a, auto& b) { return a.second < b.second; });
+  auto& to = *std::find_if(augmenters_.begin(), augmenters_.end(),
+                           [&](auto& a) { return a.id == best->first; });
+  spdlog::warn("shard {}: augmenter #{} ('{}' on {}) serves it from sample {} on", s.shard, to.id,
+               to.name, to.host, s.acked);
+  s.actorId = to.id;
+  s.incarnation = to.incarnation;
+  s.client = context().resolve<hetero::Augmenter>(to);
+  std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
+  startSource(index);
 }
 
 void TrainerActor::deliver(hetero::Batch::Reader batch) {
@@ -302,6 +355,9 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
 }
 
 kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
+  KJ_IF_MAYBE(e, fatal_) {
+    return kj::cp(*e);
+  }
   if (queue_.empty()) {
     if (epochDone()) return kj::READY_NOW;
     auto waitStart = context().timer().now();

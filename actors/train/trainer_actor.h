@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "train.capnp.h"
@@ -62,7 +63,13 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
 
   kj::Promise<void> runEpoch(uint32_t epoch);
   void startSource(uint32_t index);
-  kj::Promise<void> recover(uint32_t index, kj::Exception error, int attempt);
+  kj::Promise<void> recover(uint32_t index, uint64_t actorId, kj::Exception error, int attempt);
+  // Waits for the augmenter serving source `index` to run again, then resumes from `acked`.
+  void gone(uint64_t actorId, const Exit& why);
+  // An augmenter will not come back (its node is lost and there was no room to restart it, or it
+  // reached its restart limit): the shards it served go to the survivors, so a lost data instance
+  // costs throughput, never samples.
+  void handOver(uint32_t index);
   kj::Promise<void> consume(uint32_t epoch);
   kj::Promise<void> dataReady();
   void wake();
@@ -79,6 +86,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   std::string deviceReason_;
 
   std::vector<Source> sources_;
+  std::vector<ActorAddress> augmenters_;  // every augmenter train() was given
+  std::set<uint64_t> gone_;               // augmenters that will not come back
+  kj::Maybe<kj::Exception> fatal_;        // fails train(): no augmenter is left
   uint64_t trainSamples_ = 0;
   uint32_t epoch_ = 0, epochs_ = 0;
   uint64_t nextSession_ = 1;

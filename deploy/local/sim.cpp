@@ -12,7 +12,8 @@
 // (netns.h). --pin gives each instance a CPU set (TROUPE_CPUS, applied by troupe::run) so a small
 // machine can emulate a CPU:GPU ratio. Host names are dealt in a shuffled order across groups, as
 // on SageMaker. Every output line is prefixed with its host, like SageMaker's log streams.
-// The simulator reaps every child, and exits with the job's status. SIGTERM or SIGINT starts the
+// The simulator reaps every child, and exits with the job's status: the head's exit code (each
+// instance writes its role to TROUPE_ROLE_FILE), also when other instances were lost on the way. SIGTERM or SIGINT starts the
 // job's graceful cascade (the signal is forwarded to every instance); a second one, or a child
 // that outlives the grace period, gets SIGKILL. Children die with the simulator even if it is
 // SIGKILLed (PR_SET_PDEATHSIG, set by troupe::run).
@@ -225,7 +226,7 @@ int runSim(int argc, char* argv[]) {
   sim->add_option("--seed", seed, "seed for dealing host names (default: random)");
   sim->add_option("--grace-ms", graceMs, "after a signal, how long instances get to exit");
   sim->add_option("--linger-ms", lingerMs,
-                  "after the first instance exits, how long the others get before SIGTERM");
+                  "after the head exits, how long the others get before SIGTERM");
   sim->add_flag("--keep", keep, "keep the per-instance roots (printed at start)");
   std::vector<std::string> envArgs, hpArgs, channelArgs, cpuArgs;
   bool pin = false, netns = false;
@@ -417,6 +418,7 @@ int runSim(int argc, char* argv[]) {
     if (!lab) opts.env.push_back("TROUPE_HOST_MAP=" + hostMapPath.string());
     if (!in.cpus.empty()) opts.env.push_back("TROUPE_CPUS=" + in.cpus);
     opts.env.push_back("TROUPE_TOKEN=" + token);
+    opts.env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");
     opts.env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
     if (!headGroup.empty()) opts.env.push_back("TROUPE_HEAD_GROUP=" + headGroup);
     for (auto& e : envArgs) {
@@ -466,29 +468,36 @@ int runSim(int argc, char* argv[]) {
   loop.onSignal(SIGTERM, onSignal);
   loop.onSignal(SIGINT, onSignal);
 
-  // Wait for every instance; once one has exited, the rest get `lingerMs` to follow.
+  // Wait for every instance. The job runs as long as its head does, whatever happens to the
+  // others (a lost data instance is the head's to handle); once the head has exited, the rest get
+  // `lingerMs` to follow it.
+  auto isHead = [](const Instance& in) {
+    std::ifstream role(in.root + "/role");
+    std::string word;
+    role >> word;
+    return word == "head";
+  };
   bool lingering = false;
   auto exits = kj::heapArrayBuilder<kj::Promise<void>>(instances.size());
   for (auto& in : instances) {
     exits.add(in.process->onExit()
                   .then([&](troupe::ChildExit e) {
                     in.exit = e;
-                    if (!lingering) {
-                      lingering = true;
-                      tasks.add(loop.timer().afterDelay(lingerMs * kj::MILLISECONDS).then([&]() {
-                        bool any = false;
-                        for (auto& other : instances) any = any || other.exit == nullptr;
-                        if (!any) return kj::Promise<void>(kj::READY_NOW);
-                        fprintf(stderr,
-                                "troupe sim: instances still running %u ms after the first exit: "
-                                "SIGTERM\n",
-                                lingerMs);
-                        killAll(SIGTERM);
-                        return loop.timer().afterDelay(graceMs * kj::MILLISECONDS).then([&]() {
-                          killAll(SIGKILL);
-                        });
-                      }));
-                    }
+                    if (lingering || !isHead(in)) return;
+                    lingering = true;
+                    tasks.add(loop.timer().afterDelay(lingerMs * kj::MILLISECONDS).then([&]() {
+                      bool any = false;
+                      for (auto& other : instances) any = any || other.exit == nullptr;
+                      if (!any) return kj::Promise<void>(kj::READY_NOW);
+                      fprintf(stderr,
+                              "troupe sim: instances still running %u ms after the head exited: "
+                              "SIGTERM\n",
+                              lingerMs);
+                      killAll(SIGTERM);
+                      return loop.timer().afterDelay(graceMs * kj::MILLISECONDS).then([&]() {
+                        killAll(SIGKILL);
+                      });
+                    }));
                     // Evaluated now, not when the join below completes: joinPromises() only runs
                     // its inputs' continuations once every input is ready, and this one starts the
                     // linger timer.
@@ -497,18 +506,39 @@ int runSim(int argc, char* argv[]) {
   }
   kj::joinPromises(exits.finish()).wait(loop.waitScope());
 
-  // The job's status: the head's, or else the first failure.
+  // The job's outcome is the head's status; without a head (it never decided its role), the
+  // first failure.
   int status = 0;
+  bool headSeen = false;
   for (auto& in : instances) {
     auto e = KJ_ASSERT_NONNULL(in.exit);
     int code = e.signal ? 128 + e.signal : static_cast<int>(e.status);
     if (code != 0) {
       fprintf(stderr, "troupe sim: %s (%s) exited with %d (%s)\n", in.host.c_str(),
               in.group.c_str(), code, e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
-      if (status == 0) status = code;
+    }
+    if (isHead(in)) {
+      headSeen = true;
+      status = code;
+    } else if (!headSeen && status == 0) {
+      status = code;
     }
   }
-  if (status == 0) printf("troupe sim: all %zu instances exited 0\n", instances.size());
+  if (headSeen && status == 0) {
+    for (auto& in : instances) {
+      auto e = KJ_ASSERT_NONNULL(in.exit);
+      if (e.signal || e.status != 0) {
+        printf("troupe sim: the job succeeded; the instances above were lost on the way\n");
+        break;
+      }
+    }
+  }
+  bool allZero = true;
+  for (auto& in : instances) {
+    auto e = KJ_ASSERT_NONNULL(in.exit);
+    allZero = allZero && !e.signal && e.status == 0;
+  }
+  if (allZero) printf("troupe sim: all %zu instances exited 0\n", instances.size());
   fflush(stdout);
   instances.clear();
   lab.reset();  // also on the SIGTERM/SIGINT path, which ends here too

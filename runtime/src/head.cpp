@@ -504,16 +504,16 @@ void Head::fence(NodeEntry& lost, const std::string& why) {
     req.setReason(why);
     tasks_.add(req.send().ignoreResult());
   }
-  // Tell the node itself, in case it can still hear (a freeze it wakes from), then cut it off
-  // here too: after its answer, or after a short wait if it cannot answer.
+  // Tell the node itself, in case it can still hear (a freeze it wakes from: the request waits
+  // in its socket), then cut it off here too: after its answer, or after a short wait that lets
+  // the request reach the kernel if it cannot answer.
   auto req = lost.client.fenceRequest();
   req.setReason(why);
   tasks_.add(node_.loop()
                  .timer()
-                 .timeoutAfter(500 * kj::MILLISECONDS, req.send().ignoreResult())
+                 .timeoutAfter(100 * kj::MILLISECONDS, req.send().ignoreResult())
                  .then([]() {}, [](kj::Exception&&) {})
                  .then([this, host, address, why]() { node_.fencePeer(host, address, why); }));
-  node_.fencePeer(host, address, why);
 }
 
 kj::Promise<void> Head::stop(uint64_t id) {

@@ -476,6 +476,14 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     fprintf(stderr, "troupe: configuration error: %s\n", e.what());
     outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
   }
+  if (const char* roleFile = getenv("TROUPE_ROLE_FILE")) {
+    // For a supervisor (troupe sim) that must know which process is the head.
+    FILE* f = fopen(roleFile, "w");
+    if (f != nullptr) {
+      fputs(isHead ? "head\n" : "worker\n", f);
+      fclose(f);
+    }
+  }
   auto& config = loaded.config;
   auto& appArgs = parsed.appArgs;
   setupLogging(config.currentHost + " " + config.currentGroup + (isHead ? " head" : " worker"),
