@@ -140,6 +140,28 @@ TEST_CASE("links: an abnormal exit propagates with its reason, a normal one does
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("fail() from any point of a method fails that call with the reason, never the node",
+          "[cluster][lifecycle]") {
+  Run run(harness::sim(kThree, probe("fail-anywhere")));
+  int code = run.wait(60s);
+  auto out = run.output();
+  INFO(out);
+  // docs/lifecycle.md: fail() ends the actor and fails the call in flight with the reason.
+  for (auto name : {"f0", "f1", "f2", "f3"}) {
+    INFO("fail point " << name);
+    CHECK(out.find(std::string("FAIL ") + name + " DISCONNECTED") != std::string::npos);
+    CHECK(out.find(std::string("fault ") + name) != std::string::npos);
+    CHECK(out.find(std::string("FAIL ") + name + " RETURNED") == std::string::npos);
+    CHECK(out.find(std::string("FAIL ") + name + " EXIT failed: ") != std::string::npos);
+    // ... and never the node: the actor beside it still answers.
+    CHECK(out.find(std::string("FAIL ") + name + " NODE ALIVE") != std::string::npos);
+  }
+  // docs/exit-codes.md: the unlinked failures do not fail the job; no process crashed.
+  CHECK(code == 0);
+  CHECK(out.find("exited with") == std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("monitors: one down with the reason, also after the death", "[cluster][lifecycle]") {
   Run run(harness::sim(kThree, probe("monitors")));
   REQUIRE(run.wait(30s) == 0);

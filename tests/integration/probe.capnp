@@ -18,4 +18,13 @@ interface Probe extends(Troupe.Actor) {
   finish @2 ();
   spawnChildren @3 (count :UInt32) -> (ids :List(UInt64));
   echo @4 (payload :Data) -> (payload :Data);
+  failWhen @5 (when :FailPoint, why :Text) -> (value :UInt32);
+  # Calls context().fail(why) at that point of the method, then returns value 42 if it can.
+}
+
+enum FailPoint {
+  beforeSuspending @0;  # in the method body, before any promise
+  afterCoAwait @1;      # in a coroutine, after a co_await
+  inContinuation @2;    # in a .then() continuation
+  onPoolReturn @3;      # in the continuation of offload(), while the pool job has returned
 }

@@ -58,6 +58,33 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     call.getResults().setPayload(call.getParams().getPayload());
     return kj::READY_NOW;
   }
+  kj::Promise<void> failWhen(FailWhenContext call) override {
+    std::string why = call.getParams().getWhy();
+    switch (call.getParams().getWhen()) {
+      case probe::FailPoint::BEFORE_SUSPENDING:
+        context().fail(why);
+        call.getResults().setValue(42);
+        return kj::READY_NOW;
+      case probe::FailPoint::AFTER_CO_AWAIT:
+        return failAfterCoAwait(call, why);
+      case probe::FailPoint::IN_CONTINUATION:
+        return context().timer().afterDelay(10 * kj::MILLISECONDS).then([this, call, why]() mutable {
+          context().fail(why);
+          call.getResults().setValue(42);
+        });
+      case probe::FailPoint::ON_POOL_RETURN:
+        return context()
+            .offload([]() {
+              usleep(20000);
+              return 42u;
+            })
+            .then([this, call, why](uint32_t v) mutable {
+              context().fail(why);
+              call.getResults().setValue(v);
+            });
+    }
+    KJ_UNREACHABLE;
+  }
   kj::Promise<void> onStop() override {
     say("STOPPED " + label_);
     if (hangOnStop_) return kj::NEVER_DONE;
@@ -65,6 +92,12 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
   }
 
  private:
+  troupe::Co<void> failAfterCoAwait(FailWhenContext call, std::string why) {
+    co_await context().timer().afterDelay(10 * kj::MILLISECONDS);
+    context().fail(why);
+    call.getResults().setValue(42);
+  }
+
   std::string label_;
   bool hangOnStop_ = false;
 };
@@ -331,11 +364,41 @@ kj::Promise<void> unplaceable(Job& job) {
   return kj::READY_NOW;
 }
 
+// context().fail() from every point of a method: each call fails with the reason, and the node
+// (another actor on it) lives on.
+troupe::Co<void> failAnywhere(Job& job) {
+  auto where = troupe::Placement::group("data_group").cpus(0);
+  auto bystander = job.spawn<probe::Probe>("probe.Probe", where, labelled("bystander"));
+  auto bystanderHost = bystander.address().host;
+  for (auto when : {probe::FailPoint::BEFORE_SUSPENDING, probe::FailPoint::AFTER_CO_AWAIT,
+                    probe::FailPoint::IN_CONTINUATION, probe::FailPoint::ON_POOL_RETURN}) {
+    auto name = "f" + std::to_string(static_cast<int>(when));
+    auto victim = job.spawn<probe::Probe>(
+        "probe.Probe", troupe::Placement::any().labels("host=" + bystanderHost).cpus(0),
+        labelled(name).unlinked());
+    auto req = victim.failWhenRequest();
+    req.setWhen(when);
+    req.setWhy("fault " + name);
+    try {
+      auto r = co_await req.send();
+      say("FAIL " + name + " RETURNED " + std::to_string(r.getValue()));
+    } catch (const kj::Exception& e) {
+      bool typed = e.getType() == kj::Exception::Type::DISCONNECTED;
+      say("FAIL " + name + (typed ? " DISCONNECTED " : " OTHER ") + e.getDescription().cStr());
+    }
+    auto why = co_await job.monitor(victim.id());
+    say("FAIL " + name + " EXIT " + why.describe());
+    auto ping = co_await bystander.pingRequest().send();
+    say("FAIL " + name + " NODE ALIVE pid " + std::to_string(ping.getPid()));
+  }
+}
+
 Scenario find(const std::string& name) {
   if (name == "normal") return normal;
   if (name == "hold") return hold;
   if (name == "linger") return linger;
   if (name == "links") return links;
+  if (name == "fail-anywhere") return [](Job& job) -> kj::Promise<void> { return failAnywhere(job); };
   if (name == "monitors") return monitors;
   if (name == "restarts") return restarts;
   if (name == "follow") return follow;
