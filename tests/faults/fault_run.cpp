@@ -178,17 +178,32 @@ void watch(Observation& obs, harness::Run& run, Plan& plan, int limitS) {
   }
 }
 
+// The codes of instances the sim left to this process: the kernel hands an orphan over a little
+// after its parent died, so it may have been seen gone before it could be reaped.
+void reapOrphans(Observation& obs) {
+  auto deadline = Clock::now() + 1s;
+  for (;;) {
+    bool unknown = false;
+    for (auto& e : obs.instances) {
+      if (e.code < 0) {
+        if (auto code = reapOrphan(e.instance.pid)) e.code = *code;
+      }
+      unknown = unknown || e.code < 0;
+    }
+    if (!unknown || Clock::now() > deadline) return;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
 // Exit codes the sim printed; an instance without a line exited 0, when the sim got to print.
 void readCodes(Observation& obs, harness::Run& run) {
   obs.simCode = run.wait(0ms);
   auto out = run.output();
   bool printed = out.find("exited with") != std::string::npos ||
                  out.find("instances exited 0") != std::string::npos;
+  if (!printed && obs.simGoneS) reapOrphans(obs);
   static const std::regex exitLine(R"(exited with (\d+))");
   for (auto& e : obs.instances) {
-    if (e.code < 0) {
-      if (auto code = reapOrphan(e.instance.pid)) e.code = *code;
-    }
     if (e.code >= 0) continue;  // reaped here
     auto line = run.exitLine(e.instance.host);
     std::smatch m;

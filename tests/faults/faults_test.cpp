@@ -42,18 +42,23 @@ void runQuick(const char* name) {
   fflush(stdout);
   auto obs = faults::runCase(*c, seed, faults::Options::fromBuild());
   if (!obs.skipped.empty()) {
-    WARN("fault case " << name << " skipped: " << obs.skipped);
+    // ctest reports the case as skipped (SKIP_REGULAR_EXPRESSION in CMakeLists.txt).
+    WARN("skipping: fault case " << name << ": " << obs.skipped);
     return;
   }
   auto checks = faults::judge(*c, obs);
-  INFO("case " << name << " (" << c->what << "), seed " << seed << ", moment " << obs.momentMs
-               << " ms after the first progress line: " << obs.plan << "\ncodes "
-               << faults::codesText(obs) << "\noutput without progress lines:\n"
-               << outputTail(obs.output));
+  std::ostringstream run;
+  run << "case " << name << " (" << c->what << "), seed " << seed << ", moment " << obs.momentMs
+      << " ms after the first progress line: " << obs.plan << "; codes " << faults::codesText(obs);
+  bool ok = true;
   for (auto& check : checks) {
+    // The promise first: it is what a failure means.
     INFO(check.promise);
+    INFO(run.str());
     CHECK(check.ok);
+    ok = ok && check.ok;
   }
+  if (!ok) WARN(run.str() << "\noutput without progress lines:\n" << outputTail(obs.output));
   printf("fault case %s: %s in %.1f s (%s)\n", name,
          faults::outcomeName(faults::outcomeOf(obs, checks)), obs.seconds,
          faults::codesText(obs).c_str());
