@@ -226,8 +226,9 @@ kj::Promise<void> ActorCore::guard(kj::Promise<void> call) {
   return canceler_.wrap(kj::mv(call))
       .then(
           [this]() -> kj::Promise<void> {
+            // A method that ended its actor normally (exit(Exit::normal())) keeps its result.
             KJ_IF_MAYBE(e, exited_) {
-              return exitedDuringCall(self(), *e);
+              if (e->abnormal()) return exitedDuringCall(self(), *e);
             }
             return kj::READY_NOW;
           },

@@ -161,14 +161,14 @@ kj::Promise<void> Head::checkHeartbeats(kj::TimePoint due) {
   auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
   return node_.loop().timer().atTime(due).then([this, due, interval]() {
     auto now = node_.loop().timer().now();
-    if (now - due > interval) {
-      // The head stalled (frozen, or starved of CPU): heartbeats may be waiting unread in its
-      // sockets. Its own stall is not its workers' fault: credit it to every node and judge in the
-      // next round, after the queue was read.
-      spdlog::warn("the head's event loop stalled for {} ms; judging heartbeats after it catches up",
-                   (now - due) / kj::MILLISECONDS);
-      for (auto& [id, n] : nodes_) n.lastHeartbeat = n.lastHeartbeat + (now - due);
-      return checkHeartbeats(now + interval);
+    // However late this check runs is the head's own stall (frozen, or starved of CPU), not its
+    // workers' silence: their heartbeats may be waiting unread in its sockets. Credit it to every
+    // node before judging, so only silence the head was awake for counts.
+    auto stall = now - due;
+    for (auto& [id, n] : nodes_) n.lastHeartbeat = kj::min(now, n.lastHeartbeat + stall);
+    if (stall > interval) {
+      spdlog::warn("the head's event loop stalled for {} ms; not counted against the workers",
+                   stall / kj::MILLISECONDS);
     }
     auto limit = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
     std::vector<uint32_t> silent;

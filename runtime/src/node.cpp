@@ -386,12 +386,14 @@ void NodeRuntime::retire(uint64_t id, Exit reason) {
   it->second.core->markExited(reason);
   // Out of the directory at once (the same id may be hosted here again by a restart), but kept
   // alive until it is safe to let it go: we may be inside one of its calls or its onStart(), so
-  // its calls are cancelled next turn, and a job it offloaded may still run on the pool and touch
+  // its calls are cancelled once the queued work has run, and a job it offloaded may still run on the pool and touch
   // what it owns, so it is dropped only once those have returned.
   auto serial = nextRetired_++;
   retiring_.emplace(serial, kj::mv(it->second));
   actors_.erase(it);
-  tasks_.add(kj::evalLater([this, serial]() {
+  // evalLast: a call that is completing as the actor exits (it called exit() and returned)
+  // delivers its result first.
+  tasks_.add(kj::evalLast([this, serial]() {
     auto& hosted = retiring_.at(serial);
     hosted.started = nullptr;
     hosted.core->cancelCalls();

@@ -371,13 +371,14 @@ class Worker {
     auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
     return node_.loop().timer().atTime(due).then([this, due, interval]() {
       auto now = node_.loop().timer().now();
-      if (now - due > interval) {
-        // This process stalled (frozen, or starved of CPU): the head's answers may be waiting
-        // unread in the socket. Do not count our own stall against the head; the next round
-        // judges, after the queue was read.
-        lastHeard_ = lastHeard_ + (now - due);
-        spdlog::warn("this node's event loop stalled for {} ms", (now - due) / kj::MILLISECONDS);
-      } else if (now - lastHeard_ > node_.options().headTimeoutMs * kj::MILLISECONDS) {
+      // However late this round runs is this process's own stall (frozen, or starved of CPU):
+      // the head's answers may be waiting unread in the socket. It is not the head's silence.
+      auto stall = now - due;
+      lastHeard_ = kj::min(now, lastHeard_ + stall);
+      if (stall > interval) {
+        spdlog::warn("this node's event loop stalled for {} ms", stall / kj::MILLISECONDS);
+      }
+      if (now - lastHeard_ > node_.options().headTimeoutMs * kj::MILLISECONDS) {
         headGone("no answer for " + std::to_string(node_.options().headTimeoutMs) + " ms");
         return kj::Promise<void>(kj::READY_NOW);
       }

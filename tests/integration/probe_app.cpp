@@ -109,6 +109,18 @@ troupe::SpawnOptions labelled(const std::string& label, bool hang = false) {
   });
 }
 
+// Asks `p` to fail. The crash call itself fails (DISCONNECTED, with the reason): the actor failed
+// during it (docs/lifecycle.md).
+kj::Promise<void> crash(probe::Probe::Client p, std::string why) {
+  auto req = p.crashRequest();
+  req.setWhy(why);
+  return req.send().then(
+      [why](auto&&) { KJ_FAIL_ASSERT("the crash call returned normally", why); },
+      [](kj::Exception&& e) {
+        KJ_ASSERT(e.getType() == kj::Exception::Type::DISCONNECTED, e.getDescription());
+      });
+}
+
 using Job = troupe::Driver;
 using Scenario = kj::Promise<void> (*)(Job&);
 
@@ -188,10 +200,8 @@ kj::Promise<void> links(Job& job) {
   auto bDown = job.monitor(b.id());
   return kj::joinPromises(kj::arr(linkAB.send().ignoreResult(), linkCD.send().ignoreResult()))
       .then([a, c]() mutable {
-        auto crash = a.crashRequest();
-        crash.setWhy("boom");
         return kj::joinPromises(
-            kj::arr(crash.send().ignoreResult(), c.finishRequest().send().ignoreResult()));
+            kj::arr(crash(a, "boom"), c.finishRequest().send().ignoreResult()));
       })
       .then([bDown = kj::mv(bDown)]() mutable { return kj::mv(bDown); })
       .then([&job, d](troupe::Exit reason) mutable {
@@ -208,10 +218,7 @@ kj::Promise<void> monitors(Job& job) {
   auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
                                    labelled("a").unlinked());
   auto early = job.monitor(a.id());
-  auto crash = a.crashRequest();
-  crash.setWhy("on purpose");
-  return crash.send()
-      .ignoreResult()
+  return crash(a, "on purpose")
       .then([early = kj::mv(early)]() mutable { return kj::mv(early); })
       .then([&job, id = a.id()](troupe::Exit r) {
         say("EARLY " + r.describe());
@@ -231,9 +238,7 @@ kj::Promise<void> crashAndPing(Job& job, uint64_t id, int round) {
   auto probe = job.resolve<probe::Probe>(address);
   return probe.pingRequest().send().then([&job, id, round, probe](auto r) mutable {
     say("INCARNATION " + std::to_string(r.getIncarnation()) + " on " + r.getHost().cStr());
-    auto crash = probe.crashRequest();
-    crash.setWhy("crash " + std::to_string(round));
-    return crash.send().ignoreResult().then([&job, id, round]() {
+    return crash(probe, "crash " + std::to_string(round)).then([&job, id, round]() {
       return job.timer().afterDelay(300 * kj::MILLISECONDS).then([&job, id, round]() {
         return crashAndPing(job, id, round + 1);
       });

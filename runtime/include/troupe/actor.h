@@ -291,7 +291,7 @@ class ActorCore {
   void checkAlive() const;
   kj::Promise<void> guard(kj::Promise<void> call);
   // A user method's promise as the caller sees it: cancelled by cancelCalls(), and failing with
-  // the exit reason if the actor exited while the method ran (even if the method then returned
+  // the exit reason if the actor failed while the method ran (even if the method then returned
   // normally).
 
   kj::Promise<void> stopImpl();
