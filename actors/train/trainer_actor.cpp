@@ -177,9 +177,9 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch) {
           stats_.seconds = seconds(context().timer().now() - start);
           totalWait_ += stats_.waitSeconds;
           spdlog::info(
-              "epoch {}: {} samples, {} duplicates, {} missing, {} rejected batches, test "
+              "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, test "
               "accuracy {:.4f}, {:.1f} s",
-              epoch, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected, accuracy,
+              epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected, accuracy,
               stats_.seconds);
           history_.push_back(stats_);
         });
