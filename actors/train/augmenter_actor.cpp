@@ -46,16 +46,15 @@ kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(u
   if (it != loaded_.end()) return it->second.addBranch();
   KJ_REQUIRE(shard < shards_, "no such shard", shard, shards_);
   // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
-  auto load =
-      context().offload([dir = dataDir_, shard, shards = shards_, samples = samples_]() {
-        auto all = data::loadFashionMnist(dir, data::Split::kTrain);
-        KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
-                   samples, all.size());
-        auto shared = std::make_shared<Shard>();
-        shared->ids = data::shardIndices(samples ? samples : all.size(), shard, shards);
-        shared->images = data::gatherSamples(all, shared->ids);
-        return std::shared_ptr<const Shard>(kj::mv(shared));
-      });
+  auto load = context().offload([dir = dataDir_, shard, shards = shards_, samples = samples_]() {
+    auto all = data::loadFashionMnist(dir, data::Split::kTrain);
+    KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
+               samples, all.size());
+    auto shared = std::make_shared<Shard>();
+    shared->ids = data::shardIndices(samples ? samples : all.size(), shard, shards);
+    shared->images = data::gatherSamples(all, shared->ids);
+    return std::shared_ptr<const Shard>(kj::mv(shared));
+  });
   auto& forked = loaded_.emplace(shard, load.fork()).first->second;
   return forked.addBranch();
 }
@@ -86,19 +85,18 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
                  from);
   }
   auto sink = p.getSink();
-  return load(shard).then(
-      [this, call, shard, session, epoch, from, sink](std::shared_ptr<const Shard> data) mutable {
-        KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
-                   data->ids.size());
-        auto order =
-            std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
-        return pump(shard, session, epoch, data, order, from, sink)
-            .then([this, call, shard, session, order]() mutable {
-              auto r = call.getResults();
-              r.setEnd(order->size());
-              r.setSamples(current(shard, session).produced);
-            });
-      });
+  return load(shard).then([this, call, shard, session, epoch, from,
+                           sink](std::shared_ptr<const Shard> data) mutable {
+    KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
+               data->ids.size());
+    auto order = std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
+    return pump(shard, session, epoch, data, order, from, sink)
+        .then([this, call, shard, session, order]() mutable {
+          auto r = call.getResults();
+          r.setEnd(order->size());
+          r.setSamples(current(shard, session).produced);
+        });
+  });
 }
 
 kj::Promise<void> AugmenterActor::grant(GrantContext call) {

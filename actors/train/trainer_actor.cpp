@@ -108,8 +108,8 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
     sources_.push_back(Source{address.id, shard++, address.incarnation,
                               context().resolve<hetero::Augmenter>(address)});
     augmenters_.push_back(address);
-    tasks_->add(context().monitor(address.id).then(
-        [this, id = address.id](Exit why) { gone(id, why); }));
+    tasks_->add(
+        context().monitor(address.id).then([this, id = address.id](Exit why) { gone(id, why); }));
   }
   plannedSteps_ = 0;
   for (auto& s : sources_) {
@@ -179,8 +179,8 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch) {
           spdlog::info(
               "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, test "
               "accuracy {:.4f}, {:.1f} s",
-              epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected, accuracy,
-              stats_.seconds);
+              epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing,
+              stats_.rejected, accuracy, stats_.seconds);
           history_.push_back(stats_);
         });
   });
@@ -228,30 +228,33 @@ kj::Promise<void> TrainerActor::recover(uint32_t index, uint64_t actorId, kj::Ex
     auto& s = sources_[index];
     return s.actorId != actorId || s.session != 0;
   };
-  return context().timer().afterDelay(200 * kj::MILLISECONDS).then([=, this]() -> kj::Promise<void> {
-    if (settled()) return kj::READY_NOW;
-    return context().current(actorId).then(
-        [=, this](ActorAddress address) -> kj::Promise<void> {
-          if (settled()) return kj::READY_NOW;
-          auto& s = sources_[index];
-          if (address.incarnation == s.incarnation) {
-            // Not restarted yet: the head has not noticed, or is still placing it.
-            return recover(index, actorId, KJ_EXCEPTION(DISCONNECTED, "waiting"), attempt + 1);
-          }
-          spdlog::info("shard {}: augmenter #{} runs again on {} (incarnation {}); resuming",
-                       s.shard, actorId, address.host, address.incarnation);
-          s.incarnation = address.incarnation;
-          s.client = context().resolve<hetero::Augmenter>(address);
-          // Batches queued from the old stream are dropped: the new one resends from `acked`.
-          std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
-          startSource(index);
-          return kj::READY_NOW;
-        },
-        [=, this](kj::Exception&& e) {
-          // Gone for good: gone() hands the shard over, and settled() then ends this loop.
-          return recover(index, actorId, kj::mv(e), attempt + 1);
-        });
-  });
+  return context()
+      .timer()
+      .afterDelay(200 * kj::MILLISECONDS)
+      .then([=, this]() -> kj::Promise<void> {
+        if (settled()) return kj::READY_NOW;
+        return context().current(actorId).then(
+            [=, this](ActorAddress address) -> kj::Promise<void> {
+              if (settled()) return kj::READY_NOW;
+              auto& s = sources_[index];
+              if (address.incarnation == s.incarnation) {
+                // Not restarted yet: the head has not noticed, or is still placing it.
+                return recover(index, actorId, KJ_EXCEPTION(DISCONNECTED, "waiting"), attempt + 1);
+              }
+              spdlog::info("shard {}: augmenter #{} runs again on {} (incarnation {}); resuming",
+                           s.shard, actorId, address.host, address.incarnation);
+              s.incarnation = address.incarnation;
+              s.client = context().resolve<hetero::Augmenter>(address);
+              // Batches queued from the old stream are dropped: the new one resends from `acked`.
+              std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
+              startSource(index);
+              return kj::READY_NOW;
+            },
+            [=, this](kj::Exception&& e) {
+              // Gone for good: gone() hands the shard over, and settled() then ends this loop.
+              return recover(index, actorId, kj::mv(e), attempt + 1);
+            });
+      });
 }
 
 void TrainerActor::gone(uint64_t actorId, const Exit& why) {

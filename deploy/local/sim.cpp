@@ -13,10 +13,10 @@
 // machine can emulate a CPU:GPU ratio. Host names are dealt in a shuffled order across groups, as
 // on SageMaker. Every output line is prefixed with its host, like SageMaker's log streams.
 // The simulator reaps every child, and exits with the job's status: the head's exit code (each
-// instance writes its role to TROUPE_ROLE_FILE), also when other instances were lost on the way. SIGTERM or SIGINT starts the
-// job's graceful cascade (the signal is forwarded to every instance); a second one, or a child
-// that outlives the grace period, gets SIGKILL. Children die with the simulator even if it is
-// SIGKILLed (PR_SET_PDEATHSIG, set by troupe::run).
+// instance writes its role to TROUPE_ROLE_FILE), also when other instances were lost on the way.
+// SIGTERM or SIGINT starts the job's graceful cascade (the signal is forwarded to every instance);
+// a second one, or a child that outlives the grace period, gets SIGKILL. Children die with the
+// simulator even if it is SIGKILLed (PR_SET_PDEATHSIG, set by troupe::run).
 
 #include <arpa/inet.h>
 #include <sched.h>

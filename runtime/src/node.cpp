@@ -302,11 +302,10 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
                          return node;
                        })
                        .fork();
-  tasks_.add(connected.addBranch().ignoreResult().catch_(
-      [address, dropPeer](kj::Exception&& e) {
-        spdlog::warn("cannot connect to {}: {}", address, e.getDescription().cStr());
-        dropPeer();
-      }));
+  tasks_.add(connected.addBranch().ignoreResult().catch_([address, dropPeer](kj::Exception&& e) {
+    spdlog::warn("cannot connect to {}: {}", address, e.getDescription().cStr());
+    dropPeer();
+  }));
   proto::Node::Client client = connected.addBranch();
   peers_.emplace(address, Peer{client, kj::Own<Connection>(), kj::mv(canceler), generation});
   return client;
@@ -386,8 +385,8 @@ void NodeRuntime::retire(uint64_t id, Exit reason) {
   it->second.core->markExited(reason);
   // Out of the directory at once (the same id may be hosted here again by a restart), but kept
   // alive until it is safe to let it go: we may be inside one of its calls or its onStart(), so
-  // its calls are cancelled once the queued work has run, and a job it offloaded may still run on the pool and touch
-  // what it owns, so it is dropped only once those have returned.
+  // its calls are cancelled once the queued work has run, and a job it offloaded may still run on
+  // the pool and touch what it owns, so it is dropped only once those have returned.
   auto serial = nextRetired_++;
   retiring_.emplace(serial, kj::mv(it->second));
   actors_.erase(it);

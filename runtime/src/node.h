@@ -122,7 +122,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   };
   struct Peer {
     proto::Node::Client node;
-    kj::Own<Connection> connection;  // null while connecting
+    kj::Own<Connection> connection;    // null while connecting
     kj::Own<kj::Canceler> connecting;  // cancels the connection attempt
     uint64_t generation;               // which connection to this address it is
   };
@@ -150,7 +150,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   uint64_t nextInbound_ = 0;
   std::map<std::string, Peer> peers_;
   uint64_t nextPeerGeneration_ = 0;
-  std::map<uint64_t, Hosted> actors_;  // by id, which is start order
+  std::map<uint64_t, Hosted> actors_;    // by id, which is start order
   std::map<uint64_t, Hosted> retiring_;  // exited, waiting for their calls and pool jobs to end
   uint64_t nextRetired_ = 0;
   std::vector<ActorAddress> headActors_;

@@ -20,6 +20,10 @@ constexpr int kComplete = 180;  // a job that must still complete: 2 short epoch
 constexpr int kTerm = 30;       // a graceful cascade: stop deadline 5 s, with room for a slow CI
 constexpr int kHeadLost = 15;   // head timeout 5 s + 10 s
 
+// Case::netns and Case::quick, by name.
+constexpr bool kLoopback = false, kNetns = true;
+constexpr bool kSoakOnly = false, kQuick = true;
+
 RoleExpect codes(std::set<int> allowed, int withinS = kComplete) {
   return RoleExpect{std::move(allowed), withinS};
 }
@@ -76,55 +80,55 @@ Expect headLost(std::string why) {
 std::vector<Case> makeCases() {
   using T = const Target&;
   return {
-      {"data-kill9", "kill -9 a data instance", Role::DATA, false, true,
+      {"data-kill9", "kill -9 a data instance", Role::DATA, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
        dataLost({128 + SIGKILL}, kComplete,
                 "losing a data instance costs throughput, never samples or the job")},
-      {"head-kill9", "kill -9 the head (the trainer's instance)", Role::HEAD, false, true,
+      {"head-kill9", "kill -9 the head (the trainer's instance)", Role::HEAD, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.head, SIGKILL); }, headKilled()},
-      {"head-sigterm", "SIGTERM to the head", Role::HEAD, false, true,
+      {"head-sigterm", "SIGTERM to the head", Role::HEAD, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.head, SIGTERM); }, interrupted()},
-      {"data-sigterm", "SIGTERM to one data instance", Role::DATA, false, false,
+      {"data-sigterm", "SIGTERM to one data instance", Role::DATA, kLoopback, kSoakOnly,
        [](T t, Rng&) { return signalOne(t.victim, SIGTERM); }, interrupted()},
-      {"all-sigterm", "SIGTERM to every instance at once", Role::SIM, false, false,
+      {"all-sigterm", "SIGTERM to every instance at once", Role::SIM, kLoopback, kSoakOnly,
        [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted()},
-      {"sim-sigterm", "SIGTERM to troupe sim", Role::SIM, false, false,
+      {"sim-sigterm", "SIGTERM to troupe sim", Role::SIM, kLoopback, kSoakOnly,
        [](T t, Rng&) { return signalSim(t, SIGTERM); }, interrupted()},
-      {"sim-kill9", "kill -9 troupe sim", Role::SIM, false, false,
+      {"sim-kill9", "kill -9 troupe sim", Role::SIM, kLoopback, kSoakOnly,
        [](T t, Rng&) { return signalSim(t, SIGKILL); }, simKilled()},
-      {"data-stop-short", "SIGSTOP a data instance for 0.5-2 s (< node timeout)", Role::DATA, false,
-       false, [](T t, Rng& r) { return freeze(t.victim, r, 500, 2000); },
+      {"data-stop-short", "SIGSTOP a data instance for 0.5-2 s (< node timeout)", Role::DATA,
+       kLoopback, kSoakOnly, [](T t, Rng& r) { return freeze(t.victim, r, 500, 2000); },
        completes("a data instance that stalls for less than the node timeout is not lost")},
-      {"data-stop-long", "SIGSTOP a data instance for 4-8 s (> node timeout)", Role::DATA, false,
-       true, [](T t, Rng& r) { return freeze(t.victim, r, 4000, 8000); },
+      {"data-stop-long", "SIGSTOP a data instance for 4-8 s (> node timeout)", Role::DATA,
+       kLoopback, kQuick, [](T t, Rng& r) { return freeze(t.victim, r, 4000, 8000); },
        dataLost({FENCED}, 8 + 10,
                 "a data node declared lost is fenced: it exits 7 (FENCED) and the job goes on "
                 "without it, exactly-once")},
-      {"head-stop-short", "SIGSTOP the head for 1-4 s (< head timeout)", Role::HEAD, false, false,
-       [](T t, Rng& r) { return freeze(t.head, r, 1000, 4000); },
+      {"head-stop-short", "SIGSTOP the head for 1-4 s (< head timeout)", Role::HEAD, kLoopback,
+       kSoakOnly, [](T t, Rng& r) { return freeze(t.head, r, 1000, 4000); },
        completes("a head that stalls for less than the head timeout must not kill a healthy job")},
-      {"head-stop-long", "SIGSTOP the head for 6-8 s (> head timeout)", Role::HEAD, false, false,
-       [](T t, Rng& r) { return freeze(t.head, r, 6000, 8000); },
+      {"head-stop-long", "SIGSTOP the head for 6-8 s (> head timeout)", Role::HEAD, kLoopback,
+       kSoakOnly, [](T t, Rng& r) { return freeze(t.head, r, 6000, 8000); },
        headLost("workers that lose a stalled head exit on their own (3 or 7); the head ends too")},
-      {"data-partition-long", "take a data instance's link down for good", Role::DATA, true, true,
-       [](T t, Rng& r) { return partition(t, t.victim, r, 0, -1); },
+      {"data-partition-long", "take a data instance's link down for good", Role::DATA, kNetns,
+       kQuick, [](T t, Rng& r) { return partition(t, t.victim, r, 0, -1); },
        dataLost({HEAD_LOST, FENCED}, kHeadLost,
                 "a partitioned data instance is lost: the job goes on without it, exactly-once, "
                 "and it exits on its own (3 or 7)")},
-      {"data-partition-short", "take a data instance's link down for 0.5-2 s", Role::DATA, true,
-       false, [](T t, Rng& r) { return partition(t, t.victim, r, 500, 2000); },
+      {"data-partition-short", "take a data instance's link down for 0.5-2 s", Role::DATA, kNetns,
+       kSoakOnly, [](T t, Rng& r) { return partition(t, t.victim, r, 500, 2000); },
        completes("a partition shorter than the node timeout loses nothing")},
-      {"head-partition-long", "take the head's link down for good", Role::HEAD, true, false,
+      {"head-partition-long", "take the head's link down for good", Role::HEAD, kNetns, kSoakOnly,
        [](T t, Rng& r) { return partition(t, t.head, r, 0, -1); },
        headLost("workers cut off from the head exit on their own (3 or 7); the head ends too")},
-      {"head-partition-short", "take the head's link down for 0.5-2 s", Role::HEAD, true, false,
-       [](T t, Rng& r) { return partition(t, t.head, r, 500, 2000); },
+      {"head-partition-short", "take the head's link down for 0.5-2 s", Role::HEAD, kNetns,
+       kSoakOnly, [](T t, Rng& r) { return partition(t, t.head, r, 500, 2000); },
        completes("a partition shorter than the node timeout loses nothing")},
       {"head-garbage", "garbage bytes, silent and huge-prefix connections on the head's port",
-       Role::HEAD, false, true, [](T t, Rng& r) { return garbage(t.head, r); },
+       Role::HEAD, kLoopback, kQuick, [](T t, Rng& r) { return garbage(t.head, r); },
        completes("garbage on a node's port is dropped: the job completes, exactly-once")},
       {"data-garbage", "garbage bytes, silent and huge-prefix connections on a data port",
-       Role::DATA, false, false, [](T t, Rng& r) { return garbage(t.victim, r); },
+       Role::DATA, kLoopback, kSoakOnly, [](T t, Rng& r) { return garbage(t.victim, r); },
        completes("garbage on a node's port is dropped: the job completes, exactly-once")},
   };
 }

@@ -95,6 +95,7 @@ class Judge {
         "'job finished'",
         !obs_.late);
     for (auto& e : obs_.instances) instance(e);
+    sanitizers();
     sim();
     samples();
     return checks_;
@@ -127,6 +128,24 @@ class Judge {
               (e.failure.empty() ? "missing or empty" : "there"),
           !e.failure.empty());
     }
+  }
+
+  // Under `make test-sanitize` a finding ends its process with a plain exit code: the report in
+  // the output is what makes it a crash.
+  void sanitizers() {
+    std::string first;
+    for (auto marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", ": runtime error: "}) {
+      auto at = obs_.output.find(marker);
+      if (at == std::string::npos) continue;
+      auto start = obs_.output.rfind('\n', at);
+      start = start == std::string::npos ? 0 : start + 1;
+      first = obs_.output.substr(start, obs_.output.find('\n', at) - start);
+      break;
+    }
+    add(Outcome::CRASH,
+        "no sanitizer report (make test-sanitize): " +
+            (first.empty() ? std::string("there is none") : "the output has '" + first + "'"),
+        first.empty());
   }
 
   void bound(const std::string& who, const std::optional<double>& goneS, int withinS) {

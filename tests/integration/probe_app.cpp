@@ -68,10 +68,13 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
       case probe::FailPoint::AFTER_CO_AWAIT:
         return failAfterCoAwait(call, why);
       case probe::FailPoint::IN_CONTINUATION:
-        return context().timer().afterDelay(10 * kj::MILLISECONDS).then([this, call, why]() mutable {
-          context().fail(why);
-          call.getResults().setValue(42);
-        });
+        return context()
+            .timer()
+            .afterDelay(10 * kj::MILLISECONDS)
+            .then([this, call, why]() mutable {
+              context().fail(why);
+              call.getResults().setValue(42);
+            });
       case probe::FailPoint::ON_POOL_RETURN:
         return context()
             .offload([]() {
@@ -114,11 +117,11 @@ troupe::SpawnOptions labelled(const std::string& label, bool hang = false) {
 kj::Promise<void> crash(probe::Probe::Client p, std::string why) {
   auto req = p.crashRequest();
   req.setWhy(why);
-  return req.send().then(
-      [why](auto&&) { KJ_FAIL_ASSERT("the crash call returned normally", why); },
-      [](kj::Exception&& e) {
-        KJ_ASSERT(e.getType() == kj::Exception::Type::DISCONNECTED, e.getDescription());
-      });
+  return req.send().then([why](auto&&) { KJ_FAIL_ASSERT("the crash call returned normally", why); },
+                         [](kj::Exception&& e) {
+                           KJ_ASSERT(e.getType() == kj::Exception::Type::DISCONNECTED,
+                                     e.getDescription());
+                         });
 }
 
 using Job = troupe::Driver;
@@ -200,8 +203,7 @@ kj::Promise<void> links(Job& job) {
   auto bDown = job.monitor(b.id());
   return kj::joinPromises(kj::arr(linkAB.send().ignoreResult(), linkCD.send().ignoreResult()))
       .then([a, c]() mutable {
-        return kj::joinPromises(
-            kj::arr(crash(a, "boom"), c.finishRequest().send().ignoreResult()));
+        return kj::joinPromises(kj::arr(crash(a, "boom"), c.finishRequest().send().ignoreResult()));
       })
       .then([bDown = kj::mv(bDown)]() mutable { return kj::mv(bDown); })
       .then([&job, d](troupe::Exit reason) mutable {
@@ -403,7 +405,8 @@ Scenario find(const std::string& name) {
   if (name == "hold") return hold;
   if (name == "linger") return linger;
   if (name == "links") return links;
-  if (name == "fail-anywhere") return [](Job& job) -> kj::Promise<void> { return failAnywhere(job); };
+  if (name == "fail-anywhere")
+    return [](Job& job) -> kj::Promise<void> { return failAnywhere(job); };
   if (name == "monitors") return monitors;
   if (name == "restarts") return restarts;
   if (name == "follow") return follow;

@@ -87,8 +87,7 @@ class Mlp {
   /// except layerSizes, which come from the file. Throws std::runtime_error naming the file
   /// and the mismatching values.
   static Mlp load(const std::filesystem::path& dir, std::shared_ptr<Device> device,
-                  ModelInfo* info = nullptr,
-                  MlpConfig config = {});
+                  ModelInfo* info = nullptr, MlpConfig config = {});
 
  private:
   struct Layer;
