@@ -1,6 +1,7 @@
 // fault_soak: the whole fault matrix, many seeds. Cases are dealt in shuffled rounds (every case
 // once per round) from --seed; each run gets its own seed, which fixes its victim, moment and
-// hold. One line per run, then a table of cases x outcomes. docs/faults.md shows how to read it.
+// hold. One line per run (case, run seed, moment, outcome, exit codes, seconds, the injection),
+// then a table of cases x outcomes. docs/faults.md shows how to read it.
 //
 //   fault_soak --cases 200 --seed 7 --minutes 150 [--only NAME]... [--run-seed X] [--json]
 //              [--log-dir DIR]
@@ -117,9 +118,10 @@ Result runOne(const faults::Case& c, uint64_t seed, const faults::Options& optio
 }
 
 void printLine(FILE* to, int index, int total, const Result& r) {
-  fprintf(to, "[%3d/%d] %-20s seed=%-20llu moment=%4d ms  %-15s %-52s %6.1f s\n", index, total,
+  fprintf(to, "[%3d/%d] %-20s seed=%-20llu moment=%4d ms  %-15s %-52s %6.1f s  %s\n", index, total,
           r.caseName.c_str(), (unsigned long long)r.obs.seed, r.obs.momentMs,
-          faults::outcomeName(r.outcome), faults::codesText(r.obs).c_str(), r.obs.seconds);
+          faults::outcomeName(r.outcome), faults::codesText(r.obs).c_str(), r.obs.seconds,
+          r.obs.plan.c_str());
   if (r.outcome != Outcome::PASS) {
     for (size_t i = 0; i < r.broken.size() && i < 4; ++i) {
       fprintf(to, "          %s\n", r.broken[i].c_str());
