@@ -363,11 +363,25 @@ class Worker {
 
   void headGone(std::string why) {
     if (node_.exiting()) return;
+    // How far this node is behind its own heartbeat schedule: it was frozen (or starved) that
+    // long. Past the node timeout the head has declared it lost and cut it off, and the head's
+    // `fence` call, though sent first, may be dropped unread with the closed connection.
+    auto behind = node_.loop().timer().now() - nextHeartbeat_;
+    auto nodeTimeout = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
+    if (behind > nodeTimeout) {
+      node_.requestExit(FENCED, "this node was frozen for " +
+                                    std::to_string(behind / kj::MILLISECONDS) +
+                                    " ms, past the node timeout (" +
+                                    std::to_string(node_.options().nodeTimeoutMs) +
+                                    " ms), and the head has cut it off (" + why + ")");
+      return;
+    }
     node_.requestExit(HEAD_LOST,
                       "lost the head " + headLine() + node_.headActorsLine() + ": " + why);
   }
 
   kj::Promise<void> heartbeatLoop(kj::TimePoint due) {
+    nextHeartbeat_ = due;
     auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
     return node_.loop().timer().atTime(due).then([this, due, interval]() {
       auto now = node_.loop().timer().now();
@@ -388,7 +402,8 @@ class Worker {
         lastHeard_ = node_.loop().timer().now();
         if (reply.getFenced()) {
           node_.requestExit(FENCED, std::string("the head declared this node lost (") +
-                                        reply.getReason().cStr() + "); its actors run elsewhere now");
+                                        reply.getReason().cStr() +
+                                        "); its actors run elsewhere now");
         }
       }));
       return heartbeatLoop(now + interval);
@@ -427,6 +442,7 @@ class Worker {
   kj::Own<Connection> headConnection_;
   uint32_t nodeId_ = 0;
   kj::TimePoint lastHeard_ = kj::origin<kj::TimePoint>();
+  kj::TimePoint nextHeartbeat_ = kj::origin<kj::TimePoint>();  // when heartbeatLoop runs next
   bool signalled_ = false;
 };
 
