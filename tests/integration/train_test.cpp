@@ -78,6 +78,45 @@ TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exa
   unlink(report.c_str());
 }
 
+TEST_CASE("a data instance killed where no vCPU is spare: the survivors take its shards",
+          "[train][fault]") {
+  // ml.g5.xlarge has 4 vCPUs: the trainer takes one and hetero_train's default one augmenter per
+  // vCPU fills the rest, so the lost node's 4 augmenters find room for 3 at most.
+  auto report = tempPath("nospare.json");
+  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.g5.xlarge"},
+                       train({"--epochs", "2", "--train-samples", "12000", "--progress-every",
+                              "0.2", "--report", report})));
+  REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
+  std::string victim;
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "data_group") {
+      victim = host;
+      REQUIRE(kill(i.pid, SIGKILL) == 0);
+      break;
+    }
+  }
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  // docs/lifecycle.md: lost capacity degrades, never fails; the sim exits with the head's 0.
+  CHECK(code == 0);
+  CHECK(out.find("could not restart it: ") != std::string::npos);
+  CHECK(out.find("the other augmenters take over its shards") != std::string::npos);
+  CHECK(out.find("serves it from sample") != std::string::npos);
+  std::ifstream in(report);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  REQUIRE(j["epochs"].size() == 2);
+  for (auto& e : j["epochs"]) {  // exactly-once, in every epoch
+    CHECK(e["samples"] == 12000);
+    CHECK(e["duplicates"] == 0);
+    CHECK(e["missing"] == 0);
+  }
+  CHECK(run.leftovers().empty());
+  unlink(report.c_str());
+}
+
 TEST_CASE("the trainer's instance killed: every process exits non-zero, naming the trainer",
           "[train][fault]") {
   Run run(
