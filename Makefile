@@ -35,16 +35,19 @@ ASAN_BUILD ?= build-asan
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer
 # g++ 12's flow warnings misfire on sanitized code (52 in KJ's headers alone): not in this build.
 SANITIZE_WARNINGS := -Wno-maybe-uninitialized -Wno-stringop-overflow
-SANITIZE_TARGETS ?= runtime_test coalescing_stream_test actors_tests cluster_test train_test faults_test
+SANITIZE_TARGETS ?= runtime_test coalescing_stream_test actors_tests cluster_test train_test \
+	faults_test
 SANITIZE_TESTS ?= ^(runtime:|net:|actors[.]|cluster:|train:|faults:)
 SANITIZE_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:check_initialization_order=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/sanitize/ubsan.supp
 test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTROUPE_NO_CUDA=ON \
-	  "-DCMAKE_C_FLAGS=-O1 -g $(SANITIZE)" "-DCMAKE_CXX_FLAGS=-O1 -g $(SANITIZE) $(SANITIZE_WARNINGS)" \
+	  "-DCMAKE_C_FLAGS=-O1 -g $(SANITIZE)" \
+	  "-DCMAKE_CXX_FLAGS=-O1 -g $(SANITIZE) $(SANITIZE_WARNINGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE)" > /dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(SANITIZE_TARGETS)
-	cd $(ASAN_BUILD) && $(SANITIZE_ENV) ctest -R '$(SANITIZE_TESTS)' --output-on-failure -j 2 --timeout 600
+	cd $(ASAN_BUILD) && $(SANITIZE_ENV) \
+	  ctest -R '$(SANITIZE_TESTS)' --output-on-failure -j 2 --timeout 600
 
 # The whole fault matrix with random moments (docs/faults.md): one line per run, then a table of
 # cases x outcomes; exits non-zero when a run failed. SOAK_SEED empty: a random seed, printed.
