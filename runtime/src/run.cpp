@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <filesystem>
 #include <random>
 
@@ -366,7 +367,12 @@ class Worker {
     // How far this node is behind its own heartbeat schedule: it was frozen (or starved) that
     // long. Past the node timeout the head has declared it lost and cut it off, and the head's
     // `fence` call, though sent first, may be dropped unread with the closed connection.
-    auto behind = node_.loop().timer().now() - nextHeartbeat_;
+    // The clock itself, not the loop's timer: the timer's time may not have moved on yet when the
+    // closed connection is the first thing a thawed process sees.
+    auto late = std::chrono::steady_clock::now() - nextHeartbeat_;
+    auto behind = kj::max(
+        std::chrono::duration_cast<std::chrono::milliseconds>(late).count() * kj::MILLISECONDS,
+        frozen_);
     auto nodeTimeout = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
     if (behind > nodeTimeout) {
       node_.requestExit(FENCED, "this node was frozen for " +
@@ -381,7 +387,9 @@ class Worker {
   }
 
   kj::Promise<void> heartbeatLoop(kj::TimePoint due) {
-    nextHeartbeat_ = due;
+    nextHeartbeat_ = std::chrono::steady_clock::now() + (due - node_.loop().timer().now()) /
+                                                            kj::MICROSECONDS *
+                                                            std::chrono::microseconds(1);
     auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
     return node_.loop().timer().atTime(due).then([this, due, interval]() {
       auto now = node_.loop().timer().now();
@@ -389,6 +397,11 @@ class Worker {
       // the head's answers may be waiting unread in the socket. It is not the head's silence.
       auto stall = now - due;
       lastHeard_ = kj::min(now, lastHeard_ + stall);
+      // Past the node timeout the head has fenced this node, unless a heartbeat says otherwise.
+      if (stall > node_.options().nodeTimeoutMs * kj::MILLISECONDS) {
+        frozen_ = stall;
+        thawedAt_ = now;
+      }
       if (stall > interval) {
         spdlog::warn("this node's event loop stalled for {} ms", stall / kj::MILLISECONDS);
       }
@@ -398,8 +411,10 @@ class Worker {
       }
       auto req = node_.cluster().heartbeatRequest();
       req.setNodeId(nodeId_);
-      node_.tasks().add(req.send().then([this](auto&& reply) {
+      node_.tasks().add(req.send().then([this, sent = now](auto&& reply) {
         lastHeard_ = node_.loop().timer().now();
+        // Only an answer to a heartbeat sent after the stall clears it.
+        if (!reply.getFenced() && sent >= thawedAt_) frozen_ = 0 * kj::MILLISECONDS;
         if (reply.getFenced()) {
           node_.requestExit(FENCED, std::string("the head declared this node lost (") +
                                         reply.getReason().cStr() +
@@ -442,7 +457,11 @@ class Worker {
   kj::Own<Connection> headConnection_;
   uint32_t nodeId_ = 0;
   kj::TimePoint lastHeard_ = kj::origin<kj::TimePoint>();
-  kj::TimePoint nextHeartbeat_ = kj::origin<kj::TimePoint>();  // when heartbeatLoop runs next
+  std::chrono::steady_clock::time_point nextHeartbeat_;  // when heartbeatLoop runs next
+  // The last stall past the node timeout (the head has fenced this node, unless it answers a
+  // heartbeat sent after it as usual), and when it ended.
+  kj::Duration frozen_ = 0 * kj::MILLISECONDS;
+  kj::TimePoint thawedAt_ = kj::origin<kj::TimePoint>();
   bool signalled_ = false;
 };
 
