@@ -29,6 +29,36 @@ std::string tempPath(const char* name) {
   return "/tmp/troupe-train-test-" + std::to_string(getpid()) + "-" + name;
 }
 
+// Kills the first data instance once training is under way, in the first epoch (progress lines
+// every 0.2 s come well before an epoch of 12,000 samples ends), and waits for the run to end.
+// Returns the victim's host.
+std::string killDataInstanceInEpoch1(Run& run) {
+  REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "data_group") {
+      REQUIRE(kill(i.pid, SIGKILL) == 0);
+      return host;
+    }
+  }
+  FAIL("no data instance");
+  return "";
+}
+
+// Exactly-once (docs/hetero_train.md): every epoch of the report has every sample once.
+void checkEverySampleOnce(const std::string& report) {
+  std::ifstream in(report);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  REQUIRE(j["epochs"].size() == 2);
+  for (auto& e : j["epochs"]) {
+    CHECK(e["samples"] == 12000);
+    CHECK(e["duplicates"] == 0);
+    CHECK(e["missing"] == 0);
+  }
+  CHECK(j["exit_status"] == 0);
+  unlink(report.c_str());
+}
+
 }  // namespace
 
 TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exactly once",
@@ -37,17 +67,7 @@ TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exa
   Run run(harness::sim(
       kCluster, train({"--epochs", "2", "--train-samples", "12000", "--augmenters-per-node", "2",
                        "--progress-every", "0.2", "--report", report})));
-  // Kill once training is under way, in the first epoch: on a quiet machine an epoch of 12,000
-  // samples takes about 2 s, so progress lines come faster than that.
-  REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
-  std::string victim;
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == "data_group") {
-      victim = host;
-      REQUIRE(kill(i.pid, SIGKILL) == 0);
-      break;
-    }
-  }
+  auto victim = killDataInstanceInEpoch1(run);
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);
@@ -64,18 +84,8 @@ TEST_CASE("a data instance killed mid-epoch: the job completes, every sample exa
   }
   CHECK(out.find("node " + victim + " (data_group) was lost") != std::string::npos);
   CHECK(out.find("restarting 'augmenter-") != std::string::npos);
-  std::ifstream in(report);
-  REQUIRE(in.good());
-  auto j = nlohmann::json::parse(in);
-  REQUIRE(j["epochs"].size() == 2);
-  for (auto& e : j["epochs"]) {
-    CHECK(e["samples"] == 12000);
-    CHECK(e["duplicates"] == 0);
-    CHECK(e["missing"] == 0);
-  }
-  CHECK(j["exit_status"] == 0);
+  checkEverySampleOnce(report);
   CHECK(run.leftovers().empty());
-  unlink(report.c_str());
 }
 
 TEST_CASE("a data instance killed where no vCPU is spare: the survivors take its shards",
@@ -83,19 +93,11 @@ TEST_CASE("a data instance killed where no vCPU is spare: the survivors take its
   // ml.g5.xlarge has 4 vCPUs: the trainer takes one and hetero_train's default one augmenter per
   // vCPU fills the rest, so the lost node's 4 augmenters find room for 3 at most.
   auto report = tempPath("nospare.json");
-  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
-                        "dnn_group=1:ml.g5.xlarge"},
-                       train({"--epochs", "2", "--train-samples", "12000", "--progress-every",
-                              "0.2", "--report", report})));
-  REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
-  std::string victim;
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == "data_group") {
-      victim = host;
-      REQUIRE(kill(i.pid, SIGKILL) == 0);
-      break;
-    }
-  }
+  Run run(
+      harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.g5.xlarge"},
+                   train({"--epochs", "2", "--train-samples", "12000", "--progress-every", "0.2",
+                          "--report", report})));
+  killDataInstanceInEpoch1(run);
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);
@@ -104,17 +106,8 @@ TEST_CASE("a data instance killed where no vCPU is spare: the survivors take its
   CHECK(out.find("could not restart it: ") != std::string::npos);
   CHECK(out.find("the other augmenters take over its shards") != std::string::npos);
   CHECK(out.find("serves it from sample") != std::string::npos);
-  std::ifstream in(report);
-  REQUIRE(in.good());
-  auto j = nlohmann::json::parse(in);
-  REQUIRE(j["epochs"].size() == 2);
-  for (auto& e : j["epochs"]) {  // exactly-once, in every epoch
-    CHECK(e["samples"] == 12000);
-    CHECK(e["duplicates"] == 0);
-    CHECK(e["missing"] == 0);
-  }
+  checkEverySampleOnce(report);
   CHECK(run.leftovers().empty());
-  unlink(report.c_str());
 }
 
 TEST_CASE("the trainer's instance killed: every process exits non-zero, naming the trainer",
