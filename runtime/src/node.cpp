@@ -36,6 +36,20 @@ Connection::Connection(kj::Own<CoalescingStream> stream, capnp::rpc::twoparty::S
 
 Connection::~Connection() noexcept(false) {}
 
+void Connection::awaitLogin(kj::Promise<void> deadline, kj::Own<PreLoginSlot> slot,
+                            PreLoginLimit* limit) {
+  loginDeadline_ = deadline.eagerlyEvaluate(nullptr);
+  loginSlot_ = kj::mv(slot);
+  loginLimit_ = limit;
+}
+
+void Connection::loggedIn() {
+  loginDeadline_ = nullptr;
+  loginSlot_ = nullptr;
+  if (loginLimit_ != nullptr) loginLimit_->lift();
+  loginLimit_ = nullptr;
+}
+
 void Connection::abort(kj::StringPtr reason) {
   stream_->abort(KJ_EXCEPTION(DISCONNECTED, reason));
 }
@@ -123,13 +137,20 @@ class GateServer final : public proto::Gate::Server {
       : node_(node), connection_(connection), peer_(kj::mv(peer)) {}
 
   kj::Promise<void> login(LoginContext call) override {
-    auto token = call.getParams().getToken();
-    auto expected = kj::StringPtr(node_.options().token.c_str()).asBytes();
-    if (!tokensEqual(token, expected)) {
-      spdlog::warn("refused a login from {}: wrong cluster token", peer_);
-      return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
+    // With TLS the handshake has proved the peer holds the secret; the token travels (and is
+    // checked) only with --insecure.
+    if (!node_.secure()) {
+      auto token = call.getParams().getToken();
+      auto expected = kj::StringPtr(node_.options().token.c_str()).asBytes();
+      if (!tokensEqual(token, expected)) {
+        node_.refused(peer_, "wrong cluster token");
+        return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
+      }
     }
-    if (connection_ != nullptr) connection_->setPeerHost(call.getParams().getHost());
+    if (connection_ != nullptr) {
+      connection_->loggedIn();
+      connection_->setPeerHost(call.getParams().getHost());
+    }
     auto results = call.getResults();
     results.setNode(node_.selfClient());
     KJ_IF_MAYBE(head, node_.head()) {
@@ -165,6 +186,52 @@ std::string peerName(kj::AsyncIoStream& stream) {
 }  // namespace
 
 // =======================================================================================
+// RefusalLog
+
+class RefusalLog final : private kj::TaskSet::ErrorHandler {
+  // Refused connections and logins, logged once per peer address per interval: the first at
+  // once, the rest as one line with their count when the interval ends.
+ public:
+  explicit RefusalLog(kj::Timer& timer) : timer_(timer), tasks_(*this) {}
+
+  static constexpr kj::Duration kInterval = 10 * kj::SECONDS;
+
+  void note(const std::string& peer, const std::string& why) {
+    auto address = peer.substr(0, peer.rfind(':'));
+    auto it = byAddress_.find(address);
+    if (it != byAddress_.end()) {
+      ++it->second.unlogged;
+      it->second.lastWhy = why;
+      return;
+    }
+    spdlog::warn("refused a connection from {}: {}", peer, why);
+    byAddress_.emplace(address, Entry{});
+    tasks_.add(timer_.afterDelay(kInterval).then([this, address]() {
+      auto it = byAddress_.find(address);
+      if (it == byAddress_.end()) return;
+      if (it->second.unlogged > 0) {
+        spdlog::warn("refused {} more connections from {} in the last {} s (the last: {})",
+                     it->second.unlogged, address, kInterval / kj::SECONDS, it->second.lastWhy);
+      }
+      byAddress_.erase(it);
+    }));
+  }
+
+ private:
+  struct Entry {
+    unsigned unlogged = 0;
+    std::string lastWhy;
+  };
+  void taskFailed(kj::Exception&& e) override {
+    spdlog::debug("refusal log: {}", e.getDescription().cStr());
+  }
+
+  kj::Timer& timer_;
+  std::map<std::string, Entry> byAddress_;
+  kj::TaskSet tasks_;
+};
+
+// =======================================================================================
 // NodeRuntime
 
 NodeRuntime::NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions options,
@@ -184,6 +251,15 @@ NodeRuntime::NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions o
   headHost_ = config_.headHost(options_.headGroup);
   info_.isHead_ = headHost_ == config_.currentHost;
   self_ = kj::heap<NodeServer>(*this);
+  refusals_ = kj::heap<RefusalLog>(loop_.timer());
+  if (options_.insecure) {
+    spdlog::warn(
+        "TLS is off (--insecure / TROUPE_INSECURE): connections are plaintext and the job secret "
+        "crosses the network in every login; anyone who can reach this node's port can read the "
+        "job's traffic, and anyone who sees the secret can join");
+  } else {
+    tls_ = kj::heap<JobTls>(options_.token);
+  }
   auto paf = kj::newPromiseAndFulfiller<void>();
   exitFulfiller_ = kj::mv(paf.fulfiller);
   exitRequested_ = paf.promise.fork();
@@ -221,38 +297,109 @@ void NodeRuntime::listen() {
 }
 
 kj::Promise<void> NodeRuntime::acceptLoop(kj::ConnectionReceiver& receiver) {
-  return receiver.accept().then([this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
-    accepted(kj::mv(stream));
-    return acceptLoop(receiver);
-  });
+  return receiver.accept().then(
+      [this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
+        if (acceptFailures_ > 0) {
+          spdlog::info("accepting connections again, after {} failed attempts", acceptFailures_);
+          acceptFailures_ = 0;
+          acceptBackoff_ = 100 * kj::MILLISECONDS;
+        }
+        accepted(kj::mv(stream));
+        return acceptLoop(receiver);
+      },
+      [this, &receiver](kj::Exception&& e) {
+        // Out of file descriptors (EMFILE, ENFILE) or kernel memory: the connection stays queued
+        // in the backlog. Try again later instead of giving up on accepting for good.
+        if (acceptFailures_++ == 0) {
+          spdlog::warn(
+              "cannot accept a connection on {}: {}; trying again every {} ms until it works",
+              info_.address_, e.getDescription().cStr(), (1 * kj::SECONDS) / kj::MILLISECONDS);
+        }
+        auto delay = acceptBackoff_;
+        acceptBackoff_ = kj::min(acceptBackoff_ * 2, 1 * kj::SECONDS);
+        return loop_.timer().afterDelay(delay).then(
+            [this, &receiver]() { return acceptLoop(receiver); });
+      });
+}
+
+void NodeRuntime::refused(const std::string& peer, const std::string& why) {
+  refusals_->note(peer, why);
 }
 
 void NodeRuntime::accepted(kj::Own<kj::AsyncIoStream> stream) {
   auto peer = peerName(*stream);
+  if (unauthenticated_ >= options_.maxUnauthenticated) {
+    refused(peer,
+            std::to_string(unauthenticated_) +
+                " connections have not logged in yet (--max-unauthenticated); closed at once");
+    return;
+  }
   try {
     setNoDelay(*stream);
   } catch (...) {
   }
+  auto slot = kj::heap<PreLoginSlot>(unauthenticated_);
+  auto deadline = loop_.timer().now() + options_.loginTimeoutMs * kj::MILLISECONDS;
+  if (tls_.get() == nullptr) {
+    auto limited = kj::heap<PreLoginLimit>(kj::mv(stream), kPreLoginPlainBytes);
+    auto* limit = limited.get();
+    adopt(kj::mv(limited), peer, kj::mv(slot), deadline, limit);
+    return;
+  }
+  auto limited = kj::heap<PreLoginLimit>(kj::mv(stream), kPreLoginTlsBytes);
+  PreLoginLimit& limit = *limited;  // owned by the TLS stream from here on
+  tasks_.add(loop_.timer()
+                 .timeoutAt(deadline, tls_->wrapServer(kj::mv(limited)))
+                 .then(
+                     [this, peer, &limit, slot = kj::mv(slot),
+                      deadline](kj::Own<kj::AsyncIoStream> secure) mutable {
+                       limit.lift();
+                       adopt(kj::mv(secure), peer, kj::mv(slot), deadline, nullptr);
+                     },
+                     [this, peer](kj::Exception&& e) {
+                       if (e.getType() == kj::Exception::Type::OVERLOADED) {
+                         refused(peer, "no TLS handshake within " +
+                                           std::to_string(options_.loginTimeoutMs) +
+                                           " ms (--login-timeout-ms)");
+                       } else {
+                         refused(peer,
+                                 std::string("TLS handshake failed: ") + e.getDescription().cStr());
+                       }
+                     }));
+}
+
+void NodeRuntime::adopt(kj::Own<kj::AsyncIoStream> stream, std::string peer,
+                        kj::Own<PreLoginSlot> slot, kj::TimePoint deadline, PreLoginLimit* limit) {
   auto id = nextInbound_++;
   // The gate needs the connection (to learn of its end) but is made before it.
-  auto slot = kj::heap<Connection*>(nullptr);
-  auto gate = kj::heap<GateServer>(*this, *slot, peer);
+  auto connSlot = kj::heap<Connection*>(nullptr);
+  auto gate = kj::heap<GateServer>(*this, *connSlot, peer);
   auto conn =
       kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
                            capnp::rpc::twoparty::Side::SERVER, kj::mv(gate), readerOptions(), peer);
-  *slot = conn.get();
-  tasks_.add(
-      conn->onDisconnect()
-          .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
-                [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
-          .then([this, id, peer, slot = kj::mv(slot)](kj::Maybe<kj::Exception> error) mutable {
-            KJ_IF_MAYBE(e, error) {
-              spdlog::debug("connection from {} dropped: {}", peer, e->getDescription().cStr());
-            }
-            *slot = nullptr;
-            // Destroy the connection outside of its own disconnect callback.
-            return kj::evalLater([this, id]() { inbound_.erase(id); });
-          }));
+  *connSlot = conn.get();
+  conn->awaitLogin(loop_.timer().atTime(deadline).then([this, id, peer]() {
+    auto it = inbound_.find(id);
+    if (it == inbound_.end()) return;
+    auto why =
+        "no login within " + std::to_string(options_.loginTimeoutMs) + " ms (--login-timeout-ms)";
+    refused(peer, why);
+    it->second->abort(why.c_str());
+  }),
+                   kj::mv(slot), limit);
+  tasks_.add(conn->onDisconnect()
+                 .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
+                       [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
+                 .then([this, id, peer,
+                        connSlot = kj::mv(connSlot)](kj::Maybe<kj::Exception> error) mutable {
+                   KJ_IF_MAYBE(e, error) {
+                     spdlog::debug("connection from {} dropped: {}", peer,
+                                   e->getDescription().cStr());
+                   }
+                   *connSlot = nullptr;
+                   // Destroy the connection outside of its own disconnect callback.
+                   return kj::evalLater([this, id]() { inbound_.erase(id); });
+                 }));
   inbound_.emplace(id, kj::mv(conn));
 }
 
@@ -264,8 +411,22 @@ kj::Promise<kj::Own<Connection>> NodeRuntime::connect(const std::string& address
         auto connecting = addr->connect();
         return connecting.attach(kj::mv(addr));
       })
-      .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
+      .then([this, address](
+                kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
         setNoDelay(*stream);
+        if (tls_.get() == nullptr) return kj::mv(stream);
+        auto timeout = options_.loginTimeoutMs * kj::MILLISECONDS;
+        return loop_.timer()
+            .timeoutAfter(timeout, tls_->wrapClient(kj::mv(stream)))
+            .catch_([this, address](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+              if (e.getType() != kj::Exception::Type::OVERLOADED)
+                kj::throwFatalException(kj::mv(e));
+              kj::throwFatalException(
+                  KJ_EXCEPTION(DISCONNECTED, kj::str("no TLS handshake with ", address.c_str(),
+                                                     " within ", options_.loginTimeoutMs, " ms")));
+            });
+      })
+      .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
         return kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
                                     capnp::rpc::twoparty::Side::CLIENT,
                                     capnp::Capability::Client(nullptr), readerOptions(), address);
@@ -290,7 +451,9 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
   auto connected = canceler->wrap(connect(address))
                        .then([this, address, generation, dropPeer](kj::Own<Connection> conn) {
                          auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
-                         login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
+                         if (!secure()) {
+                           login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
+                         }
                          login.setHost(info_.host());
                          proto::Node::Client node = login.send().getNode();
                          tasks_.add(conn->onDisconnect().then(

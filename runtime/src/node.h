@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coalescing_stream.h"
+#include "secure.h"
 #include "troupe/actor.h"
 #include "troupe/config.h"
 #include "troupe/registry.h"
@@ -19,6 +20,15 @@
 namespace troupe {
 
 class Head;
+class RefusalLog;
+
+struct PreLoginSlot {
+  // Counts an accepted connection among its node's unauthenticated ones while it lives.
+  explicit PreLoginSlot(unsigned& count) : count(count) { ++count; }
+  ~PreLoginSlot() { --count; }
+  KJ_DISALLOW_COPY(PreLoginSlot);
+  unsigned& count;
+};
 
 class Connection {
   // One RPC connection: a TCP stream (TCP_NODELAY, writes coalesced per event-loop turn), its
@@ -40,8 +50,18 @@ class Connection {
   // Cuts the connection now, whether or not the peer can hear: every call in flight on it fails
   // with a DISCONNECTED exception carrying `reason`, and onDisconnect() resolves.
 
+  void awaitLogin(kj::Promise<void> deadline, kj::Own<PreLoginSlot> slot, PreLoginLimit* limit);
+  // An accepted connection whose peer has not logged in yet: `deadline` resolves when it must
+  // have, `slot` counts it among the node's unauthenticated connections, and `limit` (with
+  // --insecure) caps what it may send. loggedIn() ends all three.
+  void loggedIn();
+  bool awaitingLogin() const { return loginDeadline_ != nullptr; }
+
  private:
   kj::Own<CoalescingStream> stream_;
+  kj::Maybe<kj::Promise<void>> loginDeadline_;
+  kj::Own<PreLoginSlot> loginSlot_;
+  PreLoginLimit* loginLimit_ = nullptr;
   capnp::TwoPartyVatNetwork network_;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
   kj::ForkedPromise<void> disconnected_;
@@ -110,6 +130,10 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   bool exiting() const { return exitCode_ >= 0; }
 
   kj::TaskSet& tasks() { return tasks_; }
+  bool secure() const { return tls_.get() != nullptr; }
+  void refused(const std::string& peer, const std::string& why);
+  // Logs a refused connection or login, at most once per peer address per interval (with the
+  // count of those not logged).
 
  private:
   struct Hosted {
@@ -130,6 +154,9 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&& exception) override;
   kj::Promise<void> acceptLoop(kj::ConnectionReceiver& receiver);
   void accepted(kj::Own<kj::AsyncIoStream> stream);
+  void adopt(kj::Own<kj::AsyncIoStream> stream, std::string peer, kj::Own<PreLoginSlot> slot,
+             kj::TimePoint deadline, PreLoginLimit* limit);
+  // Serves the Gate on an accepted connection (after its TLS handshake, when on).
   void retire(uint64_t id, Exit reason);
   // Marks a hosted actor exited and takes it out of the directory; it is destroyed once that is
   // safe (see node.cpp).
@@ -145,7 +172,12 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   proto::Node::Client self_;
   kj::Maybe<proto::Cluster::Client> cluster_;
   kj::Maybe<Head&> head_;
+  kj::Own<JobTls> tls_;  // null with --insecure
+  kj::Own<RefusalLog> refusals_;
   kj::Own<kj::ConnectionReceiver> listener_;
+  kj::Duration acceptBackoff_ = 100 * kj::MILLISECONDS;
+  unsigned acceptFailures_ = 0;   // accept() failures since the last success
+  unsigned unauthenticated_ = 0;  // accepted connections whose peer has not logged in yet
   std::map<uint64_t, kj::Own<Connection>> inbound_;
   uint64_t nextInbound_ = 0;
   std::map<std::string, Peer> peers_;

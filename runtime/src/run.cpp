@@ -88,6 +88,15 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
   cli.add_option("--memory-bytes", o.memoryBytes)->envname("TROUPE_MEMORY_BYTES");
   cli.add_option("--max-message-bytes", o.maxMessageBytes)->envname("TROUPE_MAX_MESSAGE_BYTES");
   cli.add_option("--log-level", o.logLevel)->envname("TROUPE_LOG_LEVEL");
+  cli.add_flag("--insecure", o.insecure,
+               "plaintext connections, the token sent in each login (testing only)")
+      ->envname("TROUPE_INSECURE");
+  cli.add_option("--login-timeout-ms", o.loginTimeoutMs,
+                 "a peer must finish the TLS handshake and log in within this")
+      ->envname("TROUPE_LOGIN_TIMEOUT_MS");
+  cli.add_option("--max-unauthenticated", o.maxUnauthenticated,
+                 "connections not yet logged in that a node holds at once")
+      ->envname("TROUPE_MAX_UNAUTHENTICATED");
 }
 
 struct Parsed {
@@ -315,7 +324,9 @@ class Worker {
     return node_.connect(headAddress_)
         .then([this](kj::Own<Connection> conn) {
           auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
-          login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
+          if (!node_.secure()) {
+            login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
+          }
           login.setHost(node_.info().host());
           auto cluster = login.send().getCluster();
           auto join = cluster.joinRequest();
@@ -329,9 +340,15 @@ class Worker {
           kj::String what = kj::str(e.getDescription());
           std::string text = what.cStr();
           if (text.find("authentication failed") != std::string::npos) {
-            node_.requestExit(AUTH_FAILED, "authentication failed: the head " + headLine() +
-                                               " refused this node's cluster token; start every "
-                                               "instance with the same TROUPE_TOKEN");
+            node_.requestExit(
+                AUTH_FAILED,
+                node_.secure()
+                    ? "authentication failed: the head " + headLine() +
+                          " does not hold this node's job secret (the TLS handshake failed: " +
+                          text + "); start every instance with the same secret (TROUPE_TOKEN_FILE)"
+                    : "authentication failed: the head " + headLine() +
+                          " refused this node's cluster token; start every instance with the "
+                          "same secret (TROUPE_TOKEN_FILE)");
             return kj::READY_NOW;
           }
           if (e.getType() == kj::Exception::Type::FAILED &&

@@ -30,7 +30,9 @@ struct RunOptions {
   std::string headGroup;  // --head-group / TROUPE_HEAD_GROUP; empty: the GPU group, else first host
   std::string clusterFile;         // --cluster / TROUPE_CLUSTER_FILE
   std::string hostMapFile;         // --host-map / TROUPE_HOST_MAP
-  std::string token;               // --token / TROUPE_TOKEN
+  std::string token;      // the job secret: read from tokenFile (or TROUPE_TOKEN, then unset)
+  std::string tokenFile;  // --token-file / TROUPE_TOKEN_FILE: a file of mode 0600 holding it
+  bool insecure = false;  // --insecure / TROUPE_INSECURE=1: plaintext, token sent in the login
   unsigned port = 7077;            // --port / TROUPE_PORT, when the host map has no entry
   unsigned joinTimeoutMs = 60000;  // --join-timeout-ms: the cluster must form within this
   unsigned heartbeatMs = 500;      // --heartbeat-ms: how often workers send heartbeats
@@ -41,6 +43,10 @@ struct RunOptions {
   uint64_t memoryBytes = 0;        // --memory-bytes
   uint64_t maxMessageBytes = 64ull << 20;  // --max-message-bytes: larger messages are refused
   std::string logLevel = "info";           // --log-level / TROUPE_LOG_LEVEL
+  // Before a peer has logged in (TLS handshake and login call): how long it may take, and how
+  // many such connections a node holds at once; more are closed on accept.
+  unsigned loginTimeoutMs = 5000;   // --login-timeout-ms / TROUPE_LOGIN_TIMEOUT_MS
+  unsigned maxUnauthenticated = 64;  // --max-unauthenticated / TROUPE_MAX_UNAUTHENTICATED
 };
 
 [[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,

@@ -1,0 +1,82 @@
+// File: secure.h
+//
+// How a node trusts a connection (docs/security.md has the threat model):
+//
+//   * JobTls: every node-to-node connection is TLS (1.3 between two troupe nodes, OpenSSL 3 under
+//     kj-tls), and both ends prove they hold the job secret without sending it. Every node derives
+//     the same Ed25519 key pair from the secret (PBKDF2-HMAC-SHA256) and the same self-signed
+//     certificate for it, presents that certificate, and trusts exactly that certificate: a peer
+//     that completes the handshake signed it with the key only the secret yields.
+//   * PreLoginLimit: until its peer has logged in, a connection may carry only a few KiB, so a
+//     stranger cannot make a node buffer a 60 MiB message.
+//
+//     TLS on:   socket -> PreLoginLimit -> TLS -> CoalescingStream -> Cap'n Proto RPC
+//     insecure: socket -> PreLoginLimit -> CoalescingStream -> Cap'n Proto RPC
+
+#pragma once
+
+#include <kj/async-io.h>
+#include <kj/compat/tls.h>
+#include <kj/debug.h>
+
+#include <string>
+
+namespace troupe {
+
+class JobTls {
+ public:
+  explicit JobTls(const std::string& secret);
+  // Derives the key pair and certificate (PBKDF2 with kKeyIterations rounds: tens of ms, once).
+  ~JobTls() noexcept(false);
+  KJ_DISALLOW_COPY(JobTls);
+
+  static constexpr unsigned kKeyIterations = 100000;
+  static constexpr const char* kPeerName = "troupe-node";
+  // The name in the certificate (subjectAltName) and the one a client expects; it is the same for
+  // every node, since all share one certificate. It is sent in clear (SNI); it names nothing.
+
+  kj::Promise<kj::Own<kj::AsyncIoStream>> wrapServer(kj::Own<kj::AsyncIoStream> stream);
+  kj::Promise<kj::Own<kj::AsyncIoStream>> wrapClient(kj::Own<kj::AsyncIoStream> stream);
+  // The handshake as acceptor / connector. Rejects when the peer does not hold the secret: with
+  // a FAILED exception whose description starts "authentication failed" when the certificate
+  // check failed (on either side), else with what OpenSSL or the socket said.
+
+ private:
+  kj::Own<kj::TlsKeypair> keypair_;
+  kj::Own<kj::TlsContext> context_;
+};
+
+class PreLoginLimit final : public kj::AsyncIoStream {
+  // A decorator that fails reads once the peer has sent more than `budget` bytes, until lift()
+  // is called (the peer logged in). Everything else is forwarded to `inner`.
+ public:
+  PreLoginLimit(kj::Own<kj::AsyncIoStream> inner, size_t budget);
+  void lift() { lifted_ = true; }
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override;
+  kj::Promise<void> write(const void* buffer, size_t size) override;
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override;
+  kj::Promise<void> whenWriteDisconnected() override;
+  void shutdownWrite() override;
+  void abortRead() override;
+  void getsockopt(int level, int option, void* value, kj::uint* length) override;
+  void setsockopt(int level, int option, const void* value, kj::uint length) override;
+  void getsockname(struct sockaddr* addr, kj::uint* length) override;
+  void getpeername(struct sockaddr* addr, kj::uint* length) override;
+  kj::Maybe<int> getFd() const override;
+
+ private:
+  kj::Own<kj::AsyncIoStream> inner_;
+  size_t budget_;
+  size_t used_ = 0;
+  bool lifted_ = false;
+};
+
+constexpr size_t kPreLoginTlsBytes = 16 * 1024;
+// What a peer may send before its TLS handshake completes: a troupe client's handshake is about
+// 1.5 KiB (ClientHello, certificate, CertificateVerify, Finished).
+constexpr size_t kPreLoginPlainBytes = 64 * 1024;
+// With --insecure, what a peer may send before its login call has been answered: the login and
+// the calls a client pipelines on its result (a join, a spawn).
+
+}  // namespace troupe
