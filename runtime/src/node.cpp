@@ -362,8 +362,17 @@ void NodeRuntime::accepted(kj::Own<kj::AsyncIoStream> stream) {
                                            std::to_string(options_.loginTimeoutMs) +
                                            " ms (--login-timeout-ms)");
                        } else {
-                         refused(peer,
-                                 std::string("TLS handshake failed: ") + e.getDescription().cStr());
+                         std::string why = e.getDescription().cStr();
+                         kj::StringPtr auth = "authentication failed: ";
+                         if (why.rfind(auth.cStr(), 0) == 0) {
+                           why = why.substr(auth.size());  // "the peer does not hold ..."
+                         } else {
+                           // OpenSSL's "...:SSL routines::no shared cipher": keep the reason.
+                           auto colons = why.rfind("::");
+                           if (colons != std::string::npos) why = why.substr(colons + 2);
+                           why = "TLS handshake failed: " + why;
+                         }
+                         refused(peer, why);
                        }
                      }));
 }
