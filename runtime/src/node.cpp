@@ -297,29 +297,33 @@ void NodeRuntime::listen() {
 }
 
 kj::Promise<void> NodeRuntime::acceptLoop(kj::ConnectionReceiver& receiver) {
-  return receiver.accept().then(
-      [this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
-        if (acceptFailures_ > 0) {
-          spdlog::info("accepting connections again, after {} failed attempts", acceptFailures_);
-          acceptFailures_ = 0;
-          acceptBackoff_ = 100 * kj::MILLISECONDS;
-        }
-        accepted(kj::mv(stream));
-        return acceptLoop(receiver);
-      },
-      [this, &receiver](kj::Exception&& e) {
-        // Out of file descriptors (EMFILE, ENFILE) or kernel memory: the connection stays queued
-        // in the backlog. Try again later instead of giving up on accepting for good.
-        if (acceptFailures_++ == 0) {
-          spdlog::warn(
-              "cannot accept a connection on {}: {}; trying again every {} ms until it works",
-              info_.address_, e.getDescription().cStr(), (1 * kj::SECONDS) / kj::MILLISECONDS);
-        }
-        auto delay = acceptBackoff_;
-        acceptBackoff_ = kj::min(acceptBackoff_ * 2, 1 * kj::SECONDS);
-        return loop_.timer().afterDelay(delay).then(
-            [this, &receiver]() { return acceptLoop(receiver); });
-      });
+  // evalNow: kj's accept() throws at once (not through its promise) when accept4 fails on the
+  // first try, as with EMFILE.
+  return kj::evalNow([&receiver]() { return receiver.accept(); })
+      .then(
+          [this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
+            if (acceptFailures_ > 0) {
+              spdlog::info("accepting connections again, after {} failed attempts",
+                           acceptFailures_);
+              acceptFailures_ = 0;
+              acceptBackoff_ = 100 * kj::MILLISECONDS;
+            }
+            accepted(kj::mv(stream));
+            return acceptLoop(receiver);
+          },
+          [this, &receiver](kj::Exception&& e) {
+            // Out of file descriptors (EMFILE, ENFILE) or kernel memory: the connection stays
+            // queued in the backlog. Try again later instead of giving up on accepting for good.
+            if (acceptFailures_++ == 0) {
+              spdlog::warn(
+                  "cannot accept a connection on {}: {}; trying again every {} ms until it works",
+                  info_.address_, e.getDescription().cStr(), (1 * kj::SECONDS) / kj::MILLISECONDS);
+            }
+            auto delay = acceptBackoff_;
+            acceptBackoff_ = kj::min(acceptBackoff_ * 2, 1 * kj::SECONDS);
+            return loop_.timer().afterDelay(delay).then(
+                [this, &receiver]() { return acceptLoop(receiver); });
+          });
 }
 
 void NodeRuntime::refused(const std::string& peer, const std::string& why) {
@@ -396,19 +400,23 @@ void NodeRuntime::adopt(kj::Own<kj::AsyncIoStream> stream, std::string peer,
     it->second->abort(why.c_str());
   }),
                    kj::mv(slot), limit);
-  tasks_.add(conn->onDisconnect()
-                 .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
-                       [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
-                 .then([this, id, peer,
-                        connSlot = kj::mv(connSlot)](kj::Maybe<kj::Exception> error) mutable {
-                   KJ_IF_MAYBE(e, error) {
-                     spdlog::debug("connection from {} dropped: {}", peer,
-                                   e->getDescription().cStr());
-                   }
-                   *connSlot = nullptr;
-                   // Destroy the connection outside of its own disconnect callback.
-                   return kj::evalLater([this, id]() { inbound_.erase(id); });
-                 }));
+  tasks_.add(
+      conn->onDisconnect()
+          .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
+                [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); })
+          .then([this, id, peer,
+                 connSlot = kj::mv(connSlot)](kj::Maybe<kj::Exception> error) mutable {
+            auto it = inbound_.find(id);
+            if (it != inbound_.end() && it->second->sentTooMuchBeforeLogin()) {
+              refused(peer, "it sent more than " + std::to_string(kPreLoginPlainBytes / 1024) +
+                                " KiB before logging in");
+            } else KJ_IF_MAYBE(e, error) {
+              spdlog::debug("connection from {} dropped: {}", peer, e->getDescription().cStr());
+            }
+            *connSlot = nullptr;
+            // Destroy the connection outside of its own disconnect callback.
+            return kj::evalLater([this, id]() { inbound_.erase(id); });
+          }));
   inbound_.emplace(id, kj::mv(conn));
 }
 

@@ -56,6 +56,7 @@ class Connection {
   // --insecure) caps what it may send. loggedIn() ends all three.
   void loggedIn();
   bool awaitingLogin() const { return loginDeadline_ != nullptr; }
+  bool sentTooMuchBeforeLogin() const { return loginLimit_ != nullptr && loginLimit_->exceeded(); }
 
  private:
   kj::Own<CoalescingStream> stream_;

@@ -52,6 +52,8 @@ class PreLoginLimit final : public kj::AsyncIoStream {
  public:
   PreLoginLimit(kj::Own<kj::AsyncIoStream> inner, size_t budget);
   void lift() { lifted_ = true; }
+  bool exceeded() const { return !lifted_ && used_ >= budget_; }
+  size_t budget() const { return budget_; }
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override;
   kj::Promise<void> write(const void* buffer, size_t size) override;

@@ -1,6 +1,9 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +33,20 @@ bool processExists(pid_t pid) {
   std::getline(stat, line);
   auto close = line.rfind(')');
   return !(close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z');
+}
+
+int connectTo(const std::string& address) {
+  auto colon = address.rfind(':');
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(std::stoi(address.substr(colon + 1)));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app) {

@@ -53,6 +53,9 @@ std::string probeApp();
 
 bool processExists(pid_t pid);
 
+int connectTo(const std::string& address);
+// A TCP connection to "ip:port" (a node's port), or -1.
+
 }  // namespace harness
 
 // REQUIRE that `run` prints `text` within `timeout`; on failure the message carries the output so
