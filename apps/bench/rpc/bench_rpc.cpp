@@ -5,11 +5,14 @@
 //   (a)  raw TCP ping-pong of the payload (TCP_NODELAY), one write and one read per message;
 //   (b)  a Cap'n Proto call over plain TwoPartyVatNetwork (bench.capnp, no troupe runtime);
 //   (b2) the same with troupe::CoalescingStream under the network on both ends;
+//   (b3) the same over TLS 1.3 (troupe::JobTls, the key pair derived from a secret), the stack
+//        troupe runs under every connection: RPC -> CoalescingStream -> TLS -> TCP;
 //   (c)  a troupe actor call: a two-node cluster under `troupe sim` whose nodes are this binary
 //        (`--troupe-node`); the driver, on the head, spawns an echo actor on the other node,
 //        measures the same way and prints its figures on one line, which this process parses;
 //   (c2) the same with a restart policy on the echo actor, whose reference is then a local
-//        forwarding capability that can follow it to a new incarnation.
+//        forwarding capability that can follow it to a new incarnation;
+//   (c0) mode (c) with `--insecure` on both nodes: plaintext, what TLS costs a troupe call.
 // Modes (a)-(b2) talk to a server child (this binary with `--serve`); to add such a mode, write a
 // Caller and a serve function and add a row to kModes (the server dispatches on the mode's tag,
 // sent as the first byte of a connection). A mode that runs in processes of its own, like (c),
@@ -46,6 +49,7 @@
 
 #include "bench.capnp.h"
 #include "coalescing_stream.h"
+#include "secure.h"
 #include "troupe/troupe.h"
 
 extern char** environ;
@@ -65,6 +69,7 @@ struct Options {
   uint warmupCalls = 1000;
   bool json = false;
   bool restartable = false;                  // mode (c2): the echo actor has a restart policy
+  bool insecure = false;                     // mode (c0): the nodes run with --insecure
   std::string troupeBinary = TROUPE_BINARY;  // `troupe sim`, for mode (c).
 };
 
@@ -139,7 +144,8 @@ struct Mode {
   char tag;           // First byte of a connection: tells the server which ServeFn to run.
   ConnectFn connect;  // Modes measured against the server process: both set, `run` null.
   ServeFn serve;
-  RunFn run;  // Modes measured in processes of their own: set, the others null.
+  RunFn run;         // Modes measured in processes of their own: set, the others null.
+  bool tls = false;  // The client does a TLS handshake before `connect` gets the stream.
 };
 
 // =============================================================================================
@@ -387,6 +393,20 @@ kj::Promise<void> serveCoalescing(kj::Own<kj::AsyncIoStream> connection, size_t)
   return serveStream(kj::heap<CoalescingStream>(kj::mv(connection)));
 }
 
+// --- (b3) Cap'n Proto over CoalescingStream over TLS -------------------------------------------
+
+JobTls& benchTls() {
+  // Both processes derive the same key pair from this secret, as a job's nodes do from theirs.
+  static JobTls tls("bench_rpc: the secret both of its processes derive their TLS key from");
+  return tls;
+}
+
+kj::Promise<void> serveTls(kj::Own<kj::AsyncIoStream> connection, size_t) {
+  return benchTls().wrapServer(kj::mv(connection)).then([](kj::Own<kj::AsyncIoStream> secure) {
+    return serveStream(kj::heap<CoalescingStream>(kj::mv(secure)));
+  });
+}
+
 // --- (c) troupe actor call --------------------------------------------------------------------
 
 constexpr char kNodeFlag[] = "--troupe-node";
@@ -557,9 +577,23 @@ Figures runTroupe(const Options& options) {
              "mode (c) needs the troupe binary (build the `troupe` target, or pass --troupe)",
              options.troupeBinary);
   // No "--" before the app: `troupe sim` (CLI11 prefix_command) rejects everything after one.
-  SimProcess sim({options.troupeBinary, "sim", "--group", "a=1", "--group", "b=1", "--head-group",
-                  "a", "--grace-ms", "3000", "--linger-ms", "5000", selfPath(), kNodeFlag,
-                  optionsToJson(options).dump(), "--log-level", "warn"});
+  // --env first: it takes every value up to the next flag.
+  std::vector<std::string> args = {options.troupeBinary, "sim"};
+  if (options.insecure) {
+    for (auto env : {"a:TROUPE_INSECURE=1", "b:TROUPE_INSECURE=1"}) {
+      args.push_back("--env");
+      args.push_back(env);
+    }
+  }
+  for (auto arg : {"--group", "a=1", "--group", "b=1", "--head-group", "a", "--grace-ms", "3000",
+                   "--linger-ms", "5000"}) {
+    args.push_back(arg);
+  }
+  for (auto arg : {selfPath(), std::string(kNodeFlag), optionsToJson(options).dump(),
+                   std::string("--log-level"), std::string("warn")}) {
+    args.push_back(arg);
+  }
+  SimProcess sim(args);
   // Cluster start-up, plus 100 us per call (10k calls/s would be far below any sane figure).
   uint64_t calls = options.warmupCalls + options.sequentialCalls +
                    uint64_t{options.pipelinedCalls} * options.rounds * options.windows.size();
@@ -584,12 +618,22 @@ Figures runTroupeRestartable(const Options& options) {
   return runTroupe(restartable);
 }
 
+Figures runTroupeInsecure(const Options& options) {
+  auto insecure = options;
+  insecure.insecure = true;
+  return runTroupe(insecure);
+}
+
 const Mode kModes[] = {
     {"raw_tcp", "(a) raw TCP", 'r', connectRaw, serveRaw, nullptr},
     {"capnp", "(b) capnp", 'c', connectCapnp, serveCapnp, nullptr},
     {"capnp_coalescing", "(b2) capnp + coalescing", 'k', connectCoalescing, serveCoalescing,
      nullptr},
-    {"troupe_actor", "(c) troupe actor call", 't', nullptr, nullptr, runTroupe},
+    {"capnp_coalescing_tls", "(b3) b2 over TLS 1.3", 's', connectCoalescing, serveTls, nullptr,
+     true},
+    {"troupe_actor_insecure", "(c0) actor call, --insecure", 'i', nullptr, nullptr,
+     runTroupeInsecure},
+    {"troupe_actor", "(c) troupe actor call (TLS)", 't', nullptr, nullptr, runTroupe},
     {"troupe_actor_restartable", "(c2) restartable actor", 'u', nullptr, nullptr,
      runTroupeRestartable},
 };
@@ -735,6 +779,7 @@ Figures measure(const Mode& mode, kj::AsyncIoContext& io, uint port, const Optio
   uint32_t payloadSize = options.payloadBytes;
   memcpy(header + 1, &payloadSize, sizeof(payloadSize));
   connection->write(header, sizeof(header)).wait(io.waitScope);
+  if (mode.tls) connection = benchTls().wrapClient(kj::mv(connection)).wait(io.waitScope);
 
   Measurement measurement(mode.connect(kj::mv(connection), options.payloadBytes), options,
                           io.provider->getTimer());
