@@ -52,7 +52,7 @@ struct Settings {
 Settings parseSettings(int argc, char* argv[]) {
   Settings s;
   CLI::App cli("hetero_train: augmentation on the data group, training on the dnn group");
-  cli.footer("troupe's own options (--cluster, --token, --head-group, ...): --troupe-help\n");
+  cli.footer("troupe's own options (--cluster, --token-file, --head-group, ...): --troupe-help\n");
   cli.add_option("--epochs", s.epochs, "epochs")->check(CLI::Range(1u, 1000u));
   cli.add_option("--batch-size", s.batchSize, "samples per batch")->check(CLI::Range(1u, 8192u));
   cli.add_option("--lr", s.learningRate, "learning rate (decays linearly to 0)")

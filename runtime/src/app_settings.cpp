@@ -8,6 +8,7 @@
 
 #include "troupe/exit_codes.h"
 #include "troupe/run.h"
+#include "troupe/secret.h"
 
 namespace troupe {
 
@@ -76,10 +77,11 @@ void checkAppArguments(const std::vector<std::string>& leftovers,
   for (auto& f : run) known.push_back(f.flag);
   for (size_t i = 0; i < leftovers.size(); ++i) {
     const auto& arg = leftovers[i];
+    refuseSecretArgument(arg);
     auto name = arg.substr(0, arg.find('='));
     auto flag = std::find_if(run.begin(), run.end(), [&](auto& f) { return f.flag == name; });
     if (flag != run.end()) {
-      // run()'s: it reads the value itself ("--token x"; "--token=x" is one argument).
+      // run()'s: it reads the value itself ("--port 7000"; "--port=7000" is one argument).
       if (flag->takesValue && name == arg) ++i;
       continue;
     }
@@ -103,6 +105,7 @@ void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string
   for (auto& k : known) {
     if (k != "help") names.push_back(underscored(dashless(k)));
   }
+  refuseSecretHyperparameter(env);
   for (auto& key : env.keys()) {
     if (key.rfind("sagemaker_", 0) == 0) continue;  // SageMaker's own (sagemaker_program, ...)
     auto name = underscored(key);

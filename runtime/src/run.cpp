@@ -22,6 +22,7 @@
 #include "troupe/exit_codes.h"
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
+#include "troupe/secret.h"
 
 namespace troupe {
 
@@ -73,8 +74,11 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
       ->envname("TROUPE_CLUSTER_FILE");
   cli.add_option("--host-map", o.hostMapFile, "JSON host -> \"ip:port\"")
       ->envname("TROUPE_HOST_MAP");
-  cli.add_option("--token", o.token, "cluster token (the same on every instance)")
-      ->envname("TROUPE_TOKEN");
+  // The job secret comes from a file, never from the command line (troupe/secret.h).
+  cli.add_option("--token-file", o.tokenFile,
+                 "a file only its owner can read, holding the job secret (the same on every "
+                 "instance)")
+      ->envname("TROUPE_TOKEN_FILE");
   cli.add_option("--head-group", o.headGroup, "the group whose first host is the head")
       ->envname("TROUPE_HEAD_GROUP");
   cli.add_option("--port", o.port, "port when the host map has no entry")->envname("TROUPE_PORT");
@@ -104,8 +108,27 @@ struct Parsed {
   bool headGroupGiven = false;       // --head-group or TROUPE_HEAD_GROUP, not the app's default
 };
 
+// The secret from --token-file / TROUPE_TOKEN_FILE or TROUPE_TOKEN (already taken out of the
+// environment), else the app's default, checked. loadCluster() looks further (troupe/secret.h).
+void readSecret(RunOptions& o, const std::string& fromEnvironment) {
+  if (!o.tokenFile.empty() && !fromEnvironment.empty()) {
+    throw ConfigError("the job secret is given twice, in TROUPE_TOKEN and in the file '" +
+                      o.tokenFile + "' (--token-file, TROUPE_TOKEN_FILE); give one, the file");
+  }
+  if (!o.tokenFile.empty()) {
+    o.token = readSecretFile(o.tokenFile);
+  } else if (!fromEnvironment.empty()) {
+    checkSecret(fromEnvironment, "TROUPE_TOKEN");
+    o.token = fromEnvironment;
+  } else if (!o.token.empty()) {
+    checkSecret(o.token, "RunOptions::token");
+  }
+}
+
 // Parses flags and TROUPE_* variables over the app's defaults.
 Parsed parseOptions(int argc, char* argv[], RunOptions& o) {
+  // First of all, so that TROUPE_TOKEN is gone whatever fails below.
+  auto secretFromEnvironment = takeSecretFromEnvironment();
   CLI::App cli("troupe node");
   cli.allow_extras();
   addRunOptions(cli, o);
@@ -118,6 +141,8 @@ Parsed parseOptions(int argc, char* argv[], RunOptions& o) {
   }
   Parsed parsed;
   parsed.appArgs = cli.remaining();
+  for (auto& arg : parsed.appArgs) refuseSecretArgument(arg);
+  readSecret(o, secretFromEnvironment);
   parsed.headGroupGiven = cli.get_option("--head-group")->count() > 0;
   if (o.heartbeatMs == 0 || o.nodeTimeoutMs <= o.heartbeatMs || o.headTimeoutMs <= o.heartbeatMs) {
     throw ConfigError("heartbeat-ms (" + std::to_string(o.heartbeatMs) +
@@ -177,13 +202,20 @@ Loaded loadCluster(RunOptions& o) {
       return l;
     }
   }
+  if (underSageMaker(o)) {
+    auto sm = SageMakerEnv::load(SageMakerEnv::defaultRoot());
+    refuseSecretHyperparameter(sm);
+    if (o.token.empty()) o.token = readChannelSecret(sm);
+  }
   if (!o.hostMapFile.empty()) l.hosts = HostMap::load(o.hostMapFile);
   l.hosts.defaultPort = o.port;
   if (o.token.empty()) {
     if (l.config.hosts.size() > 1) {
       throw ConfigError(
-          "no cluster token: set TROUPE_TOKEN (or --token) to the same secret on "
-          "every instance of the job");
+          "no job secret: give every instance of the job the same secret in a file only its "
+          "owner can read, with --token-file FILE or TROUPE_TOKEN_FILE=FILE (make one with: "
+          "(umask 077; openssl rand -hex 16 > secret)); on SageMaker, the input channel "
+          "'troupe-secret' (deploy/sagemaker/launch.py)");
     }
     o.token = randomToken();
   }

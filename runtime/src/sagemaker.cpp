@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "troupe/config.h"
+#include "troupe/secret.h"
 
 namespace troupe {
 
@@ -94,7 +95,8 @@ SageMakerEnv SageMakerEnv::load(const std::string& root) {
   auto data = fs::path(root) / "input" / "data";
   if (fs::is_directory(data, ec)) {
     for (auto& entry : fs::directory_iterator(data, ec)) {
-      env.channels_.push_back(entry.path().filename().string());
+      auto name = entry.path().filename().string();
+      if (name != kSecretChannel) env.channels_.push_back(name);
     }
     std::sort(env.channels_.begin(), env.channels_.end());
   }

@@ -110,9 +110,9 @@ TEST_CASE("a --head-group that names no group is an error naming the nearest",
     "current_group_name": "data_group", "instance_groups": [
       {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
       {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": ["algo-2"]}]})");
-  harness::Run run({deploy::smApp()},
-                   {"TROUPE_SM_ROOT=" + root, "TROUPE_TOKEN=t", "TROUPE_HEAD_GROUP=dnn_grop",
-                    "TROUPE_PORT=" + std::to_string(deploy::freePort())});
+  roots::writeChannelSecret(root);
+  harness::Run run({deploy::smApp()}, {"TROUPE_SM_ROOT=" + root, "TROUPE_HEAD_GROUP=dnn_grop",
+                                       "TROUPE_PORT=" + std::to_string(deploy::freePort())});
   CHECK(run.wait(20s) == 2);
   INFO(run.output());
   auto failure = roots::firstLine(root + "/output/failure");

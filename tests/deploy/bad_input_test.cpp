@@ -20,7 +20,7 @@ struct Result {
 
 Result runIn(const std::string& root, std::vector<std::string> env = {}) {
   env.push_back("TROUPE_SM_ROOT=" + root);
-  env.push_back("TROUPE_TOKEN=t");
+  roots::writeChannelSecret(root);
   // Its own port: tests run in parallel, and a one-host cluster has no host map.
   env.push_back("TROUPE_PORT=" + std::to_string(deploy::freePort()));
   harness::Run run({deploy::smApp()}, env);

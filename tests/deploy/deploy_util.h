@@ -55,7 +55,7 @@ struct Cluster {
   roots::TempDir dir;
   std::vector<Host> hosts;
   std::string hostMap;
-  std::string token = "deploy-test-token";
+  std::string secret = roots::kSecret;  // in each root's troupe-secret channel
 
   Cluster(std::vector<std::pair<std::string, std::string>> groups /* name, type per instance */,
           const std::string& hyperparameters = "{}", unsigned seed = 0) {
@@ -84,20 +84,20 @@ struct Cluster {
                  {"current_instance_type", h.type},  {"hosts", all},
                  {"network_interface_name", "eth0"}, {"instance_groups", instanceGroups}};
       h.root = roots::makeRoot(dir / h.name, rc.dump(), hyperparameters);
+      roots::writeChannelSecret(h.root, secret);
     }
     hostMap = dir / "hosts.json";
     roots::writeFile(hostMap, map.dump());
   }
 
-  // Starts every instance from its root alone: TROUPE_SM_ROOT, the host map and the token; no
-  // TROUPE_CLUSTER_FILE.
+  // Starts every instance from its root alone (the secret is its troupe-secret channel):
+  // TROUPE_SM_ROOT and the host map; no TROUPE_CLUSTER_FILE.
   std::vector<std::unique_ptr<harness::Run>> start(std::vector<std::string> extraEnv = {}) {
     std::vector<std::unique_ptr<harness::Run>> runs;
     for (auto& h : hosts) {
       auto env = extraEnv;
       env.push_back("TROUPE_SM_ROOT=" + h.root);
       env.push_back("TROUPE_HOST_MAP=" + hostMap);
-      env.push_back("TROUPE_TOKEN=" + token);
       runs.push_back(std::make_unique<harness::Run>(std::vector<std::string>{smApp()}, env));
     }
     return runs;

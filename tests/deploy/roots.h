@@ -2,6 +2,7 @@
 // /opt/ml-shaped root per instance, removed with everything in it when the test ends.
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -46,6 +47,22 @@ inline std::string readFile(const std::string& path) {
 inline std::string firstLine(const std::string& path) {
   auto text = readFile(path);
   return text.substr(0, text.find('\n'));
+}
+
+// A job secret of the length troupe asks for (troupe/secret.h: at least 32 characters).
+inline const std::string kSecret = "deploy-test-secret-0123456789abcdef";
+
+inline void writeSecretFile(const std::string& path, const std::string& secret = kSecret,
+                            mode_t mode = 0600) {
+  // For --token-file / TROUPE_TOKEN_FILE: a file only its owner can read, unless `mode` says else.
+  writeFile(path, secret + "\n");
+  chmod(path.c_str(), mode);
+}
+
+inline void writeChannelSecret(const std::string& root, const std::string& secret = kSecret) {
+  // What deploy/sagemaker/launch.py's troupe-secret channel gives an instance; SageMaker writes the
+  // file with its own mode (0644 here), which troupe does not check.
+  writeFile(root + "/input/data/troupe-secret/secret", secret + "\n");
 }
 
 inline std::string makeRoot(const std::string& root, const std::string& resourceConfig,

@@ -135,10 +135,11 @@ TEST_CASE("a head name that does not resolve is retried until the join deadline"
         {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-2"]}]})");
   roots::writeFile(dir / "hosts.json",
                    R"({"algo-2": "127.0.0.1:)" + std::to_string(deploy::freePort()) + "\"}");
+  roots::writeChannelSecret(root);
   auto started = std::chrono::steady_clock::now();
   harness::Run run({deploy::smApp()},
                    {"TROUPE_SM_ROOT=" + root, "TROUPE_HOST_MAP=" + (dir / "hosts.json"),
-                    "TROUPE_TOKEN=t", "TROUPE_JOIN_TIMEOUT_MS=1500", "TROUPE_LOG_LEVEL=debug"});
+                    "TROUPE_JOIN_TIMEOUT_MS=1500", "TROUPE_LOG_LEVEL=debug"});
   CHECK(run.wait(15s) == 5);  // JOIN_FAILED
   auto took = std::chrono::steady_clock::now() - started;
   auto out = run.output();
@@ -202,11 +203,11 @@ TEST_CASE("a homogeneous SageMaker cluster runs hetero_train unchanged: the head
             "sagemaker_program": "train", "sagemaker_region": "us-east-1",
             "sagemaker_job_name": "homogeneous-1", "sagemaker_container_log_level": "20",
             "sagemaker_submit_directory": "s3://bucket/source.tar.gz"})"));
+    roots::writeChannelSecret(rootOf.back());
     runs.push_back(std::make_unique<harness::Run>(
         std::vector<std::string>{HETERO_TRAIN},
         std::vector<std::string>{"TROUPE_SM_ROOT=" + rootOf.back(),
-                                 "TROUPE_HOST_MAP=" + (dir / "hosts.json"),
-                                 "TROUPE_TOKEN=homogeneous"}));
+                                 "TROUPE_HOST_MAP=" + (dir / "hosts.json")}));
   }
   for (size_t i = 0; i < runs.size(); ++i) {
     INFO(hosts[i] << "\n" << runs[i]->output());

@@ -67,11 +67,11 @@ struct App {
 }  // namespace
 
 TEST_CASE("the nearest name is a likely typo, or none", "[settings]") {
-  std::vector<std::string> flags = {"--epochs", "--batch-size", "--lr", "--token"};
+  std::vector<std::string> flags = {"--epochs", "--batch-size", "--lr", "--token-file"};
   CHECK(troupe::nearestName("--epohcs", flags) == "--epochs");  // a swap is one edit
   CHECK(troupe::nearestName("--epoch", flags) == "--epochs");
   CHECK(troupe::nearestName("--batchsize", flags) == "--batch-size");
-  CHECK(troupe::nearestName("--tokn", flags) == "--token");
+  CHECK(troupe::nearestName("--tokn-file", flags) == "--token-file");
   CHECK(troupe::nearestName("--learning-rate", flags) == "");  // another word, not a typo
   CHECK(troupe::nearestName("--xy", flags) == "");
   CHECK(troupe::nearestName("--epochs", {}) == "");
@@ -87,7 +87,9 @@ TEST_CASE("run()'s flags are listed with their variables", "[settings]") {
   };
   CHECK(find("--head-group").variable == "TROUPE_HEAD_GROUP");
   CHECK(find("--cluster").variable == "TROUPE_CLUSTER_FILE");
-  CHECK(find("--token").takesValue);
+  CHECK(find("--token-file").variable == "TROUPE_TOKEN_FILE");
+  CHECK(find("--token-file").takesValue);
+  CHECK(find("--token").flag.empty());  // the secret is never an argument (troupe/secret.h)
   CHECK(find("--troupe-help").flag == "--troupe-help");
   CHECK_FALSE(find("--troupe-help").takesValue);
 }
@@ -96,17 +98,17 @@ TEST_CASE("leftover arguments must be run()'s flags", "[settings]") {
   std::vector<std::string> app = {"--epochs", "--batch-size", "--help"};
   CHECK_NOTHROW(troupe::checkAppArguments({}, app));
   CHECK_NOTHROW(troupe::checkAppArguments(
-      {"--token", "t", "--port=7000", "--troupe-help", "--head-group", "dnn_group"}, app));
+      {"--token-file", "f", "--port=7000", "--troupe-help", "--head-group", "dnn_group"}, app));
   CHECK_THAT(error([&] {
                troupe::checkAppArguments({"--epohcs", "1"}, app);
              }),
              Equals("unknown option '--epohcs'; did you mean '--epochs'? (see --help)"));
-  CHECK_THAT(error([&] { troupe::checkAppArguments({"--tokn=x"}, app); }),
-             Equals("unknown option '--tokn'; did you mean '--token'? (see --help)"));
+  CHECK_THAT(error([&] { troupe::checkAppArguments({"--tokn-file=x"}, app); }),
+             Equals("unknown option '--tokn-file'; did you mean '--token-file'? (see --help)"));
   CHECK_THAT(error([&] { troupe::checkAppArguments({"--frobnicate"}, app); }),
              Equals("unknown option '--frobnicate' (see --help)"));
   CHECK_THAT(error([&] {
-               troupe::checkAppArguments({"--token", "t", "stray"}, app);
+               troupe::checkAppArguments({"--token-file", "f", "stray"}, app);
              }),
              Equals("unexpected argument 'stray' (see --help)"));
 }
@@ -115,7 +117,8 @@ TEST_CASE("hyperparameters must be the app's settings, SageMaker's or troupe's",
   Root ok(R"({"epochs": "3", "batch_size": "64", "data-dir": "/x", "sagemaker_program": "train",
               "sagemaker_submit_directory": "s3://b/k", "sagemaker_region": "us-east-1",
               "sagemaker_job_name": "j", "sagemaker_container_log_level": "20",
-              "troupe_app": "hetero_train", "troupe_token": "t", "troupe_head_group": "g"})");
+              "troupe_app": "hetero_train", "troupe_token_file": "/s",
+              "troupe_head_group": "g"})");
   CHECK_NOTHROW(troupe::checkHyperparameters(ok.env(), kKnown));
   CHECK_NOTHROW(troupe::checkHyperparameters(SageMakerEnv::inactive(), kKnown));
 
@@ -141,7 +144,7 @@ TEST_CASE("parseAppFlags: hyperparameters, then the command line, and nothing un
   SECTION("off SageMaker: the command line, run()'s flags left alone") {
     SageMakerEnv::setCurrent(SageMakerEnv::inactive());
     App app;
-    app.parse({"--epochs", "3", "--token", "t", "--epochs=4"});
+    app.parse({"--epochs", "3", "--token-file", "f", "--epochs=4"});
     CHECK(app.epochs == 4);  // the last one wins
     App typo;
     CHECK_THAT(error([&] {

@@ -37,18 +37,21 @@ void checkAppArguments(const std::vector<std::string>& leftovers,
                        const std::vector<std::string>& appFlags);
 // For an app that parses its own flags and lets run()'s through (CLI11's allow_extras()):
 // `leftovers` is what its parser did not take (CLI11's remaining(), in order). Each must be one of
-// run()'s flags (runFlags()), with its value ("--token x" or "--token=x"). Throws ConfigError for
-// the first that is not: "unknown option '--epohcs'; did you mean '--epochs'? (see --help)", the
-// suggestion taken from `appFlags` ("--epochs", ...) and run()'s flags; an argument that is not an
-// option: "unexpected argument 'x' (see --help)".
+// run()'s flags (runFlags()), with its value ("--port 7000" or "--port=7000"). Throws ConfigError
+// for the first that is not: "unknown option '--epohcs'; did you mean '--epochs'? (see --help)",
+// the suggestion taken from `appFlags` ("--epochs", ...) and run()'s flags; an argument that is
+// not an option: "unexpected argument 'x' (see --help)"; `--token`: the secret does not belong on
+// a command line, use --token-file (troupe/secret.h).
 
 void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string>& known);
 // Every hyperparameter of `env` must be a setting the app knows: one of `known` (names without
 // "--"; `a_b` and `a-b` are the same name), a key SageMaker adds itself (`sagemaker_*`: accepted
 // and ignored), or one deploy/sagemaker/train reads (troupe_app, troupe_args, troupe_pass_args,
-// and troupe_<variable> for run()'s TROUPE_* variables: troupe_token, troupe_head_group, ...).
+// and troupe_<variable> for run()'s TROUPE_* variables: troupe_head_group, troupe_port, ...).
 // Throws ConfigError for the first that is not, naming the key, the file and the nearest known
-// key, else the known ones. Does nothing when `env` is not active().
+// key, else the known ones; for `troupe_token`, saying that SageMaker shows it to anyone allowed
+// to describe the job and that the secret goes in the troupe-secret channel (troupe/secret.h).
+// Does nothing when `env` is not active().
 
 [[noreturn]] void configError(const std::string& message);
 // Ends the process as a configuration error found before or outside troupe::run() (an app

@@ -6,7 +6,8 @@
 //
 //   /opt/ml/input/config/resourceconfig.json    the cluster (troupe/config.h reads it)
 //   /opt/ml/input/config/hyperparameters.json   {"epochs": "3", "layers": "[256,128]", ...}
-//   /opt/ml/input/data/<channel>/                one folder per input channel
+//   /opt/ml/input/data/<channel>/                one folder per input channel; troupe-secret
+//                                                holds the job secret (troupe/secret.h)
 //   /opt/ml/model/                               what the job saves; uploaded as model.tar.gz
 //   /opt/ml/output/                              `failure` (the FailureReason) and `success`
 //
@@ -93,8 +94,9 @@ class SageMakerEnv {
 
   // -- channels --
   const std::vector<std::string>& channels() const { return channels_; }
-  // The input channels: the entries of input/data (sorted). A `troupe sim --channel` channel is
-  // a symbolic link; on SageMaker a folder (File mode) or a FIFO (Pipe mode).
+  // The input channels: the entries of input/data (sorted), but troupe's own troupe-secret (the
+  // job secret, troupe/secret.h). A `troupe sim --channel` channel is a symbolic link; on
+  // SageMaker a folder (File mode) or a FIFO (Pipe mode).
   bool hasChannel(const std::string& name) const;
   std::string channelDir(const std::string& name) const;
   // input/data/<name>. Throws ConfigError naming the channels there when there is no such one.
