@@ -10,10 +10,12 @@
 // the instance writes `success` or `failure`). A shared host map puts every `algo-N` on a
 // loopback port, or with --netns each instance is a host of its own on a virtual network
 // (netns.h). --pin gives each instance a CPU set (TROUPE_CPUS, applied by troupe::run) so a small
-// machine can emulate a CPU:GPU ratio. Host names are dealt in a shuffled order across groups, as
-// on SageMaker. Every output line is prefixed with its host, like SageMaker's log streams.
-// The simulator reaps every child, and exits with the job's status: the head's exit code (each
-// instance writes its role to TROUPE_ROLE_FILE), also when other instances were lost on the way.
+// machine can emulate a CPU:GPU ratio. The job secret (a fresh one, or --token-file's) is a file
+// of mode 0600 beside the roots, in none of them; instances get its path (TROUPE_TOKEN_FILE), never
+// the secret. Host names are dealt in a shuffled order across groups, as on SageMaker. Every
+// output line is prefixed with its host, like SageMaker's log streams. The simulator reaps every
+// child, and exits with the job's status: the head's exit code (each instance writes its role to
+// TROUPE_ROLE_FILE), also when other instances were lost on the way.
 // SIGTERM or SIGINT starts the job's graceful cascade (the signal is forwarded to every instance);
 // a second one, or a child that outlives the grace period, gets SIGKILL. Children die with the
 // simulator even if it is SIGKILLed (PR_SET_PDEATHSIG, set by troupe::run).
@@ -40,6 +42,7 @@
 #include "troupe/loop.h"
 #include "troupe/sagemaker.h"
 #include "troupe/process.h"
+#include "troupe/secret.h"
 #include "troupe/sched/instance_types.h"
 
 namespace fs = std::filesystem;
@@ -215,14 +218,16 @@ int runSim(int argc, char* argv[]) {
   std::string envRoot;
   envCmd->add_option("--root", envRoot, "the root (default: $TROUPE_SM_ROOT, else /opt/ml)");
   std::vector<std::string> groupArgs;
-  std::string headGroup, token;
+  std::string headGroup, tokenFile, refusedToken;
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000;
   bool keep = false;
   std::vector<std::string> app;
   sim->add_option("--group", groupArgs, "NAME=COUNT[:INSTANCE_TYPE], repeatable")
       ->default_str("data_group=2:ml.c5.xlarge dnn_group=1:ml.p3.2xlarge");
   sim->add_option("--head-group", headGroup, "the group whose first host is the head");
-  sim->add_option("--token", token, "cluster token (default: a fresh random one)");
+  sim->add_option("--token-file", tokenFile,
+                  "a file only you can read holding the job secret (default: a fresh one)");
+  sim->add_option("--token", refusedToken)->group("");  // refused below, with the reason
   sim->add_option("--seed", seed, "seed for dealing host names (default: random)");
   sim->add_option("--grace-ms", graceMs, "after a signal, how long instances get to exit");
   sim->add_option("--linger-ms", lingerMs,
@@ -260,6 +265,16 @@ int runSim(int argc, char* argv[]) {
     return cli.exit(e) == 0 ? 0 : troupe::CONFIG_ERROR;
   }
   if (envCmd->parsed()) return printEnvironment(envRoot);
+  try {
+    if (!refusedToken.empty()) troupe::refuseSecretArgument("--token");
+    if (!tokenFile.empty()) {
+      troupe::readSecretFile(tokenFile);  // its errors now, not once per instance
+      tokenFile = fs::absolute(tokenFile).string();
+    }
+  } catch (const troupe::ConfigError& e) {
+    fprintf(stderr, "troupe sim: %s\n", e.what());
+    return troupe::CONFIG_ERROR;
+  }
   if (cliArgc == argc) app = sim->remaining();
   if (app.empty()) {
     fprintf(stderr, "troupe sim: no app given; usage: troupe sim [OPTIONS] -- APP [ARGS...]\n");
@@ -314,7 +329,6 @@ int runSim(int argc, char* argv[]) {
             app[0].c_str());
     return troupe::CONFIG_ERROR;
   }
-  if (token.empty()) token = troupe::randomToken();
   if (seed == 0) seed = std::random_device()();
 
   // Deal host names in a shuffled order across groups, like SageMaker's algo-N.
@@ -335,6 +349,26 @@ int runSim(int argc, char* argv[]) {
       if (!keep) fs::remove_all(dir, ec);
     }
   } removeDir{dir, keep};
+  // The job's secret: in the simulator's folder, beside the roots and in none of them, as on
+  // SageMaker (where it is not a file under /opt/ml an app could save with its model). Removed at
+  // the end even with --keep.
+  struct RemoveFile {
+    fs::path file;
+    ~RemoveFile() {
+      std::error_code ec;
+      if (!file.empty()) fs::remove(file, ec);
+    }
+  } removeSecret;
+  if (tokenFile.empty()) {
+    try {
+      tokenFile = (dir / "secret").string();
+      troupe::writeSecretFile(tokenFile, troupe::randomToken());
+      removeSecret.file = tokenFile;
+    } catch (const troupe::ConfigError& e) {
+      fprintf(stderr, "troupe sim: %s\n", e.what());
+      return troupe::CONFIG_ERROR;
+    }
+  }
   std::vector<Instance> instances;
   json hostMap = json::object();
   json allHosts = json::array();
@@ -417,7 +451,8 @@ int runSim(int argc, char* argv[]) {
     opts.env.push_back("TROUPE_SM_ROOT=" + in.root);
     if (!lab) opts.env.push_back("TROUPE_HOST_MAP=" + hostMapPath.string());
     if (!in.cpus.empty()) opts.env.push_back("TROUPE_CPUS=" + in.cpus);
-    opts.env.push_back("TROUPE_TOKEN=" + token);
+    // The secret's path, never the secret: a process's environment is readable in /proc.
+    opts.env.push_back("TROUPE_TOKEN_FILE=" + tokenFile);
     opts.env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");
     opts.env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
     if (!headGroup.empty()) opts.env.push_back("TROUPE_HEAD_GROUP=" + headGroup);
@@ -429,6 +464,12 @@ int runSim(int argc, char* argv[]) {
       auto kv = e.substr(colon + 1);
       auto key = kv.substr(0, kv.find('=') + 1);
       std::erase_if(opts.env, [&](const std::string& v) { return v.rfind(key, 0) == 0; });
+      // A secret of its own (a wrong-secret test) replaces the job's, in either form.
+      if (key == "TROUPE_TOKEN=" || key == "TROUPE_TOKEN_FILE=") {
+        std::erase_if(opts.env, [](const std::string& v) {
+          return v.rfind("TROUPE_TOKEN=", 0) == 0 || v.rfind("TROUPE_TOKEN_FILE=", 0) == 0;
+        });
+      }
       opts.env.push_back(kv);
     }
     std::string prefix = "[" + in.host + "] ";

@@ -252,10 +252,11 @@ TEST_CASE("the cascade stops children before parents and kills a stubborn actor"
 
 TEST_CASE("a wrong token is refused: that node exits AUTH_FAILED, the head reports it missing",
           "[cluster][bad-input]") {
-  Run run(harness::sim(
-      {"--group", "data_group=1", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
-       "data_group:TROUPE_TOKEN=not-the-token", "--env", "dnn_group:TROUPE_JOIN_TIMEOUT_MS=3000"},
-      probe("normal")));
+  // The data instance's own secret (TROUPE_TOKEN replaces sim's TROUPE_TOKEN_FILE for it).
+  Run run(harness::sim({"--group", "data_group=1", "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
+                        "data_group:TROUPE_TOKEN=not-the-job-secret-0123456789abcdef", "--env",
+                        "dnn_group:TROUPE_JOIN_TIMEOUT_MS=3000"},
+                       probe("normal")));
   REQUIRE(run.wait(30s) != 0);
   auto out = run.output();
   INFO(out);
