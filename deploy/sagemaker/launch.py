@@ -14,17 +14,28 @@ not. The image is deploy/sagemaker/Dockerfile's, pushed where the role can pull 
 What this script does not have to do, because troupe does it on the instances: decide each
 instance's role, form the cluster, move batches from the data group to the dnn group, and stop
 every instance when training ends or fails (no instance is left running until max_run).
+
+The job secret (the same on every instance; troupe/secret.h) is not a hyperparameter, which
+DescribeTrainingJob would show to anyone allowed to call it. This script writes a fresh one to a
+file only you can read, uploads it with server-side encryption to
+s3://<the session's default bucket>/<job name>/troupe-secret/secret (--secret-s3 names another
+place, --kms-key a KMS key), and passes it as the input channel `troupe-secret` to every group;
+SageMaker puts it at /opt/ml/input/data/troupe-secret/secret, where troupe reads it. With --wait
+the object is deleted when the job ends; otherwise delete it once the job has started.
 """
 
 import argparse
+import os
 import secrets
 import sys
+import tempfile
 
 LAYOUTS = {
     # name: [(group, instance type, count), ...]
     "seed": [("data_group", "ml.c5.18xlarge", 2), ("dnn_group", "ml.p4d.24xlarge", 1)],
     "pytorch-example": [("data_group", "ml.c5.9xlarge", 1), ("dnn_group", "ml.p3.2xlarge", 1)],
 }
+SECRET_CHANNEL = "troupe-secret"  # troupe reads /opt/ml/input/data/troupe-secret/<its one file>
 
 
 def parse_args(argv):
@@ -40,6 +51,11 @@ def parse_args(argv):
                    help="another hyperparameter (passed to the app as --KEY VALUE)")
     p.add_argument("--max-run", type=int, default=3600, help="seconds before SageMaker stops it")
     p.add_argument("--job-name", default=None)
+    p.add_argument("--secret-s3", default=None, metavar="S3_URI",
+                   help="where to upload the job secret (default: s3://<default bucket>/<job "
+                        "name>/troupe-secret/secret)")
+    p.add_argument("--kms-key", default=None,
+                   help="encrypt the uploaded secret with this KMS key (default: SSE-S3)")
     p.add_argument("--wait", action="store_true", help="wait for the job and stream its logs")
     p.add_argument("--dry-run", action="store_true",
                    help="print the instance groups and hyperparameters, start nothing")
@@ -49,9 +65,6 @@ def parse_args(argv):
 def hyperparameters(args):
     hps = {
         "troupe_app": args.app,
-        # The same secret on every instance; SageMaker shows hyperparameters in the job's
-        # description, so it authenticates the instances of this job to each other, nothing more.
-        "troupe_token": secrets.token_hex(16),
         "troupe_head_group": "dnn_group",
         "epochs": str(args.epochs),
         "data-dir": "/opt/ml/input/data/train",
@@ -61,8 +74,36 @@ def hyperparameters(args):
         key, sep, value = kv.partition("=")
         if not sep or not key:
             sys.exit("--hp %r: expected KEY=VALUE" % kv)
+        if key == "troupe_token":
+            sys.exit("--hp troupe_token: DescribeTrainingJob shows hyperparameters to anyone "
+                     "allowed to call it; this script passes a fresh secret as the input channel "
+                     "'%s' instead" % SECRET_CHANNEL)
         hps[key] = value
     return hps
+
+
+def write_secret(folder):
+    """A fresh job secret (32 hex digits) in folder/secret, a file only this user can read."""
+    path = os.path.join(folder, "secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(16) + "\n")
+    return path
+
+
+def secret_uri(args, bucket, job_name):
+    return args.secret_s3 or "s3://%s/%s/%s/secret" % (bucket, job_name, SECRET_CHANNEL)
+
+
+def upload_secret(s3, path, uri, kms_key=None):
+    """Uploads the secret file to `uri` with server-side encryption; s3 is a boto3 S3 client."""
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    if not uri.startswith("s3://") or not bucket or not key:
+        sys.exit("--secret-s3 %r: expected s3://BUCKET/KEY" % uri)
+    extra = ({"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key} if kms_key
+             else {"ServerSideEncryption": "AES256"})
+    s3.upload_file(path, bucket, key, ExtraArgs=extra)
+    return bucket, key
 
 
 def main(argv=None):
@@ -72,12 +113,25 @@ def main(argv=None):
     for group, itype, count in layout:
         print("%-10s %d x %s" % (group, count, itype))
     if args.dry_run:
-        print({k: ("<secret>" if k == "troupe_token" else v) for k, v in hps.items()})
+        print(hps)
+        print("channels: train <- %s; %s <- %s (a fresh secret, server-side encrypted); both to "
+              "every group" % (args.data, SECRET_CHANNEL,
+                               secret_uri(args, "<default bucket>", args.job_name or "<job name>")))
         return 0
 
+    import sagemaker
     from sagemaker.estimator import Estimator
     from sagemaker.inputs import TrainingInput
     from sagemaker.instance_group import InstanceGroup
+    from sagemaker.utils import name_from_base
+
+    session = sagemaker.Session()
+    base = "troupe-" + args.app.replace("_", "-")
+    job_name = args.job_name or name_from_base(base)
+    s3 = session.boto_session.client("s3")
+    uri = secret_uri(args, session.default_bucket(), job_name)
+    with tempfile.TemporaryDirectory() as folder:  # mode 0700, removed with the secret in it
+        bucket, key = upload_secret(s3, write_secret(folder), uri, args.kms_key)
 
     groups = [InstanceGroup(group, itype, count) for group, itype, count in layout]
     estimator = Estimator(
@@ -86,13 +140,24 @@ def main(argv=None):
         instance_groups=groups,
         hyperparameters=hps,
         max_run=args.max_run,
-        base_job_name="troupe-" + args.app.replace("_", "-"),
+        base_job_name=base,
+        sagemaker_session=session,
     )
-    # Every group gets the channel: augmenters read their shard on data instances, the trainer
-    # reads the test split on the dnn instance.
-    train = TrainingInput(args.data, instance_groups=[g for g, _, _ in layout])
-    estimator.fit({"train": train}, job_name=args.job_name, wait=args.wait, logs=args.wait)
-    print("started", estimator.latest_training_job.name)
+    # Every group gets both channels: augmenters read their shard on data instances, the trainer
+    # reads the test split on the dnn instance; every instance needs the secret.
+    everyone = [g for g, _, _ in layout]
+    channels = {
+        "train": TrainingInput(args.data, instance_groups=everyone),
+        SECRET_CHANNEL: TrainingInput(uri, instance_groups=everyone),
+    }
+    try:
+        estimator.fit(channels, job_name=job_name, wait=args.wait, logs=args.wait)
+        print("started", estimator.latest_training_job.name)
+    finally:
+        if args.wait:
+            s3.delete_object(Bucket=bucket, Key=key)
+    if not args.wait:
+        print("the job secret is at %s: delete it once the job has started" % uri)
     return 0
 
 

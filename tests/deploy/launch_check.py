@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""deploy/sagemaker/launch.py keeps the job secret out of the hyperparameters (DescribeTrainingJob
+shows them): no troupe_token, --hp troupe_token refused; the secret is a fresh 32-hex-digit file
+of mode 0600, uploaded with server-side encryption and passed as the troupe-secret channel. Needs
+no SDK: the S3 client is a stand-in.
+
+usage: launch_check.py LAUNCH_PY
+"""
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import stat
+import sys
+import tempfile
+
+spec = importlib.util.spec_from_file_location("launch", sys.argv[1])
+launch = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launch)
+
+errors = []
+
+
+def check(ok, what):
+    if not ok:
+        errors.append(what)
+
+
+BASE = ["--image", "i", "--role", "arn:aws:iam::0:role/x", "--data", "s3://b/fashion-mnist"]
+
+# No secret among the hyperparameters, and none can be added.
+hps = launch.hyperparameters(launch.parse_args(BASE + ["--hp", "blur=5"]))
+check("troupe_token" not in hps, "launch.py sets the hyperparameter troupe_token")
+check(not any(re.fullmatch(r"[0-9a-f]{32}", str(v)) for v in hps.values()),
+      "a hyperparameter value looks like a secret: %r" % hps)
+try:
+    with contextlib.redirect_stderr(io.StringIO()):
+        launch.hyperparameters(launch.parse_args(BASE + ["--hp", "troupe_token=x"]))
+    errors.append("--hp troupe_token=x is accepted")
+except SystemExit as e:
+    check("troupe-secret" in str(e.code), "--hp troupe_token's refusal does not name the channel")
+
+# The secret file: fresh, 32 hex digits, only its owner can read it.
+with tempfile.TemporaryDirectory() as folder:
+    path = launch.write_secret(folder)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    check(mode == 0o600, "the secret file has mode %o, not 600" % mode)
+    secret = open(path).read()
+    check(re.fullmatch(r"[0-9a-f]{32}\n", secret) is not None, "the secret is not 32 hex digits")
+
+    class S3:
+        calls = []
+
+        def upload_file(self, filename, bucket, key, ExtraArgs=None):
+            self.calls.append((filename, bucket, key, ExtraArgs))
+
+    s3 = S3()
+    args = launch.parse_args(BASE)
+    uri = launch.secret_uri(args, "sagemaker-us-east-1-0", "troupe-job-1")
+    check(uri == "s3://sagemaker-us-east-1-0/troupe-job-1/troupe-secret/secret",
+          "the secret's S3 place is %s" % uri)
+    launch.upload_secret(s3, path, uri)
+    launch.upload_secret(s3, path, uri, kms_key="arn:aws:kms:k")
+    check(s3.calls[0][1:3] == ("sagemaker-us-east-1-0", "troupe-job-1/troupe-secret/secret"),
+          "uploaded to %r" % (s3.calls[0][1:3],))
+    check(s3.calls[0][3] == {"ServerSideEncryption": "AES256"}, "no SSE: %r" % (s3.calls[0][3],))
+    check(s3.calls[1][3] == {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "arn:aws:kms:k"},
+          "no SSE-KMS with --kms-key: %r" % (s3.calls[1][3],))
+
+# The dry run names the channel and shows no secret.
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    launch.main(BASE + ["--dry-run"])
+check("troupe_token" not in out.getvalue(), "the dry run mentions troupe_token")
+check("troupe-secret <- s3://" in out.getvalue(), "the dry run does not show the secret channel")
+check(launch.SECRET_CHANNEL == "troupe-secret", "the channel is not troupe-secret")
+
+for e in errors:
+    print("FAILED:", e)
+print("%d passed, %d failed" % (0 if errors else 1, 1 if errors else 0))
+sys.exit(1 if errors else 0)
