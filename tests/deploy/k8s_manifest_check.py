@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """deploy/k8s/troupe.yaml agrees with troupe's Kubernetes adapter (clusterFromK8s): one Indexed Job
 per group of TROUPE_K8S_GROUPS, named after it ('_' -> '-'), as many pods as it says, every pod
-in the headless service's subdomain, the same TROUPE_K8S_GROUPS and service in every pod.
-Exits 77 (skipped) without PyYAML.
+in the headless service's subdomain, the same TROUPE_K8S_GROUPS and service in every pod. The job
+secret reaches every pod as a file only its owner can read (a secret volume of mode 0400, named by
+TROUPE_TOKEN_FILE), never as an environment variable or an argument. Exits 77 (skipped) without
+PyYAML.
 
 usage: k8s_manifest_check.py MANIFEST
 """
@@ -40,6 +42,20 @@ for name, job in jobs.items():
     if group not in groups or group.replace("_", "-") != name:
         errors.append("%s: group label %r does not name it in TROUPE_K8S_GROUPS" % (name, group))
         continue
+    container = pod["spec"]["containers"][0]
+    if "TROUPE_TOKEN" in env or any("token" in str(a) for a in container.get("command", [])):
+        errors.append("%s: the secret is in the environment or on the command line" % name)
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    token_file = env.get("TROUPE_TOKEN_FILE") or ""
+    volume = volumes.get(mounts.get(token_file.rsplit("/", 1)[0]), {})
+    secret = volume.get("secret", {})
+    if not secret.get("secretName") or secret.get("defaultMode") not in (0o400, 0o600):
+        errors.append("%s: TROUPE_TOKEN_FILE %r is not in a secret volume of mode 0400 or 0600"
+                      % (name, token_file))
+    if "fsGroup" in pod["spec"].get("securityContext", {}):
+        errors.append("%s: an fsGroup makes the secret file group-readable; troupe refuses it"
+                      % name)
     size = job["spec"].get("parallelism", job["spec"].get("replicas"))
     if int(groups[group]) != size or job["spec"].get("completions", size) != size:
         errors.append("%s: parallelism %s, completions %s; TROUPE_K8S_GROUPS says %s pods"
