@@ -328,6 +328,14 @@ NodeInfo sizeOf(const ClusterConfig& c, const RunOptions& o) {
 }
 
 // =======================================================================================
+// "TLS: certificate verify failed" out of JobTls's "authentication failed: ... (TLS: ...)".
+std::string tlsReason(const std::string& text) {
+  auto begin = text.find("(TLS: ");
+  if (begin == std::string::npos) return text;
+  auto end = text.find(')', begin);
+  return text.substr(begin + 1, end == std::string::npos ? std::string::npos : end - begin - 1);
+}
+
 // A worker: join the head with retry, heartbeat, and exit with the job (or on losing the head).
 
 class Worker {
@@ -376,8 +384,8 @@ class Worker {
                 AUTH_FAILED,
                 node_.secure()
                     ? "authentication failed: the head " + headLine() +
-                          " does not hold this node's job secret (the TLS handshake failed: " +
-                          text + "); start every instance with the same secret (TROUPE_TOKEN_FILE)"
+                          " and this node hold different job secrets (" + tlsReason(text) +
+                          "); start every instance with the same secret (TROUPE_TOKEN_FILE)"
                     : "authentication failed: the head " + headLine() +
                           " refused this node's cluster token; start every instance with the "
                           "same secret (TROUPE_TOKEN_FILE)");
