@@ -36,8 +36,8 @@ SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer
 # g++ 12's flow warnings misfire on sanitized code (52 in KJ's headers alone): not in this build.
 SANITIZE_WARNINGS := -Wno-maybe-uninitialized -Wno-stringop-overflow
 SANITIZE_TARGETS ?= runtime_test coalescing_stream_test actors_tests cluster_test train_test \
-	faults_test
-SANITIZE_TESTS ?= ^(runtime:|net:|actors[.]|cluster:|train:|faults:)
+	faults_test security_test
+SANITIZE_TESTS ?= ^(runtime:|net:|actors[.]|cluster:|train:|faults:|security:)
 SANITIZE_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:check_initialization_order=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/sanitize/ubsan.supp
 test-sanitize: deps

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Keeps every Catch test case reachable from ctest.
 
-Two ways a Catch test case is silently never run under ctest:
+Three ways a Catch test case is silently never run under ctest:
+- a name starting with '-' or '~': Catch takes the filter ctest passes for an option or an
+  exclusion;
 - a `;` in its name: catch_discover_tests() splits the name in two at the `;` (CMake's list
   separator), registers two filters that match no test, and Catch v2 exits 0 on "No tests ran";
 - a catch_discover_tests() call without `EXTRA_ARGS -w NoTests`: a filter that matches nothing
@@ -75,6 +77,10 @@ def test_names(text):
 
 def check_source(path):
     for line, name in test_names(path.read_text(errors="replace")):
+        if name[:1] in ("-", "~"):
+            yield line, (f"test case name \"{name}\" starts with '{name[0]}': on the command "
+                         "line ctest gives it, Catch reads it as an option or an exclusion, so "
+                         "it never runs. Start it with a word.")
         if ";" in name:
             yield line, (f"test case name \"{name}\" contains ';': ctest's discovery splits it "
                          "into filters that match nothing, so it never runs. Use ',' or ':'.")
@@ -113,7 +119,8 @@ def main(args):
                 problems += 1
                 print(f"{path}:{line}: {what}")
     if problems == 0:
-        print(f"every Catch test case name is free of ';' and every catch_discover_tests() "
+        print(f"every Catch test case name is free of ';' and of a leading '-' or '~', and every "
+              f"catch_discover_tests() "
               f"passes -w NoTests in {' '.join(args)}")
     return 1 if problems else 0
 

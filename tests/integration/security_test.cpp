@@ -239,6 +239,10 @@ TEST_CASE("an idle connection is closed by the login deadline, with TLS and with
 
 TEST_CASE("16 unauthenticated 60 MiB messages raise a node's memory by less than 16 MiB",
           "[security]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("skipping: under ASan a node's RSS counts the allocator's shadow memory and quarantine");
+  return;
+#endif
   bool insecure = GENERATE(false, true);
   auto args = insecure ? everywhere(kTwo, "TROUPE_INSECURE=1") : kTwo;
   Run run(harness::sim(args, probe("hold")));
