@@ -256,6 +256,32 @@ void Mlp::setParameters(std::span<const float> values) {
   }
 }
 
+std::vector<float> Mlp::velocities() const {
+  std::vector<float> out(parameterCount());
+  size_t at = 0;
+  for (const Layer& l : layers_) {
+    const size_t nw = size_t(l.in) * l.out;
+    device_->download(*l.vw, std::span(out).subspan(at, nw));
+    device_->download(*l.vb, std::span(out).subspan(at + nw, l.out));
+    at += nw + l.out;
+  }
+  return out;
+}
+
+void Mlp::setVelocities(std::span<const float> values) {
+  if (values.size() != parameterCount()) {
+    throw std::invalid_argument("Mlp::setVelocities: " + std::to_string(values.size()) +
+                                " values for " + std::to_string(parameterCount()) + " parameters");
+  }
+  size_t at = 0;
+  for (Layer& l : layers_) {
+    const size_t nw = size_t(l.in) * l.out;
+    device_->upload(values.subspan(at, nw), *l.vw);
+    device_->upload(values.subspan(at + nw, l.out), *l.vb);
+    at += nw + l.out;
+  }
+}
+
 void Mlp::save(const std::filesystem::path& dir, const ModelInfo& info) const {
   static_assert(std::endian::native == std::endian::little, "model.bin is little-endian");
   std::filesystem::create_directories(dir);

@@ -69,6 +69,11 @@ class Mlp {
   std::vector<float> gradients() const;
   /// Replaces all parameters (size must be parameterCount()).
   void setParameters(std::span<const float> values);
+  /// The optimiser's state: the momentum (velocity) of every parameter, in the same layout. With
+  /// parameters() it is everything a checkpoint needs to continue training exactly where it was.
+  std::vector<float> velocities() const;
+  /// Replaces the momentum of every parameter (size must be parameterCount()).
+  void setVelocities(std::span<const float> values);
 
   size_t parameterCount() const;
   int inputSize() const { return config_.layerSizes.front(); }
