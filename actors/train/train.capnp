@@ -61,6 +61,14 @@ struct TrainerArgs {
   dataDir @5 :Text;
   modelDir @6 :Text;              # empty: do not save
   device @7 :Text;                # "auto", "cpu" or "cuda"
+  checkpointDir @8 :Text;         # where checkpoints go (checkpoint.h); empty: none
+  checkpointEvery @9 :UInt32;     # steps between checkpoints; 0: only when stopped early
+  checkpointKeep @10 :UInt32 = 2; # the newest this many are kept
+  fresh @11 :Bool;                # set the folder's checkpoints aside and start over
+  samplesSetting @12 :UInt64;     # --train-samples as given (0 = all): part of the job's identity
+  killDuringCheckpoint @13 :UInt32;
+  # A test hook: SIGKILL this process during its N-th checkpoint write, after the temporary file
+  # is written and synced, before the rename (0 = never).
 }
 
 struct EpochReport {
@@ -75,11 +83,28 @@ struct EpochReport {
   stepSeconds @8 :Float64;        # time in training steps
   waitSeconds @9 :Float64;        # time waiting for data
   loss @10 :Float64;
+  fromCheckpoint @11 :UInt64;     # samples of this epoch trained on before this run resumed it
+}
+
+struct CheckpointReport {
+  resumedFrom @0 :Text;           # the checkpoint this run continued; empty: it started fresh
+  resumedEpoch @1 :UInt32;        # the epoch it continued (0-based)
+  resumedStep @2 :UInt64;
+  resumedSamples @3 :UInt64;      # of that epoch, trained on by the earlier run
+  written @4 :UInt32;             # checkpoints this run wrote
+  writeSeconds @5 :Float64;       # time training waited for them
+  last @6 :Text;                  # the newest this run wrote
 }
 
 interface Trainer extends(Troupe.Actor) {
   train @0 (epochs :UInt32, sources :List(Troupe.ActorAddress), trainSamples :UInt64)
-      -> (epochs :List(EpochReport), device :Text);
+      -> (epochs :List(EpochReport), device :Text, checkpoints :CheckpointReport);
+  # A checkpoint in the trainer's folder of this job is resumed: the epochs it finished come back
+  # in `epochs` as they were, and training continues the epoch in progress from each shard's
+  # acknowledged position.
   progress @1 () -> (epoch :UInt32, steps :UInt64, samples :UInt64, waitSeconds :Float64,
-                     seconds :Float64, plannedSteps :UInt64);
+                     seconds :Float64, plannedSteps :UInt64, resumedSteps :UInt64,
+                     resumedSamples :UInt64);
+  # steps and samples count every run of the job; seconds and waitSeconds this run's, which did
+  # all but resumedSteps and resumedSamples.
 }

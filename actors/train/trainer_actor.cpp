@@ -50,6 +50,14 @@ TrainerActor::TrainerActor(ActorContext& context)
   KJ_REQUIRE(batchSize_ > 0, "batch size must be at least 1");
   KJ_REQUIRE(args_.getLearningRate() > 0, "learning rate must be positive",
              args_.getLearningRate());
+  if (args_.getCheckpointDir().size() > 0) {
+    checkpoints_ = std::make_shared<CheckpointDir>(std::string(args_.getCheckpointDir().cStr()),
+                                                   args_.getCheckpointKeep());
+  }
+  checkpointEvery_ = args_.getCheckpointEvery();
+  killDuringCheckpoint_ = args_.getKillDuringCheckpoint();
+  fresh_ = args_.getFresh();
+  samplesSetting_ = args_.getSamplesSetting();
   tasks_ = kj::heap<kj::TaskSet>(quiet);
   self_ = std::make_shared<TrainerActor*>(this);
 }
@@ -88,9 +96,11 @@ kj::Promise<void> TrainerActor::progress(ProgressContext call) {
   uint64_t samples = stats_.samples;
   for (auto& h : history_) samples += h.samples;
   r.setSamples(samples);
-  r.setWaitSeconds(totalWait_ + stats_.waitSeconds);
+  r.setWaitSeconds(totalWait_ + stats_.waitSeconds - waitBefore_);
   r.setSeconds(seconds(context().timer().now() - started_));
   r.setPlannedSteps(plannedSteps_);
+  r.setResumedSteps(resumedSteps_);
+  r.setResumedSamples(resumedSamples_);
   return kj::READY_NOW;
 }
 
@@ -118,70 +128,104 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   }
   plannedSteps_ *= epochs_;
   started_ = context().timer().now();
+  seen_.assign(trainSamples_, 0);
+  training_ = true;
 
-  kj::Promise<void> chain = kj::READY_NOW;
-  for (uint32_t e = 0; e < epochs_; ++e) {
-    chain = chain.then([this, e]() { return runEpoch(e); });
-  }
-  return chain.then([this, call]() mutable {
-    auto r = call.getResults();
-    r.setDevice(deviceReason_);
-    auto list = r.initEpochs(history_.size());
-    for (size_t i = 0; i < history_.size(); ++i) {
-      auto& h = history_[i];
-      auto e = list[i];
-      e.setEpoch(i);
-      e.setSamples(h.samples);
-      e.setDuplicates(h.duplicates);
-      e.setMissing(h.missing);
-      e.setRejected(h.rejected);
-      e.setTestAccuracy(h.accuracy);
-      e.setSeconds(h.seconds);
-      e.setSteps(h.steps);
-      e.setStepSeconds(h.stepSeconds);
-      e.setWaitSeconds(h.waitSeconds);
-      e.setLoss(h.loss);
-    }
-    if (!modelDir_.empty()) {
-      model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history_.size()),
-                                        history_.empty() ? 0 : history_.back().accuracy});
-      spdlog::info("model saved to {}", modelDir_);
-    }
-  });
+  return restore()
+      .then([this]() {
+        kj::Promise<void> chain = kj::READY_NOW;
+        for (uint32_t e = firstEpoch_; e < epochs_; ++e) {
+          bool resumed = e == firstEpoch_ && !resumedFrom_.empty();
+          chain = chain.then([this, e, resumed]() { return runEpoch(e, resumed); });
+        }
+        return chain;
+      })
+      .then([this, call]() mutable {
+        training_ = false;
+        auto r = call.getResults();
+        r.setDevice(deviceReason_);
+        auto c = r.initCheckpoints();
+        c.setResumedFrom(resumedFrom_);
+        c.setResumedEpoch(firstEpoch_);
+        c.setResumedStep(resumedSteps_);
+        c.setResumedSamples(resumedSamples_ > 0 && firstEpoch_ < history_.size()
+                                ? history_[firstEpoch_].fromCheckpoint
+                                : 0);
+        c.setWritten(written_);
+        c.setWriteSeconds(writeSeconds_);
+        c.setLast(lastWritten_);
+        auto list = r.initEpochs(history_.size());
+        for (size_t i = 0; i < history_.size(); ++i) {
+          auto& h = history_[i];
+          auto e = list[i];
+          e.setEpoch(i);
+          e.setSamples(h.samples);
+          e.setDuplicates(h.duplicates);
+          e.setMissing(h.missing);
+          e.setRejected(h.rejected);
+          e.setTestAccuracy(h.accuracy);
+          e.setSeconds(h.seconds);
+          e.setSteps(h.steps);
+          e.setStepSeconds(h.stepSeconds);
+          e.setWaitSeconds(h.waitSeconds);
+          e.setLoss(h.loss);
+          e.setFromCheckpoint(h.fromCheckpoint);
+        }
+        if (!modelDir_.empty()) {
+          model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history_.size()),
+                                            history_.empty() ? 0 : history_.back().accuracy});
+          spdlog::info("model saved to {}", modelDir_);
+        }
+      });
 }
 
-kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch) {
+kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
+  // A resumed epoch keeps what restore() put in place: the epoch's counters, the samples already
+  // trained on and each shard's position.
   epoch_ = epoch;
-  stats_ = EpochStats();
-  seen_.assign(trainSamples_, 0);
+  if (!resumed) {
+    stats_ = EpochRecord();
+    seen_.assign(trainSamples_, 0);
+    epochSecondsBefore_ = 0;
+    waitBefore_ = 0;
+  }
   queue_.clear();
-  auto start = context().timer().now();
+  epochStarted_ = context().timer().now();
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
-    s.acked = 0;
+    if (!resumed) s.acked = 0;
     s.produced = false;
     s.end = 0;
     auto shard = data::shardIndices(trainSamples_, s.shard, sources_.size());
     s.expected = data::epochOrder(shard, seed_, epoch);
     startSource(i);
   }
-  return consume(epoch).then([this, epoch, start]() {
+  return consume(epoch).then([this, epoch]() -> kj::Promise<void> {
+    if (stopping_) return kj::NEVER_DONE;    // onStop() owns the model now
     for (auto& s : sources_) s.session = 0;  // late batches of this epoch are stale now
+    stats_.missing = 0;
     for (auto v : seen_) stats_.missing += v == 0;
     return context()
         .offload([model = model_, test = test_]() {
           return model->evaluate(test->images, test->labels);
         })
-        .then([this, epoch, start](double accuracy) {
+        .then([this, epoch](double accuracy) {
           stats_.accuracy = accuracy;
-          stats_.seconds = seconds(context().timer().now() - start);
-          totalWait_ += stats_.waitSeconds;
+          stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
+          totalWait_ += stats_.waitSeconds - waitBefore_;
           spdlog::info(
               "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, test "
               "accuracy {:.4f}, {:.1f} s",
               epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing,
               stats_.rejected, accuracy, stats_.seconds);
           history_.push_back(stats_);
+          // Between epochs: the next one has trained nothing yet (what a checkpoint now holds).
+          stats_ = EpochRecord();
+          seen_.assign(trainSamples_, 0);
+          for (auto& s : sources_) s.acked = 0;
+          epochSecondsBefore_ = 0;
+          waitBefore_ = 0;
+          epochStarted_ = context().timer().now();
         });
   });
 }
@@ -215,6 +259,7 @@ void TrainerActor::startSource(uint32_t index) {
 
 kj::Promise<void> TrainerActor::recover(uint32_t index, uint64_t actorId, kj::Exception error,
                                         int attempt) {
+  if (stopping_) return kj::READY_NOW;  // the job is ending: nothing to resume
   auto& s = sources_[index];
   if (attempt == 0) {
     spdlog::warn(
@@ -358,6 +403,7 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
 }
 
 kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
+  if (stopping_) return kj::NEVER_DONE;  // onStop() owns the model now
   KJ_IF_MAYBE(e, fatal_) {
     return kj::cp(*e);
   }
@@ -399,17 +445,27 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   auto stepStart = context().timer().now();
   auto end = b.begin + b.ids.size();
   grant(s, 1);  // room for the next batch while this one trains
+  // The batch counts as trained from here on; a checkpoint taken while the step is on the pool
+  // waits for it, or takes the batch back if the step never ran (takeBackUnappliedStep()).
   s.acked = end;
+  ++stats_.steps;
+  ++totalSteps_;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done};
   return context()
-      .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr]() {
+      .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr, done]() {
         model->setLearningRate(std::max(lr, 1e-5f));
-        return model->trainStep(images, labels);
+        float loss = model->trainStep(images, labels);
+        done->store(true);
+        return loss;
       })
       .then([this, epoch, stepStart](float loss) {
         stats_.stepSeconds += seconds(context().timer().now() - stepStart);
         stats_.loss = loss;
-        ++stats_.steps;
-        ++totalSteps_;
+        stepInFlight_ = nullptr;
+        if (due())
+          return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")
+              .then([this, epoch]() { return consume(epoch); });
         return consume(epoch);
       });
 }

@@ -4,14 +4,23 @@
 // training sample arrives exactly once per epoch. When an augmenter's node is lost, the runtime
 // restarts the augmenter elsewhere; the trainer notices the broken stream, finds the new
 // incarnation and resumes that shard from the last position it acknowledged.
+//
+// With a checkpoint folder it also survives the loss of the whole job (a managed spot reclaim):
+// every `checkpointEvery` steps and when it is stopped before training ends (SIGTERM starts
+// that cascade) it writes its state between two steps (checkpoint.h), and train() resumes from
+// the newest checkpoint of the same job: same model and momentum, same epoch, each shard from its
+// acknowledged position, the epoch's exactly-once count continued from the samples the earlier
+// run trained on (trainer_checkpoint.cpp).
 
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <set>
 #include <vector>
 
+#include "checkpoint.h"
 #include "train.capnp.h"
 #include "troupe/actor.h"
 #include "troupe/trainer/device.h"
@@ -25,6 +34,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   ~TrainerActor() noexcept(false);
 
   kj::Promise<void> onStart() override;
+  kj::Promise<void> onStop() override;
+  // Stopped while training (the job is ending early: SIGTERM, a failure): finishes the step in
+  // flight and writes a checkpoint, within the actor's stop deadline.
   kj::Promise<void> train(TrainContext call) override;
   kj::Promise<void> progress(ProgressContext call) override;
 
@@ -56,12 +68,17 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     std::vector<float> images;
     std::vector<uint8_t> labels;
   };
-  struct EpochStats {
-    uint64_t samples = 0, duplicates = 0, missing = 0, rejected = 0, steps = 0;
-    double stepSeconds = 0, waitSeconds = 0, seconds = 0, loss = 0, accuracy = 0;
+  struct StepInFlight {
+    // The batch a training step on the pool is applying. Its samples count as trained from the
+    // moment it is offloaded; should the step never run (its job cancelled before it started),
+    // a checkpoint takes them back.
+    uint32_t source;
+    uint64_t begin;
+    std::vector<uint32_t> ids;
+    std::shared_ptr<std::atomic<bool>> done;  // set on the pool thread once the step applied
   };
 
-  kj::Promise<void> runEpoch(uint32_t epoch);
+  kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);
   void startSource(uint32_t index);
   kj::Promise<void> recover(uint32_t index, uint64_t actorId, kj::Exception error, int attempt);
   // Waits for the augmenter serving source `index` to run again, then resumes from `acked`.
@@ -77,6 +94,20 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   void grant(Source& s, uint32_t credits);
   kj::Maybe<kj::String> validate(const Pending& b, const Source& s) const;
 
+  // -- checkpoints (trainer_checkpoint.cpp) --
+  JobIdentity identity() const;
+  kj::Promise<void> restore();
+  // Before the first epoch: resumes from the newest checkpoint of this job, if any (or sets them
+  // all aside with `fresh`). Fails train() when it cannot be used here.
+  void apply(const LoadedCheckpoint& loaded);
+  kj::Promise<void> checkpoint(std::string why);
+  // Writes the state as it is between two steps (the caller makes sure no step runs). A failed
+  // write is logged and training goes on: the previous checkpoint stays the newest.
+  TrainingState snapshot();
+  // Everything but the model, which the pool job adds.
+  void takeBackUnappliedStep();
+  bool due() const;
+  // Whether the step just finished is one at which a periodic checkpoint is written.
   hetero::TrainerArgs::Reader args_;
   uint32_t batchSize_, prefetch_;
   uint64_t seed_;
@@ -94,11 +125,28 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint64_t nextSession_ = 1;
   std::deque<Pending> queue_;
   std::vector<uint8_t> seen_;
-  EpochStats stats_;
-  std::vector<EpochStats> history_;
+  EpochRecord stats_;
+  std::vector<EpochRecord> history_;
   uint64_t totalSteps_ = 0, plannedSteps_ = 0;
   double totalWait_ = 0;
   kj::TimePoint started_ = kj::origin<kj::TimePoint>();
+  kj::TimePoint epochStarted_ = kj::origin<kj::TimePoint>();
+  double epochSecondsBefore_ = 0;  // of the resumed epoch, spent by the earlier run
+  double waitBefore_ = 0;          // of the resumed epoch's waitSeconds, the earlier run's
+
+  std::shared_ptr<CheckpointDir> checkpoints_;  // null: no checkpoint folder
+  uint32_t checkpointEvery_ = 0, killDuringCheckpoint_ = 0;
+  bool fresh_ = false;
+  uint64_t samplesSetting_ = 0;
+  bool training_ = false;        // train() started and has not ended
+  bool stopping_ = false;        // onStop(): no new step, evaluation or checkpoint starts
+  uint64_t savedSteps_ = ~0ull;  // totalSteps_ of the newest checkpoint (none yet)
+  kj::Maybe<StepInFlight> stepInFlight_;
+  uint32_t firstEpoch_ = 0;
+  uint64_t resumedSteps_ = 0, resumedSamples_ = 0;
+  std::string resumedFrom_, lastWritten_;
+  uint32_t written_ = 0;
+  double writeSeconds_ = 0;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;
   std::shared_ptr<TrainerActor*> self_;  // what sinks hold: cleared when the trainer goes
   kj::Own<kj::TaskSet> tasks_;

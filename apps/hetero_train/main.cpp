@@ -9,12 +9,15 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "train.capnp.h"
 #include "augmenter_actor.h"
+#include "checkpoint.h"
+#include "prices.h"
 #include "trainer_actor.h"
 #include "troupe/cli11.h"
 #include "troupe/dataset/fashion_mnist.h"
@@ -44,7 +47,28 @@ struct Settings {
   std::string device = "auto";
   std::string dataGroup = "data_group";
   std::string dnnGroup = "dnn_group";
+  std::string checkpointDir;  // empty: no checkpoints
+  unsigned checkpointEvery = 100;
+  unsigned checkpointKeep = 2;
+  bool fresh = false;
+  unsigned killDuringCheckpoint = 0;  // test hook (hidden flag)
+  std::string priceFile;
+  std::string pricing = "on-demand";
+  hetero_train::Prices prices;
 };
+
+// What a checkpoint must share with this job to be resumed by it (checkpoint.h).
+troupe::train::JobIdentity jobIdentity(const Settings& s) {
+  troupe::train::JobIdentity id;
+  id.trainSamples = s.samples;
+  id.batchSize = s.batchSize;
+  id.layerSizes = troupe::train::MlpConfig().layerSizes;
+  id.seed = s.seed;
+  id.epochs = s.epochs;
+  id.learningRate = s.learningRate;
+  id.momentum = s.momentum;
+  return id;
+}
 
 // Parses and checks the app's flags on every node, before anything starts: a bad value, an unknown
 // flag or an unknown hyperparameter is a configuration error (exit 2, and output/failure on
@@ -74,6 +98,24 @@ Settings parseSettings(int argc, char* argv[]) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cli.add_option("--data-group", s.dataGroup, "the instance group for augmentation");
   cli.add_option("--dnn-group", s.dnnGroup, "the instance group for training (and the head)");
+  cli.add_option("--checkpoint-dir", s.checkpointDir,
+                 "where the trainer writes checkpoints and resumes from (default on SageMaker: "
+                 "<root>/checkpoints when it exists; empty: no checkpoints)");
+  cli.add_option("--checkpoint-every", s.checkpointEvery,
+                 "training steps between checkpoints (0: only when the job is stopped early)")
+      ->check(CLI::Range(0u, 1000000u));
+  cli.add_option("--checkpoint-keep", s.checkpointKeep, "how many of the newest to keep")
+      ->check(CLI::Range(1u, 100u));
+  cli.add_flag("--fresh", s.fresh,
+               "set the checkpoint folder's checkpoints aside (into discarded-<time>/) and start "
+               "over, instead of resuming or refusing them");
+  cli.add_option("--test-kill-during-checkpoint", s.killDuringCheckpoint)
+      ->group("");  // tests only: SIGKILL the trainer's process inside its N-th checkpoint write
+  cli.add_option("--prices", s.priceFile,
+                 "a CSV price file (instance_type,on_demand_usd_per_hour,spot_usd_per_hour) for "
+                 "the cost table");
+  cli.add_option("--pricing", s.pricing, "price the cluster on-demand or spot")
+      ->check(CLI::IsMember({"on-demand", "spot"}));
   try {
     // On SageMaker (or under `troupe sim --hp`) the same settings arrive as hyperparameters, with
     // `_` or `-`; the model goes to the model dir and a `train` channel, if any, is the dataset.
@@ -84,6 +126,9 @@ Settings parseSettings(int argc, char* argv[]) {
       if (sm.hasChannel("train"))
         defaults.insert(defaults.end(), {"--data-dir", sm.channelDir("train")});
       defaults.insert(defaults.end(), {"--model-dir", sm.modelDir()});
+      // SageMaker syncs checkpoint_s3_uri into /opt/ml/checkpoints before the job starts.
+      if (std::filesystem::is_directory(sm.checkpointDir()))
+        defaults.insert(defaults.end(), {"--checkpoint-dir", sm.checkpointDir()});
     }
     troupe::parseAppFlags(cli, argc, argv, defaults);
     troupe::train::AugmentConfig augment;
@@ -93,6 +138,25 @@ Settings parseSettings(int argc, char* argv[]) {
     troupe::configError(e.what());
   } catch (const std::invalid_argument& e) {
     troupe::configError(std::string("--blur: ") + e.what());
+  }
+  try {
+    if (!s.priceFile.empty()) s.prices = hetero_train::Prices::load(s.priceFile);
+  } catch (const std::invalid_argument& e) {
+    troupe::configError(std::string("--prices: ") + e.what());
+  }
+  if (s.pricing == "spot" && s.priceFile.empty()) {
+    troupe::configError(
+        "--pricing spot needs --prices FILE with a spot_usd_per_hour column: spot prices change "
+        "with region and time (see deploy/sagemaker/prices-example.csv)");
+  }
+  // A checkpoint this job cannot resume is refused on every node before anything starts, naming
+  // the file and what to do; the job starts over only when told to (--fresh).
+  if (!s.checkpointDir.empty() && !s.fresh) {
+    try {
+      troupe::train::CheckpointDir(s.checkpointDir).latest(jobIdentity(s));
+    } catch (const troupe::train::CheckpointError& e) {
+      troupe::configError(e.what());
+    }
   }
   return s;
 }
@@ -145,16 +209,27 @@ class Job {
   kj::Promise<void> start() {
     auto trainer = job_.spawn<hetero::Trainer>(
         "train.Trainer", trainerPlacement(),
-        troupe::SpawnOptions().named("trainer").args<hetero::TrainerArgs>([&](auto a) {
-          a.setBatchSize(s_.batchSize);
-          a.setLearningRate(s_.learningRate);
-          a.setMomentum(s_.momentum);
-          a.setSeed(s_.seed);
-          a.setPrefetch(s_.prefetch);
-          a.setDataDir(s_.dataDir);
-          a.setModelDir(s_.modelDir);
-          a.setDevice(s_.device);
-        }));
+        troupe::SpawnOptions()
+            .named("trainer")
+            .args<hetero::TrainerArgs>([&](auto a) {
+              a.setBatchSize(s_.batchSize);
+              a.setLearningRate(s_.learningRate);
+              a.setMomentum(s_.momentum);
+              a.setSeed(s_.seed);
+              a.setPrefetch(s_.prefetch);
+              a.setDataDir(s_.dataDir);
+              a.setModelDir(s_.modelDir);
+              a.setDevice(s_.device);
+              a.setCheckpointDir(s_.checkpointDir);
+              a.setCheckpointEvery(s_.checkpointEvery);
+              a.setCheckpointKeep(s_.checkpointKeep);
+              a.setFresh(s_.fresh);
+              a.setSamplesSetting(s_.samples);
+              a.setKillDuringCheckpoint(s_.killDuringCheckpoint);
+            })
+            // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,
+            // well within SageMaker's 120 s between SIGTERM and SIGKILL.
+            .stopTimeout(30 * kj::SECONDS));
     auto where = Placement::prefer(s_.dataGroup);
     where = s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
     auto augmenters =
@@ -216,8 +291,10 @@ class Job {
       double secs = p.getSeconds();
       uint64_t steps = p.getSteps();
       uint64_t total = p.getPlannedSteps();
-      double rate = secs > 0 ? p.getSamples() / secs : 0;
-      double eta = steps ? secs * (double(total) / steps - 1) : 0;
+      // This run's pace: a resumed run did not do the steps the checkpoint brought.
+      uint64_t mine = steps - std::min(steps, p.getResumedSteps());
+      double rate = secs > 0 ? (p.getSamples() - p.getResumedSamples()) / secs : 0;
+      double eta = mine ? secs * double(total - std::min(total, steps)) / mine : 0;
       printf(
           "%sprogress: epoch %u/%u, step %lu/%lu, %.0f samples/s, data wait %.0f%%, ETA %.0f s%s",
           live_ ? "\r" : "", p.getEpoch() + 1, s_.epochs, (unsigned long)steps,
@@ -250,13 +327,34 @@ class Job {
                         {"missing", e.getMissing()},
                         {"rejected", e.getRejected()},
                         {"test_accuracy", e.getTestAccuracy()},
-                        {"seconds", e.getSeconds()}});
+                        {"seconds", e.getSeconds()},
+                        {"from_checkpoint", e.getFromCheckpoint()}});
     }
+    auto c = r.getCheckpoints();
+    nlohmann::json resumed = nullptr;
+    if (c.getResumedFrom().size() > 0) {
+      // The counts above include what the interrupted run trained on: the checkpoint carried
+      // each sample's count of its epoch, and this run counted its own against them.
+      printf("\nresumed from %s: epoch %u continued from sample %lu of %lu\n",
+             c.getResumedFrom().cStr(), c.getResumedEpoch() + 1,
+             (unsigned long)c.getResumedSamples(), (unsigned long)samples_);
+      resumed = {{"checkpoint", c.getResumedFrom().cStr()},
+                 {"epoch", c.getResumedEpoch() + 1},
+                 {"step", c.getResumedStep()},
+                 {"samples_of_epoch", c.getResumedSamples()}};
+    }
+    if (c.getWritten() > 0) {
+      printf("checkpoints written    %u (%.2f s), the newest %s\n", c.getWritten(),
+             c.getWriteSeconds(), c.getLast().cStr());
+    }
+    bool spot = s_.pricing == "spot";
     double pricePerHour = 0;
+    std::vector<std::string> unpriced;
     nlohmann::json instances = nlohmann::json::array();
     for (auto& n : job_.nodes()) {
-      auto type = troupe::sched::findInstanceType(n.instanceType().cStr());
-      pricePerHour += type ? type->pricePerHour : 0;
+      auto price = s_.prices.perHour(n.instanceType().cStr(), spot);
+      pricePerHour += price.value_or(0);
+      if (!price) unpriced.push_back(n.instanceType().cStr());
       instances.push_back({{"host", n.host().cStr()},
                            {"group", n.group().cStr()},
                            {"instance_type", n.instanceType().cStr()}});
@@ -268,7 +366,12 @@ class Job {
     printf("\n%-22s %s\n", "mean step", (fmt("%.1f", stepMs) + " ms").c_str());
     printf("%-22s %s\n", "samples/s", fmt("%.0f", rate).c_str());
     printf("%-22s %s\n", "trainer data wait", (fmt("%.1f", 100 * waitShare) + " %").c_str());
-    printf("%-22s %s\n", "cluster price", ("$" + fmt("%.3f", pricePerHour) + "/h").c_str());
+    printf("%-22s %s\n", "cluster price",
+           ("$" + fmt("%.3f", pricePerHour) + "/h" + (spot ? " (spot)" : "")).c_str());
+    for (auto& t : unpriced) {
+      printf("%-22s no %s price for %s: counted as $0\n", "", spot ? "spot" : "on-demand",
+             t.c_str());
+    }
     printf("%-22s %s\n", "cost per 1,000 steps", ("$" + fmt("%.4f", cost)).c_str());
     fflush(stdout);
     if (!s_.report.empty()) {
@@ -285,6 +388,11 @@ class Job {
                           {"samples_per_s", rate},
                           {"data_wait_fraction", waitShare},
                           {"cost_per_1000_steps_usd", cost},
+                          {"pricing", s_.pricing},
+                          {"cluster_price_per_hour_usd", pricePerHour},
+                          {"resumed_from", resumed},
+                          {"checkpoints_written", c.getWritten()},
+                          {"checkpoint_write_seconds", c.getWriteSeconds()},
                           {"exit_status", 0}};
       std::ofstream(s_.report) << j.dump(2) << "\n";
     }

@@ -10,6 +10,9 @@
 //                                                holds the job secret (troupe/secret.h)
 //   /opt/ml/model/                               what the job saves; uploaded as model.tar.gz
 //   /opt/ml/output/                              `failure` (the FailureReason) and `success`
+//   /opt/ml/checkpoints/                         with checkpoint_s3_uri (managed spot training):
+//                                                synced to S3 while the job runs, and back
+//                                                before it starts again after an interruption
 //
 // The root is /opt/ml unless TROUPE_SM_ROOT names another; `troupe sim` gives every simulated
 // instance its own root this way, so a local run takes the code paths a SageMaker run takes.
@@ -68,6 +71,8 @@ class SageMakerEnv {
   std::string resourceConfigPath() const { return path("input/config/resourceconfig.json"); }
   std::string hyperparametersPath() const { return path("input/config/hyperparameters.json"); }
   std::string modelDir() const { return path("model"); }
+  std::string checkpointDir() const { return path("checkpoints"); }
+  // SageMaker's default checkpoint_local_path; it exists only when the job has checkpoints.
   std::string outputDir() const { return path("output"); }
   std::string outputDataDir() const { return path("output/data"); }
 

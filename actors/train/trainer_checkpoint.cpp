@@ -1,0 +1,224 @@
+// The trainer's checkpoints: writing its state between two steps, and resuming from it
+// (trainer_actor.h; the file format is checkpoint.h).
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "troupe/dataset/epoch.h"
+#include "troupe/log.h"
+#include "trainer_actor.h"
+
+namespace troupe::train {
+
+namespace {
+
+double secondsOf(kj::Duration d) {
+  return d / kj::NANOSECONDS / 1e9;
+}
+
+}  // namespace
+
+JobIdentity TrainerActor::identity() const {
+  JobIdentity id;
+  id.trainSamples = samplesSetting_;
+  id.batchSize = batchSize_;
+  id.layerSizes = model_->config().layerSizes;
+  id.seed = seed_;
+  id.epochs = epochs_;
+  id.learningRate = args_.getLearningRate();
+  id.momentum = args_.getMomentum();
+  return id;
+}
+
+kj::Promise<void> TrainerActor::restore() {
+  if (!checkpoints_) return kj::READY_NOW;
+  savedSteps_ = 0;
+  if (killDuringCheckpoint_ > 0) {
+    // The test hook: die like a process killed at the worst moment of a write.
+    auto writes = std::make_shared<uint32_t>(0);
+    checkpoints_->beforeRename([writes, n = killDuringCheckpoint_](const std::filesystem::path& t) {
+      if (++*writes < n) return;
+      spdlog::warn(
+          "test hook: killing this process during checkpoint write {}: {} is written and "
+          "synced, not renamed",
+          n, t.string());
+      spdlog::default_logger()->flush();
+      kill(getpid(), SIGKILL);
+    });
+  }
+  if (fresh_) {
+    if (auto aside = checkpoints_->setAside()) {
+      spdlog::warn("--fresh: the checkpoints of {} are set aside in {}; training starts over",
+                   checkpoints_->path().string(), aside->string());
+    }
+    return kj::READY_NOW;
+  }
+  // Reading and checking a few MiB, and loading the model onto its device: the pool's work.
+  return context()
+      .offload([dir = checkpoints_, id = identity(), model = model_]() {
+        auto loaded = dir->latest(id);
+        if (loaded) {
+          auto& s = loaded->state;
+          if (s.parameters.size() != model->parameterCount() ||
+              s.velocities.size() != model->parameterCount()) {
+            throw CheckpointError(
+                loaded->path.string() + " holds " + std::to_string(s.parameters.size()) +
+                " parameters and " + std::to_string(s.velocities.size()) +
+                " velocities; the model has " + std::to_string(model->parameterCount()));
+          }
+          model->setParameters(s.parameters);
+          model->setVelocities(s.velocities);
+          s.parameters = {};
+          s.velocities = {};
+        }
+        return loaded;
+      })
+      .then([this](std::optional<LoadedCheckpoint> loaded) {
+        if (loaded) {
+          apply(*loaded);
+        } else {
+          spdlog::info("no checkpoint in {}: training starts at epoch 1",
+                       checkpoints_->path().string());
+        }
+      });
+}
+
+void TrainerActor::apply(const LoadedCheckpoint& loaded) {
+  auto& s = loaded.state;
+  auto name = loaded.path.string();
+  auto fresh = "start over with --fresh (it sets the checkpoints aside)";
+  if (s.acked.size() != sources_.size()) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("checkpoint ", name, " was written by a job with ", s.acked.size(),
+                        " augmenters (one shard each); this one has ", sources_.size(),
+                        ": resume it on a cluster of the same shape, or ", fresh)));
+  }
+  if (s.seen.size() != trainSamples_ || s.epoch > epochs_ || s.history.size() != s.epoch) {
+    kj::throwFatalException(KJ_EXCEPTION(
+        FAILED, kj::str("checkpoint ", name, " does not fit this job: ", s.seen.size(),
+                        " samples per epoch there, ", trainSamples_, " here; epoch ", s.epoch,
+                        " with ", s.history.size(), " finished, of ", epochs_, "; ", fresh)));
+  }
+  for (uint32_t i = 0; i < sources_.size() && s.epoch < epochs_; ++i) {
+    auto size = data::shardIndices(trainSamples_, i, sources_.size()).size();
+    if (s.acked[i] > size) {
+      kj::throwFatalException(
+          KJ_EXCEPTION(FAILED, kj::str("checkpoint ", name, ": shard ", i, " at position ",
+                                       s.acked[i], " of ", size, "; ", fresh)));
+    }
+    sources_[i].acked = s.acked[i];
+  }
+  firstEpoch_ = s.epoch;
+  epoch_ = s.epoch;
+  history_ = s.history;
+  stats_ = s.current;
+  stats_.fromCheckpoint = s.current.samples;
+  seen_ = s.seen;
+  totalSteps_ = s.steps;
+  epochSecondsBefore_ = s.current.seconds;
+  waitBefore_ = s.current.waitSeconds;
+  resumedSteps_ = s.steps;
+  resumedSamples_ = s.current.samples;
+  for (auto& h : history_) resumedSamples_ += h.samples;
+  resumedFrom_ = name;
+  savedSteps_ = s.steps;
+  std::string positions;
+  for (auto a : s.acked) positions += (positions.empty() ? "" : " ") + std::to_string(a);
+  std::string done;
+  if (!history_.empty()) {
+    done = fmt::format("; epochs 1-{} were done (last test accuracy {:.4f})", history_.size(),
+                       history_.back().accuracy);
+  }
+  spdlog::info(
+      "resumed from checkpoint {} ({}): epoch {}/{} from sample {} of {} (shard positions {}), "
+      "step {} of {}{}",
+      name, s.writtenBy, std::min(s.epoch + 1, epochs_), epochs_, s.current.samples, trainSamples_,
+      positions, s.steps, plannedSteps_, done);
+}
+
+bool TrainerActor::due() const {
+  return checkpoints_ && checkpointEvery_ > 0 && totalSteps_ % checkpointEvery_ == 0 && !stopping_;
+}
+
+TrainingState TrainerActor::snapshot() {
+  TrainingState s;
+  s.identity = identity();
+  s.epoch = history_.size();  // the epoch in progress (history_ holds the finished ones)
+  s.steps = totalSteps_;
+  for (auto& src : sources_) s.acked.push_back(src.acked);  // sources_[i] serves shard i
+  s.seen = seen_;
+  s.current = stats_;
+  s.current.seconds = epochSecondsBefore_ + secondsOf(context().timer().now() - epochStarted_);
+  s.history = history_;
+  return s;
+}
+
+void TrainerActor::takeBackUnappliedStep() {
+  KJ_IF_MAYBE(step, stepInFlight_) {
+    if (!step->done->load()) {
+      // Its pool job was cancelled before it started: the model never saw the batch.
+      sources_[step->source].acked = step->begin;
+      for (auto id : step->ids) {
+        if (--seen_[id] > 0) --stats_.duplicates;
+      }
+      stats_.samples -= step->ids.size();
+      --stats_.steps;
+      --totalSteps_;
+      spdlog::info("the step in flight did not run: shard {} resumes from sample {}",
+                   sources_[step->source].shard, step->begin);
+    }
+  }
+  stepInFlight_ = nullptr;
+}
+
+kj::Promise<void> TrainerActor::checkpoint(std::string why) {
+  auto state = std::make_shared<TrainingState>(snapshot());
+  state->writtenBy = std::string(node().host().cStr()) + ", " + why;
+  auto start = context().timer().now();
+  auto steps = totalSteps_;
+  auto epoch = state->epoch;
+  auto samples = state->current.samples;
+  return context()
+      .offload([dir = checkpoints_, model = model_, state]() {
+        state->parameters = model->parameters();
+        state->velocities = model->velocities();
+        return dir->write(*state).string();
+      })
+      .then(
+          [this, start, steps, epoch, samples, why](std::string path) {
+            double took = secondsOf(context().timer().now() - start);
+            savedSteps_ = steps;
+            ++written_;
+            writeSeconds_ += took;
+            lastWritten_ = path;
+            spdlog::info(
+                "checkpoint {} written ({}): epoch {}/{} at sample {} of {}, step {}, "
+                "{:.0f} ms",
+                path, why, std::min(epoch + 1, epochs_), epochs_, samples, trainSamples_, steps,
+                took * 1000);
+          },
+          [this](kj::Exception&& e) {
+            spdlog::error("checkpoint not written: {}; the newest one is still {}",
+                          e.getDescription().cStr(),
+                          lastWritten_.empty() ? std::string("the one before") : lastWritten_);
+          });
+}
+
+kj::Promise<void> TrainerActor::onStop() {
+  if (!checkpoints_ || !training_) return kj::READY_NOW;
+  // No new step, evaluation or checkpoint starts from here; the one on the pool, if any, ends
+  // first, so the model and the counters agree.
+  stopping_ = true;
+  return context().work().whenIdle().then([this]() -> kj::Promise<void> {
+    takeBackUnappliedStep();
+    if (totalSteps_ == savedSteps_) {
+      spdlog::info("stopped at step {}: nothing new since the newest checkpoint", totalSteps_);
+      return kj::READY_NOW;
+    }
+    return checkpoint("on stop, before training ended");
+  });
+}
+
+}  // namespace troupe::train
