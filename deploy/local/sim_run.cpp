@@ -1,0 +1,423 @@
+#include "sim_run.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "netns.h"
+#include "troupe/config.h"
+#include "troupe/exit_codes.h"
+#include "troupe/process.h"
+#include "troupe/sched/instance_types.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace sim {
+
+namespace {
+
+unsigned freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  unsigned port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+struct Instance {
+  std::string host, group, instanceType, address, root, cpus;
+  kj::Own<troupe::ChildProcess> process;
+  kj::Maybe<troupe::ChildExit> exit;
+};
+
+// --pin: the CPUs each instance runs on. --cpus HOST_OR_GROUP=LIST names them; the others share
+// this machine's CPUs in proportion to their instance type's vCPUs (at least one each), or one
+// each in turn when there are more instances than CPUs.
+void assignCpus(std::vector<Instance>& instances, const std::vector<std::string>& cpuArgs,
+                bool pin) {
+  std::map<std::string, std::string> fixed;
+  for (auto& a : cpuArgs) {
+    auto [who, list] = splitPair(a, '=', "--cpus", "HOST_OR_GROUP=CPU_LIST");
+    troupe::parseCpuList(list, "--cpus " + who);  // checks it
+    fixed[who] = list;
+  }
+  cpu_set_t set;
+  std::vector<unsigned> mine;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) mine.push_back(c);
+    }
+  }
+  std::vector<Instance*> rest;
+  for (auto& in : instances) {
+    if (fixed.count(in.host)) {
+      in.cpus = fixed[in.host];
+    } else if (fixed.count(in.group)) {
+      in.cpus = fixed[in.group];
+    } else if (pin) {
+      rest.push_back(&in);
+    }
+  }
+  if (rest.empty() || mine.empty()) return;
+  if (rest.size() > mine.size()) {
+    for (size_t i = 0; i < rest.size(); ++i) rest[i]->cpus = std::to_string(mine[i % mine.size()]);
+    printf("troupe sim: --pin: %zu instances on %zu CPUs; some share a CPU\n", rest.size(),
+           mine.size());
+    return;
+  }
+  std::vector<double> weight;
+  double total = 0;
+  for (auto* in : rest) {
+    auto type = troupe::sched::findInstanceType(in->instanceType);
+    weight.push_back(type ? type->vcpus : 1);
+    total += weight.back();
+  }
+  std::vector<size_t> count;
+  size_t used = 0;
+  for (auto w : weight) {
+    count.push_back(std::max<size_t>(1, static_cast<size_t>(mine.size() * w / total)));
+    used += count.back();
+  }
+  while (used < mine.size()) {  // the spare CPUs go where they are shortest
+    size_t best = 0;
+    for (size_t i = 1; i < rest.size(); ++i) {
+      if (weight[i] / count[i] > weight[best] / count[best]) best = i;
+    }
+    ++count[best];
+    ++used;
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    std::vector<unsigned> cpus(mine.begin() + next, mine.begin() + next + count[i]);
+    next += count[i];
+    rest[i]->cpus = troupe::formatCpuList(cpus);
+  }
+}
+
+// One instance's root, as SageMaker lays it out: resourceconfig.json, hyperparameters.json,
+// inputdataconfig.json, input/data/<channel> links, model/, output/, and checkpoints/ (a link to
+// the job's checkpoint folder) when the job has one.
+void writeRoot(const Instance& in, const JobSpec& spec, const json& allHosts,
+               const json& instanceGroups, bool netns) {
+  fs::path root = in.root;
+  fs::create_directories(root / "input" / "config");
+  fs::create_directories(root / "model");
+  fs::create_directories(root / "output" / "data");
+  fs::create_directories(root / "input" / "data");
+  json rc = {{"current_host", in.host},
+             {"current_group_name", in.group},
+             {"current_instance_type", in.instanceType},
+             {"hosts", allHosts},
+             {"network_interface_name", netns ? "eth0" : "lo"},
+             {"instance_groups", instanceGroups}};
+  std::ofstream(root / "input" / "config" / "resourceconfig.json") << rc.dump(2) << "\n";
+  std::ofstream(root / "input" / "config" / "hyperparameters.json")
+      << spec.hyperparameters.dump(2) << "\n";
+  json dataConfig = json::object();
+  for (auto& [name, path] : spec.channels) {
+    fs::create_symlink(path, root / "input" / "data" / name);
+    dataConfig[name] = {{"TrainingInputMode", "File"},
+                        {"S3DistributionType", "FullyReplicated"},
+                        {"RecordWrapperType", "None"}};
+  }
+  std::ofstream(root / "input" / "config" / "inputdataconfig.json") << dataConfig.dump(2) << "\n";
+  // SageMaker syncs checkpoint_s3_uri into every instance's /opt/ml/checkpoints before the job
+  // starts, and uploads what is written there: one folder that outlives the run does the same.
+  if (!spec.checkpoints.empty())
+    fs::create_directory_symlink(spec.checkpoints, root / "checkpoints");
+}
+
+}  // namespace
+
+GroupArg parseGroup(const std::string& text) {
+  GroupArg g;
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw std::invalid_argument("--group '" + text + "': expected NAME=COUNT[:INSTANCE_TYPE]");
+  }
+  g.name = text.substr(0, eq);
+  auto rest = text.substr(eq + 1);
+  auto colon = rest.find(':');
+  auto count = rest.substr(0, colon);
+  try {
+    size_t used = 0;
+    int n = std::stoi(count, &used);
+    if (used != count.size() || n < 1 || n > 64) throw std::invalid_argument("range");
+    g.count = n;
+  } catch (const std::exception&) {
+    throw std::invalid_argument("--group '" + text + "': COUNT '" + count +
+                                "' must be a number from 1 to 64");
+  }
+  g.instanceType = colon == std::string::npos ? "ml.c5.xlarge" : rest.substr(colon + 1);
+  return g;
+}
+
+std::pair<std::string, std::string> splitPair(const std::string& text, char sep,
+                                              const std::string& option, const char* shape) {
+  auto at = text.find(sep);
+  if (at == std::string::npos || at == 0) {
+    throw std::invalid_argument(option + " '" + text + "': expected " + shape);
+  }
+  return {text.substr(0, at), text.substr(at + 1)};
+}
+
+Runs::Runs(troupe::EventLoop& loop, JobSpec spec, fs::path dir, unsigned seed)
+    : loop_(loop), spec_(kj::mv(spec)), dir_(kj::mv(dir)), seed_(seed), rng_(seed) {
+  // Signals: the first starts the graceful cascade of the run in progress; the second, or the
+  // grace period, kills.
+  // (A copy each: kj::Function keeps a reference to an lvalue it is given.)
+  auto handler = [this](int sig) {
+    signalled_ = true;
+    if (onSignal_) onSignal_(sig);
+  };
+  loop_.onSignal(SIGTERM, kj::cp(handler));
+  loop_.onSignal(SIGINT, kj::cp(handler));
+}
+
+RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) {
+  auto dir = number == 1 ? dir_ : dir_ / ("run-" + std::to_string(number));
+  fs::create_directories(dir);
+  // Deal host names in a shuffled order across groups, like SageMaker's algo-N; a run started
+  // again is dealt afresh, as new capacity is.
+  std::vector<std::pair<std::string, std::string>> slots;  // group, type
+  for (auto& g : spec_.groups) {
+    for (unsigned i = 0; i < g.count; ++i) slots.emplace_back(g.name, g.instanceType);
+  }
+  std::shuffle(slots.begin(), slots.end(), rng_);
+
+  std::vector<Instance> instances;
+  json hostMap = json::object();
+  json allHosts = json::array();
+  json instanceGroups = json::array();
+  std::optional<NetnsLab> lab;
+  if (spec_.netns) {
+    NetnsLab::removeStale();
+    lab.emplace(getpid());
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Instance in;
+    in.host = "algo-" + std::to_string(i + 1);
+    in.group = slots[i].first;
+    in.instanceType = slots[i].second;
+    // With --netns every instance is reached by its name, on its own eth0 address.
+    in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(freePort());
+    in.root = (dir / in.host).string();
+    hostMap[in.host] = in.address;
+    allHosts.push_back(in.host);
+    instances.push_back(kj::mv(in));
+  }
+  if (lab) lab->writeHostsFiles();
+  assignCpus(instances, spec_.cpuArgs, spec_.pin);
+  for (auto& g : spec_.groups) {
+    json hosts = json::array();
+    for (auto& in : instances) {
+      if (in.group == g.name) hosts.push_back(in.host);
+    }
+    instanceGroups.push_back(
+        {{"instance_group_name", g.name}, {"instance_type", g.instanceType}, {"hosts", hosts}});
+  }
+  auto hostMapPath = dir / "hosts.json";
+  std::ofstream(hostMapPath) << hostMap.dump(2) << "\n";
+  for (auto& in : instances) writeRoot(in, spec_, allHosts, instanceGroups, lab.has_value());
+
+  std::vector<std::string> baseEnv;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, "TROUPE_", 7) != 0) baseEnv.push_back(*e);
+  }
+  struct Quiet : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  } quiet;
+  kj::TaskSet tasks(quiet);
+  RunOutcome outcome;
+  bool ended = false;  // the head has exited: an interruption no longer applies
+  auto killAll = [&](int sig) {
+    for (auto& in : instances) in.process->kill(sig);
+  };
+  // The interruption's clock starts now, or at the first line that names its moment.
+  bool clockStarted = false;
+  auto startClock = [&]() {
+    if (clockStarted || !interruption) return;
+    clockStarted = true;
+    tasks.add(loop_.timer().afterDelay(interruption->delayMs * kj::MILLISECONDS).then([&]() {
+      if (ended || signalled_) return;
+      outcome.interrupted = true;
+      if (interruption->hard) {
+        printf(
+            "troupe sim: interrupting the job: SIGKILL to every instance (capacity lost, no "
+            "grace period)\n");
+        fflush(stdout);
+        killAll(SIGKILL);
+        return;
+      }
+      printf(
+          "troupe sim: interrupting the job as a spot reclaim does: SIGTERM to every "
+          "instance, SIGKILL %u ms later\n",
+          spec_.graceMs);
+      fflush(stdout);
+      killAll(SIGTERM);
+      tasks.add(loop_.timer().afterDelay(spec_.graceMs * kj::MILLISECONDS).then([&]() {
+        killAll(SIGKILL);
+      }));
+    }));
+  };
+
+  printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed_, dir.c_str());
+  for (auto& in : instances) {
+    troupe::ChildProcess::Options opts;
+    opts.args = spec_.app;
+    if (lab) {
+      auto prefix = lab->execPrefix(in.host);
+      opts.args.insert(opts.args.begin(), prefix.begin(), prefix.end());
+    }
+    opts.env = baseEnv;
+    // The root alone, as on SageMaker: the node finds resourceconfig.json in it.
+    opts.env.push_back("TROUPE_SM_ROOT=" + in.root);
+    if (!lab) opts.env.push_back("TROUPE_HOST_MAP=" + hostMapPath.string());
+    if (!in.cpus.empty()) opts.env.push_back("TROUPE_CPUS=" + in.cpus);
+    // The secret's path, never the secret: a process's environment is readable in /proc.
+    opts.env.push_back("TROUPE_TOKEN_FILE=" + spec_.tokenFile);
+    opts.env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");
+    opts.env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
+    if (!spec_.headGroup.empty()) opts.env.push_back("TROUPE_HEAD_GROUP=" + spec_.headGroup);
+    for (auto& e : spec_.envArgs) {
+      auto colon = e.find(':');
+      auto who = e.substr(0, colon);
+      if (who != in.host && who != in.group) continue;
+      // Replace a variable set above rather than add a second one (getenv finds the first).
+      auto kv = e.substr(colon + 1);
+      auto key = kv.substr(0, kv.find('=') + 1);
+      std::erase_if(opts.env, [&](const std::string& v) { return v.rfind(key, 0) == 0; });
+      // A secret of its own (a wrong-secret test) replaces the job's, in either form.
+      if (key == "TROUPE_TOKEN=" || key == "TROUPE_TOKEN_FILE=") {
+        std::erase_if(opts.env, [](const std::string& v) {
+          return v.rfind("TROUPE_TOKEN=", 0) == 0 || v.rfind("TROUPE_TOKEN_FILE=", 0) == 0;
+        });
+      }
+      opts.env.push_back(kv);
+    }
+    std::string prefix = "[" + in.host + "] ";
+    auto after = interruption ? interruption->after : std::string();
+    opts.onLine = [prefix, after, &startClock](kj::StringPtr line, bool err) {
+      fprintf(err ? stderr : stdout, "%s%s\n", prefix.c_str(), line.cStr());
+      fflush(err ? stderr : stdout);
+      if (!after.empty() && strstr(line.cStr(), after.c_str()) != nullptr) startClock();
+    };
+    in.process = kj::heap<troupe::ChildProcess>(loop_, kj::mv(opts));
+    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s\n", in.host.c_str(), in.group.c_str(),
+           in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
+           in.cpus.empty() ? "" : " cpus=", in.cpus.c_str());
+  }
+  fflush(stdout);
+  if (interruption && interruption->after.empty()) startClock();
+
+  int signals = 0;
+  onSignal_ = [&](int sig) {
+    ++signals;
+    if (signals == 1) {
+      fprintf(stderr, "troupe sim: %s: forwarding SIGTERM to every instance\n", strsignal(sig));
+      killAll(SIGTERM);
+      tasks.add(loop_.timer().afterDelay(spec_.graceMs * kj::MILLISECONDS).then([&]() {
+        fprintf(stderr, "troupe sim: instances still running after %u ms: SIGKILL\n",
+                spec_.graceMs);
+        killAll(SIGKILL);
+      }));
+    } else {
+      killAll(SIGKILL);
+    }
+  };
+
+  // Wait for every instance. The job runs as long as its head does, whatever happens to the
+  // others (a lost data instance is the head's to handle); once the head has exited, the rest get
+  // `lingerMs` to follow it.
+  auto isHead = [](const Instance& in) {
+    std::ifstream role(in.root + "/role");
+    std::string word;
+    role >> word;
+    return word == "head";
+  };
+  bool lingering = false;
+  auto exits = kj::heapArrayBuilder<kj::Promise<void>>(instances.size());
+  for (auto& in : instances) {
+    exits.add(
+        in.process->onExit()
+            .then([&](troupe::ChildExit e) {
+              in.exit = e;
+              if (lingering || !isHead(in)) return;
+              lingering = true;
+              ended = true;
+              tasks.add(loop_.timer().afterDelay(spec_.lingerMs * kj::MILLISECONDS).then([&]() {
+                bool any = false;
+                for (auto& other : instances) any = any || other.exit == nullptr;
+                if (!any) return kj::Promise<void>(kj::READY_NOW);
+                fprintf(stderr,
+                        "troupe sim: instances still running %u ms after the head exited: "
+                        "SIGTERM\n",
+                        spec_.lingerMs);
+                killAll(SIGTERM);
+                return loop_.timer().afterDelay(spec_.graceMs * kj::MILLISECONDS).then([&]() {
+                  killAll(SIGKILL);
+                });
+              }));
+              // Evaluated now, not when the join below completes: joinPromises() only runs
+              // its inputs' continuations once every input is ready, and this one starts the
+              // linger timer.
+            })
+            .eagerlyEvaluate(nullptr));
+  }
+  kj::joinPromises(exits.finish()).wait(loop_.waitScope());
+  onSignal_ = nullptr;
+  outcome.signalled = signals > 0;
+
+  // The job's outcome is the head's status; without a head (it never decided its role), the
+  // first failure.
+  bool headSeen = false;
+  for (auto& in : instances) {
+    auto e = KJ_ASSERT_NONNULL(in.exit);
+    int code = e.signal ? 128 + e.signal : static_cast<int>(e.status);
+    if (code != 0) {
+      fprintf(stderr, "troupe sim: %s (%s) exited with %d (%s)\n", in.host.c_str(),
+              in.group.c_str(), code, e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
+    }
+    if (isHead(in)) {
+      headSeen = true;
+      outcome.status = code;
+    } else if (!headSeen && outcome.status == 0) {
+      outcome.status = code;
+    }
+  }
+  if (headSeen && outcome.status == 0) {
+    for (auto& in : instances) {
+      auto e = KJ_ASSERT_NONNULL(in.exit);
+      if (e.signal || e.status != 0) {
+        printf("troupe sim: the job succeeded; the instances above were lost on the way\n");
+        break;
+      }
+    }
+  }
+  bool allZero = true;
+  for (auto& in : instances) {
+    auto e = KJ_ASSERT_NONNULL(in.exit);
+    allZero = allZero && !e.signal && e.status == 0;
+  }
+  if (allZero) printf("troupe sim: all %zu instances exited 0\n", instances.size());
+  fflush(stdout);
+  instances.clear();
+  lab.reset();  // also on the SIGTERM/SIGINT path, which ends here too
+  return outcome;
+}
+
+}  // namespace sim

@@ -1,0 +1,84 @@
+// `troupe sim`: one run of the job — one process of the app per simulated instance, each with its
+// own SageMaker-shaped root, until the head has exited and the others followed. sim.cpp parses the
+// options and starts runs; with --restarts-on-interrupt it starts the job again after the
+// simulator interrupted it, as SageMaker does after a managed spot reclaim.
+
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/loop.h"
+
+namespace sim {
+
+struct GroupArg {
+  std::string name;
+  unsigned count = 1;
+  std::string instanceType;
+};
+
+GroupArg parseGroup(const std::string& text);
+// NAME=COUNT[:TYPE]. Throws std::invalid_argument saying what is wrong.
+
+std::pair<std::string, std::string> splitPair(const std::string& text, char sep,
+                                              const std::string& option, const char* shape);
+// "KEY=VALUE" -> {KEY, VALUE}; throws std::invalid_argument naming `option` and `shape`.
+
+struct JobSpec {
+  // What every run of the job shares.
+  std::vector<GroupArg> groups;
+  nlohmann::json hyperparameters = nlohmann::json::object();
+  std::vector<std::pair<std::string, std::filesystem::path>> channels;
+  std::vector<std::string> envArgs, cpuArgs;
+  bool pin = false, netns = false;
+  std::string headGroup, tokenFile;
+  unsigned graceMs = 10000, lingerMs = 15000;
+  std::vector<std::string> app;
+  std::filesystem::path checkpoints;  // empty: none; else every root's checkpoints/ links here
+};
+
+struct Interruption {
+  // The simulator's own SIGTERM to every instance, as SageMaker stops a job when it reclaims
+  // spot capacity: `delayMs` after the run starts, or after the first output line of any instance
+  // that contains `after` when that is not empty. `hard`: SIGKILL instead (capacity lost without a
+  // grace period).
+  unsigned delayMs = 0;
+  std::string after;
+  bool hard = false;
+};
+
+struct RunOutcome {
+  int status = 0;            // the job's: the head's exit code (128 + signal if killed)
+  bool interrupted = false;  // the Interruption fired before the job ended
+  bool signalled = false;    // the simulator itself got SIGTERM/SIGINT
+};
+
+class Runs {
+  // Starts runs of one job, one after another, on one event loop; forwards the simulator's
+  // SIGTERM/SIGINT to the run in progress.
+ public:
+  Runs(troupe::EventLoop& loop, JobSpec spec, std::filesystem::path dir, unsigned seed);
+
+  RunOutcome run(unsigned number, std::optional<Interruption> interruption);
+  // Run `number` (1, 2, ...): roots under dir (run 1) or dir/run-<number>, host names dealt
+  // again across groups (new capacity), fresh ports. Prints one line per instance and returns
+  // once every instance has exited. Throws std::runtime_error for a set-up failure (--netns).
+
+ private:
+  troupe::EventLoop& loop_;
+  JobSpec spec_;
+  std::filesystem::path dir_;
+  unsigned seed_;
+  std::mt19937 rng_;
+  std::function<void(int)> onSignal_;  // the run in progress's handler
+  bool signalled_ = false;
+};
+
+}  // namespace sim
