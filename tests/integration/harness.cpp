@@ -83,13 +83,13 @@ Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
 }
 
 Run::~Run() {
-  auto inst = instances();
+  auto pids = allPids();
   if (status_ < 0 && pid_ > 0) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
-  for (auto& [host, i] : inst) {
-    if (processExists(i.pid)) kill(i.pid, SIGKILL);
+  for (auto pid : pids) {
+    if (processExists(pid)) kill(pid, SIGKILL);
   }
   unlink(outPath_.c_str());
 }
@@ -144,10 +144,20 @@ std::map<std::string, Instance> Run::instances() const {
   return out;
 }
 
+std::vector<pid_t> Run::allPids() const {
+  std::vector<pid_t> pids;
+  static const std::regex line(R"(troupe sim: \S+\s+\S+\s+\S+\s+\S+\s+pid=(\d+))");
+  auto text = output();
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
 std::vector<pid_t> Run::leftovers() const {
   std::vector<pid_t> left;
-  for (auto& [host, i] : instances()) {
-    if (processExists(i.pid)) left.push_back(i.pid);
+  for (auto pid : allPids()) {
+    if (processExists(pid)) left.push_back(pid);
   }
   return left;
 }

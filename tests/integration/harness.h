@@ -33,9 +33,12 @@ class Run {
   // True once the output contains `text`; false at the timeout or when the run ends without it.
   std::string output() const;
   std::map<std::string, Instance> instances() const;
-  // Parsed from the simulator's "troupe sim: algo-N GROUP TYPE ADDRESS pid=N" lines.
+  // Parsed from the simulator's "troupe sim: algo-N GROUP TYPE ADDRESS pid=N" lines; for a job
+  // the simulator started again (--restarts-on-interrupt), the latest run's.
+  std::vector<pid_t> allPids() const;
+  // Every instance of every run the simulator started.
   std::vector<pid_t> leftovers() const;
-  // Instances that still exist (not reaped, or still running).
+  // Instances of any run that still exist (not reaped, or still running).
   std::string exitLine(const std::string& host) const;
   // The simulator's "HOST (GROUP) exited with N" line for `host`, or "".
 

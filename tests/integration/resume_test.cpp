@@ -1,0 +1,238 @@
+// hetero_train interrupted and started again, as SageMaker does with managed spot training: the
+// resumed job trains every sample of every epoch exactly once counting both runs and ends where
+// an uninterrupted job of the same seed ends; a process killed inside a checkpoint write leaves
+// the previous checkpoint to resume from; a checkpoint of another job, or a damaged one, is
+// refused before anything starts.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "harness.h"
+#include "train_job.h"
+
+using namespace std::chrono_literals;
+using harness::Run;
+using train_job::kCluster;
+using train_job::tempPath;
+using train_job::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A folder removed when the test ends.
+struct Folder {
+  fs::path path;
+  explicit Folder(const std::string& name) : path(tempPath(name)) { fs::remove_all(path); }
+  ~Folder() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// The interruption's seed: TROUPE_TEST_SEED to replay a failure, else a fresh one. Printed.
+unsigned interruptSeed() {
+  auto* fixed = getenv("TROUPE_TEST_SEED");
+  unsigned seed = fixed && *fixed ? unsigned(std::stoul(fixed)) : std::random_device()();
+  WARN("interrupt seed " << seed << " (TROUPE_TEST_SEED=" << seed << " replays it)");
+  return seed;
+}
+
+std::vector<std::string> files(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const std::vector<std::string> kJob = {
+    "--epochs",         "3",  "--train-samples", "12000", "--augmenters-per-node", "1",
+    "--progress-every", "0.2"};
+
+std::vector<std::string> job(std::vector<std::string> extra) {
+  auto args = kJob;
+  args.insert(args.end(), extra.begin(), extra.end());
+  return train(args);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "interrupted mid-epoch at a random moment and started again: every sample once, the "
+    "accuracy of an uninterrupted run",
+    "[train][resume]") {
+  // The reference: the same seed (hetero_train's default, 42), never interrupted.
+  auto reference = tempPath("reference.json");
+  {
+    Run run(harness::sim(kCluster, job({"--report", reference})));
+    REQUIRE(run.wait(120s) == 0);
+    CHECK(run.leftovers().empty());
+  }
+  auto uninterrupted = train_job::checkEverySampleOnce(reference, 3, 12000);
+
+  // SageMaker's cycle in one command: a SIGTERM to every instance at a random moment of epoch 2,
+  // then the job again on new instances with the checkpoint folder synced back.
+  Folder checkpoints("checkpoints");
+  auto report = tempPath("resumed.json");
+  auto seed = interruptSeed();
+  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--checkpoints", checkpoints.path.string(),
+                        "--interrupt-random-ms", "0:250", "--interrupt-when", "progress: epoch 2/3",
+                        "--interrupt-seed", std::to_string(seed), "--restarts-on-interrupt", "1"},
+                       job({"--checkpoint-every", "25", "--report", report})));
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  // docs/exit-codes.md: the interrupted run exits 6 (INTERRUPTED) on every instance; the job
+  // started again completes and the simulator exits with its 0.
+  REQUIRE(out.find("troupe sim: interrupting the job as a spot reclaim does") != std::string::npos);
+  CHECK(out.find("run 1 ended with 6 (INTERRUPTED) after the interruption") != std::string::npos);
+  CHECK(code == 0);
+
+  // SIGTERM made the trainer write a checkpoint within the grace period, and the second run
+  // resumed from exactly that one.
+  std::smatch stop;
+  REQUIRE(std::regex_search(
+      out, stop,
+      std::regex(R"((checkpoint-\d+\.troupe) written \(on stop, before training ended\))")));
+  std::smatch resumed;
+  REQUIRE(std::regex_search(
+      out, resumed, std::regex(R"(resumed from checkpoint \S+/(checkpoint-\d+\.troupe) )")));
+  CHECK(resumed[1] == stop[1]);
+
+  // Exactly once across both runs: every epoch's counts include the interrupted run's samples, and
+  // the interruption was mid-epoch (the resumed epoch had samples from both runs).
+  auto j = train_job::checkEverySampleOnce(report, 3, 12000);
+  REQUIRE(j["resumed_from"].is_object());
+  auto epoch = j["resumed_from"]["epoch"].get<int>();
+  auto carried = j["epochs"][epoch - 1]["from_checkpoint"].get<uint64_t>();
+  INFO("resumed epoch " << epoch << " from sample " << carried);
+  CHECK(carried > 0);
+  CHECK(carried < 12000);
+  CHECK(j["resumed_from"]["samples_of_epoch"] == carried);
+
+  // Same model at the end: within 0.01 of the uninterrupted run (the order batches arrive in
+  // differs between any two runs, interrupted or not).
+  double a = train_job::finalAccuracy(j), b = train_job::finalAccuracy(uninterrupted);
+  WARN("test accuracy: " << a << " resumed, " << b << " uninterrupted");
+  CHECK(std::fabs(a - b) <= 0.01);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE(
+    "a process killed inside a checkpoint write: the previous checkpoint resumes, every "
+    "sample once",
+    "[train][resume]") {
+  Folder checkpoints("killed-write");
+  auto report = tempPath("after-kill.json");
+  auto sim = [&](std::vector<std::string> extra) {
+    return harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                         "dnn_group=1:ml.p3.2xlarge", "--checkpoints", checkpoints.path.string(),
+                         "--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=2000"},
+                        train(extra));
+  };
+  const std::vector<std::string> settings = {
+      "--epochs",           "2",  "--train-samples", "12000", "--augmenters-per-node", "1",
+      "--checkpoint-every", "20", "--report",        report};
+  {
+    // The trainer's process SIGKILLs itself in its third write, between the temporary file and
+    // the rename: the worst moment to die.
+    auto args = settings;
+    args.insert(args.end(), {"--test-kill-during-checkpoint", "3"});
+    Run run(sim(args));
+    int code = run.wait(120s);
+    auto out = run.output();
+    INFO(out);
+    REQUIRE(out.find("test hook: killing this process during checkpoint write 3") !=
+            std::string::npos);
+    CHECK(code == 137);  // docs/exit-codes.md: the head killed by a signal, 128 + 9
+    // The previous checkpoints are whole and the new one never got its name.
+    CHECK(files(checkpoints.path) == std::vector<std::string>{".checkpoint-0000000060.troupe.tmp",
+                                                              "checkpoint-0000000020.troupe",
+                                                              "checkpoint-0000000040.troupe"});
+    CHECK_FALSE(fs::exists(report));
+    CHECK(run.leftovers().empty());
+  }
+  Run run(sim(settings));
+  int code = run.wait(120s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(std::regex_search(
+      out, std::regex(R"(resumed from checkpoint \S+/checkpoint-0000000040\.troupe )")));
+  auto j = train_job::checkEverySampleOnce(report, 2, 12000);
+  CHECK(j["resumed_from"]["step"] == 40);
+  // Step 40 of epoch 1, 128 samples a step: the first 5120 came from the killed run.
+  CHECK(j["epochs"][0]["from_checkpoint"] == 40 * 128);
+  CHECK_FALSE(fs::exists(checkpoints.path / ".checkpoint-0000000060.troupe.tmp"));
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE(
+    "a checkpoint of another job or a damaged one is refused with exit 2, and --fresh sets "
+    "it aside",
+    "[train][resume]") {
+  Folder checkpoints("refused");
+  auto dir = checkpoints.path.string();
+  // One node on its own (the dnn group is `local`): a short job that leaves checkpoints.
+  auto alone = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        HETERO_TRAIN, "--dnn-group",      "local", "--epochs",
+        "1",          "--train-samples",  "2400",  "--augmenters-per-node",
+        "1",          "--checkpoint-dir", dir,     "--checkpoint-every",
+        "5"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  {
+    Run run(alone({}));
+    REQUIRE(run.wait(120s) == 0);
+  }
+  auto written = files(checkpoints.path);
+  REQUIRE(written.size() == 2);  // the newest two are kept
+  auto newest = checkpoints.path / written[1];
+
+  SECTION("another job's settings") {
+    Run run(alone({"--batch-size", "64"}));
+    // docs/exit-codes.md: a setting that cannot work is CONFIG_ERROR (2), before anything starts,
+    // naming the file, what differs and what to do.
+    CHECK(run.wait(30s) == 2);
+    auto out = run.output();
+    INFO(out);
+    CHECK(out.find(newest.string() + " belongs to another job (batch size 128 in the checkpoint, "
+                                     "64 in this job)") != std::string::npos);
+    CHECK(out.find("start over with --fresh") != std::string::npos);
+  }
+  SECTION("a damaged file, then --fresh") {
+    {
+      std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(5000);
+      f.put('\x7f');
+    }
+    Run run(alone({}));
+    CHECK(run.wait(30s) == 2);
+    auto out = run.output();
+    INFO(out);
+    CHECK(out.find(newest.string() + ": corrupt: checksum mismatch") != std::string::npos);
+    CHECK(out.find("remove it to resume from the older intact checkpoint " + written[0]) !=
+          std::string::npos);
+
+    // Told to start over: the old checkpoints are set aside, not deleted, and the job completes.
+    Run fresh(alone({"--fresh"}));
+    CHECK(fresh.wait(120s) == 0);
+    auto freshOut = fresh.output();
+    INFO(freshOut);
+    CHECK(freshOut.find("--fresh: the checkpoints of " + dir + " are set aside in ") !=
+          std::string::npos);
+    bool asideKept = false;
+    for (auto& e : fs::directory_iterator(checkpoints.path)) {
+      if (e.path().filename().string().rfind("discarded-", 0) == 0) {
+        asideKept = fs::exists(e.path() / written[0]) && fs::exists(e.path() / written[1]);
+      }
+    }
+    CHECK(asideKept);
+  }
+}

@@ -1,0 +1,57 @@
+// hetero_train under `troupe sim` for the tests that hold it to its promises: its command line,
+// the cluster the tests use, and its report (--report PATH, JSON).
+#pragma once
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace train_job {
+
+// 2 data instances (4 vCPUs each) and the dnn instance, as `make run`.
+inline const std::vector<std::string> kCluster = {"--group", "data_group=2:ml.c5.xlarge", "--group",
+                                                  "dnn_group=1:ml.p3.2xlarge"};
+
+// hetero_train's argv with `extra` flags.
+inline std::vector<std::string> train(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {HETERO_TRAIN};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// A path of this test process's own under /tmp.
+inline std::string tempPath(const std::string& name) {
+  return "/tmp/troupe-train-test-" + std::to_string(getpid()) + "-" + name;
+}
+
+// Exactly-once (docs/hetero_train.md): the report has `epochs` epochs, and each delivered every one
+// of `samples` samples once: no duplicate, none missing. For a resumed job the counts include what
+// the interrupted run trained on (carried in the checkpoint, sample by sample), so this checks the
+// promise across both runs. Returns the report and removes its file.
+inline nlohmann::json checkEverySampleOnce(const std::string& report, size_t epochs,
+                                           uint64_t samples) {
+  std::ifstream in(report);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  REQUIRE(j["epochs"].size() == epochs);
+  for (auto& e : j["epochs"]) {
+    INFO("epoch " << e["epoch"]);
+    CHECK(e["samples"] == samples);
+    CHECK(e["duplicates"] == 0);
+    CHECK(e["missing"] == 0);
+  }
+  CHECK(j["exit_status"] == 0);
+  unlink(report.c_str());
+  return j;
+}
+
+// The test accuracy after the last epoch.
+inline double finalAccuracy(const nlohmann::json& report) {
+  return report["epochs"].back()["test_accuracy"].get<double>();
+}
+
+}  // namespace train_job
