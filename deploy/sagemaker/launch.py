@@ -7,6 +7,7 @@ PyTorch example's 1 x ml.c5.9xlarge + 1 x ml.p3.2xlarge instead.
 
     python3 deploy/sagemaker/launch.py --image URI --role ARN --data s3://bucket/fashion-mnist/ \\
         [--layout seed|pytorch-example] [--epochs 10] [--hp key=value ...] [--wait]
+        [--spot [--max-wait SECONDS] [--checkpoint-s3 URI] [--checkpoint-every STEPS]]
 
 Needs the SageMaker Python SDK (pip install sagemaker) and AWS credentials; troupe itself does
 not. The image is deploy/sagemaker/Dockerfile's, pushed where the role can pull it.
@@ -22,6 +23,12 @@ s3://<the session's default bucket>/<job name>/troupe-secret/secret (--secret-s3
 place, --kms-key a KMS key), and passes it as the input channel `troupe-secret` to every group;
 SageMaker puts it at /opt/ml/input/data/troupe-secret/secret, where troupe reads it. With --wait
 the object is deleted when the job ends; otherwise delete it once the job has started.
+
+--spot runs on managed spot capacity (use_spot_instances, max_wait): when SageMaker reclaims it,
+every instance gets SIGTERM, the trainer writes a checkpoint to /opt/ml/checkpoints (synced to
+checkpoint_s3_uri, by default s3://<default bucket>/<job name>/checkpoints), and when the job
+starts again on new capacity hetero_train resumes from it, every sample of every epoch still
+trained exactly once (docs/sagemaker.md, "Managed spot training").
 """
 
 import argparse
@@ -36,6 +43,7 @@ LAYOUTS = {
     "pytorch-example": [("data_group", "ml.c5.9xlarge", 1), ("dnn_group", "ml.p3.2xlarge", 1)],
 }
 SECRET_CHANNEL = "troupe-secret"  # troupe reads /opt/ml/input/data/troupe-secret/<its one file>
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"  # SageMaker's default, hetero_train's too
 
 
 def parse_args(argv):
@@ -50,6 +58,18 @@ def parse_args(argv):
     p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE",
                    help="another hyperparameter (passed to the app as --KEY VALUE)")
     p.add_argument("--max-run", type=int, default=3600, help="seconds before SageMaker stops it")
+    p.add_argument("--spot", action="store_true",
+                   help="managed spot training (use_spot_instances), with checkpoints")
+    p.add_argument("--max-wait", type=int, default=None,
+                   help="with --spot: seconds of training plus waiting for spot capacity before "
+                        "SageMaker gives up (max_wait; more than --max-run; default 2 x --max-run)")
+    p.add_argument("--checkpoint-s3", default=None, metavar="S3_URI",
+                   help="checkpoint_s3_uri (default with --spot: s3://<default bucket>/<job "
+                        "name>/checkpoints); also without --spot, to keep checkpoints")
+    p.add_argument("--checkpoint-local-path", default=CHECKPOINT_LOCAL_PATH,
+                   help="checkpoint_local_path on the instances (default %(default)s)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
+                   help="training steps between checkpoints (hetero_train's default: 100)")
     p.add_argument("--job-name", default=None)
     p.add_argument("--secret-s3", default=None, metavar="S3_URI",
                    help="where to upload the job secret (default: s3://<default bucket>/<job "
@@ -78,8 +98,38 @@ def hyperparameters(args):
             sys.exit("--hp troupe_token: DescribeTrainingJob shows hyperparameters to anyone "
                      "allowed to call it; this script passes a fresh secret as the input channel "
                      "'%s' instead" % SECRET_CHANNEL)
+        if key == "fresh" and args.spot:
+            sys.exit("--hp fresh with --spot: every start after a reclaim would set the job's own "
+                     "checkpoints aside and train from the beginning again; start over with a new "
+                     "--checkpoint-s3 instead")
         hps[key] = value
+    if args.checkpoint_every is not None:
+        hps["checkpoint-every"] = str(args.checkpoint_every)
+    if args.spot or args.checkpoint_s3:
+        # Named even when it is the default, which hetero_train also looks in: it then does not
+        # depend on SageMaker having made the folder before the job starts.
+        hps["checkpoint-dir"] = args.checkpoint_local_path
     return hps
+
+
+def spot_settings(args, bucket, job_name):
+    """The Estimator's keyword arguments for managed spot training and checkpoints: none without
+    --spot or --checkpoint-s3. SageMaker needs max_wait > max_run with spot."""
+    if args.max_wait is not None and not args.spot:
+        sys.exit("--max-wait needs --spot")
+    if not args.spot and not args.checkpoint_s3:
+        return {}
+    uri = args.checkpoint_s3 or "s3://%s/%s/checkpoints" % (bucket, job_name)
+    if not uri.startswith("s3://"):
+        sys.exit("--checkpoint-s3 %r: expected s3://BUCKET/PREFIX" % uri)
+    kwargs = {"checkpoint_s3_uri": uri, "checkpoint_local_path": args.checkpoint_local_path}
+    if args.spot:
+        max_wait = args.max_wait if args.max_wait is not None else 2 * args.max_run
+        if max_wait <= args.max_run:
+            sys.exit("--max-wait %d must be more than --max-run %d: it counts the training time "
+                     "plus the time spent waiting for spot capacity" % (max_wait, args.max_run))
+        kwargs.update({"use_spot_instances": True, "max_wait": max_wait})
+    return kwargs
 
 
 def write_secret(folder):
@@ -109,11 +159,16 @@ def upload_secret(s3, path, uri, kms_key=None):
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
     hps = hyperparameters(args)
+    spot_settings(args, "<default bucket>", "<job name>")  # its refusals before any upload
     layout = LAYOUTS[args.layout]
     for group, itype, count in layout:
         print("%-10s %d x %s" % (group, count, itype))
     if args.dry_run:
         print(hps)
+        spot = spot_settings(args, "<default bucket>", args.job_name or "<job name>")
+        if spot:
+            print("spot and checkpoints: %s" % ", ".join(
+                "%s=%s" % (k, spot[k]) for k in sorted(spot)))
         print("channels: train <- %s; %s <- %s (a fresh secret, server-side encrypted); both to "
               "every group" % (args.data, SECRET_CHANNEL,
                                secret_uri(args, "<default bucket>", args.job_name or "<job name>")))
@@ -134,6 +189,7 @@ def main(argv=None):
         bucket, key = upload_secret(s3, write_secret(folder), uri, args.kms_key)
 
     groups = [InstanceGroup(group, itype, count) for group, itype, count in layout]
+    spot = spot_settings(args, session.default_bucket(), job_name)
     estimator = Estimator(
         image_uri=args.image,
         role=args.role,
@@ -142,6 +198,7 @@ def main(argv=None):
         max_run=args.max_run,
         base_job_name=base,
         sagemaker_session=session,
+        **spot,
     )
     # Every group gets both channels: augmenters read their shard on data instances, the trainer
     # reads the test split on the dnn instance; every instance needs the secret.

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """deploy/sagemaker/launch.py keeps the job secret out of the hyperparameters (DescribeTrainingJob
 shows them): no troupe_token, --hp troupe_token refused; the secret is a fresh 32-hex-digit file
-of mode 0600, uploaded with server-side encryption and passed as the troupe-secret channel. Needs
-no SDK: the S3 client is a stand-in.
+of mode 0600, uploaded with server-side encryption and passed as the troupe-secret channel.
+--spot asks for managed spot training with checkpoints: use_spot_instances, max_wait (more than
+max_run), checkpoint_s3_uri per job, checkpoint_local_path, and hetero_train's checkpoint-dir and
+checkpoint-every; a fresh hyperparameter, which would throw the progress away at every restart, is
+refused. Needs no SDK: the S3 client is a stand-in.
 
 usage: launch_check.py LAUNCH_PY
 """
@@ -75,6 +78,50 @@ with contextlib.redirect_stdout(out):
 check("troupe_token" not in out.getvalue(), "the dry run mentions troupe_token")
 check("troupe-secret <- s3://" in out.getvalue(), "the dry run does not show the secret channel")
 check(launch.SECRET_CHANNEL == "troupe-secret", "the channel is not troupe-secret")
+
+# Managed spot training: the Estimator's arguments, and what hetero_train is told.
+def refused(argv, says):
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args = launch.parse_args(BASE + argv)
+            launch.hyperparameters(args)
+            launch.spot_settings(args, "bkt", "job-1")
+        errors.append("%s is accepted" % " ".join(argv))
+    except SystemExit as e:
+        check(says in str(e.code), "%s is refused with %r, not naming %r" % (argv, e.code, says))
+
+
+args = launch.parse_args(BASE + ["--spot", "--max-run", "7200", "--checkpoint-every", "50"])
+spot = launch.spot_settings(args, "bkt", "job-1")
+check(spot == {"use_spot_instances": True, "max_wait": 14400,
+               "checkpoint_s3_uri": "s3://bkt/job-1/checkpoints",
+               "checkpoint_local_path": "/opt/ml/checkpoints"},
+      "--spot gives the Estimator %r" % spot)
+hps = launch.hyperparameters(args)
+check(hps.get("checkpoint-dir") == "/opt/ml/checkpoints" and hps.get("checkpoint-every") == "50",
+      "--spot does not tell hetero_train where and how often to checkpoint: %r" % hps)
+args = launch.parse_args(BASE + ["--spot", "--max-wait", "5000", "--checkpoint-s3", "s3://c/p",
+                                 "--checkpoint-local-path", "/opt/ml/ck"])
+spot = launch.spot_settings(args, "bkt", "job-1")
+check(spot["max_wait"] == 5000 and spot["checkpoint_s3_uri"] == "s3://c/p" and
+      spot["checkpoint_local_path"] == "/opt/ml/ck", "the spot settings given are not used: %r" % spot)
+check(launch.hyperparameters(args).get("checkpoint-dir") == "/opt/ml/ck",
+      "hetero_train is not told of --checkpoint-local-path")
+args = launch.parse_args(BASE)
+check(launch.spot_settings(args, "bkt", "job-1") == {}, "no --spot still sets spot arguments")
+check("checkpoint-dir" not in launch.hyperparameters(args), "no --spot still sets checkpoint-dir")
+args = launch.parse_args(BASE + ["--checkpoint-s3", "s3://c/p"])
+check("use_spot_instances" not in launch.spot_settings(args, "b", "j"),
+      "--checkpoint-s3 alone asks for spot capacity")
+refused(["--spot", "--max-wait", "3600"], "must be more than --max-run 3600")
+refused(["--max-wait", "9000"], "--max-wait needs --spot")
+refused(["--spot", "--hp", "fresh=true"], "start over with a new --checkpoint-s3")
+refused(["--spot", "--checkpoint-s3", "gs://x/y"], "expected s3://")
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    launch.main(BASE + ["--dry-run", "--spot"])
+check("use_spot_instances=True" in out.getvalue() and "max_wait=7200" in out.getvalue(),
+      "the dry run does not show the spot settings: %s" % out.getvalue())
 
 for e in errors:
     print("FAILED:", e)
