@@ -74,15 +74,17 @@ TEST_CASE(
   auto uninterrupted = train_job::checkEverySampleOnce(reference, 3, 12000);
 
   // SageMaker's cycle in one command: a SIGTERM to every instance at a random moment of epoch 2,
-  // then the job again on new instances with the checkpoint folder synced back.
+  // then the job again on new instances with the checkpoint folder synced back. As on SageMaker,
+  // hetero_train finds the folder in its root and the interval in its hyperparameters.
   Folder checkpoints("checkpoints");
   auto report = tempPath("resumed.json");
   auto seed = interruptSeed();
-  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
-                        "dnn_group=1:ml.p3.2xlarge", "--checkpoints", checkpoints.path.string(),
-                        "--interrupt-random-ms", "0:250", "--interrupt-when", "progress: epoch 2/3",
-                        "--interrupt-seed", std::to_string(seed), "--restarts-on-interrupt", "1"},
-                       job({"--checkpoint-every", "25", "--report", report})));
+  Run run(harness::sim(
+      {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+       "--checkpoints", checkpoints.path.string(), "--interrupt-random-ms", "0:250",
+       "--interrupt-when", "progress: epoch 2/3", "--interrupt-seed", std::to_string(seed),
+       "--restarts-on-interrupt", "1", "--hp", "checkpoint_every=25"},
+      job({"--report", report})));
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);
@@ -134,9 +136,24 @@ TEST_CASE(
                          "--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=2000"},
                         train(extra));
   };
-  const std::vector<std::string> settings = {
-      "--epochs",           "2",  "--train-samples", "12000", "--augmenters-per-node", "1",
-      "--checkpoint-every", "20", "--report",        report};
+  // Priced at spot rates from a price file (apps/hetero_train/prices.h).
+  auto prices = tempPath("prices.csv");
+  std::ofstream(prices) << "# test prices\ninstance_type,on_demand_usd_per_hour,spot_usd_per_hour\n"
+                           "ml.c5.xlarge,0.204,0.07\nml.p3.2xlarge,3.825,1.2\n";
+  const std::vector<std::string> settings = {"--epochs",
+                                             "2",
+                                             "--train-samples",
+                                             "12000",
+                                             "--augmenters-per-node",
+                                             "1",
+                                             "--checkpoint-every",
+                                             "20",
+                                             "--report",
+                                             report,
+                                             "--prices",
+                                             prices,
+                                             "--pricing",
+                                             "spot"};
   {
     // The trainer's process SIGKILLs itself in its third write, between the temporary file and
     // the rename: the worst moment to die.
@@ -168,7 +185,10 @@ TEST_CASE(
   // Step 40 of epoch 1, 128 samples a step: the first 5120 came from the killed run.
   CHECK(j["epochs"][0]["from_checkpoint"] == 40 * 128);
   CHECK_FALSE(fs::exists(checkpoints.path / ".checkpoint-0000000060.troupe.tmp"));
+  CHECK(j["pricing"] == "spot");
+  CHECK(j["cluster_price_per_hour_usd"].get<double>() == Approx(2 * 0.07 + 1.2));
   CHECK(run.leftovers().empty());
+  unlink(prices.c_str());
 }
 
 TEST_CASE(

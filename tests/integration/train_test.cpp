@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 
 #include "harness.h"
 #include "train_job.h"
@@ -158,6 +159,22 @@ TEST_CASE("bad settings are refused before any work starts", "[train][bad-input]
     Run run(harness::sim(kCluster, train({"--blur", "4"})));
     REQUIRE(run.wait(30s) == 2);
     CHECK(run.output().find("blurKernel") != std::string::npos);
+  }
+  SECTION("spot pricing without a price file") {
+    Run run(harness::sim(kCluster, train({"--pricing", "spot"})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--pricing spot needs --prices FILE") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("a price file that is not one") {
+    auto prices = tempPath("bad-prices.csv");
+    std::ofstream(prices) << "type,price\nml.c5.xlarge,0.2\n";
+    Run run(harness::sim(kCluster, train({"--prices", prices})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--prices: price file '" + prices +
+                            "' line 1: the header needs instance_type") != std::string::npos);
+    CHECK(run.leftovers().empty());
+    unlink(prices.c_str());
   }
   SECTION("fewer samples than shards") {
     Run run(harness::sim(kCluster, train({"--train-samples", "3"})));
