@@ -13,6 +13,9 @@
 #include "harness.h"
 
 using namespace std::chrono_literals;
+using harness::count;
+using harness::instanceIn;
+using harness::probe;
 using harness::Run;
 
 namespace {
@@ -20,21 +23,9 @@ namespace {
 const std::vector<std::string> kThree = {"--group", "data_group=2:ml.c5.xlarge", "--group",
                                          "dnn_group=1:ml.p3.2xlarge"};
 
-std::vector<std::string> probe(const std::string& scenario) {
-  return {harness::probeApp(), "--scenario", scenario};
-}
-
 std::vector<std::string> with(std::vector<std::string> a, std::vector<std::string> b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-harness::Instance instanceIn(const Run& run, const std::string& group) {
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == group) return i;
-  }
-  FAIL("no instance in group " << group);
-  return {};
 }
 
 // Every instance but the head exited HEAD_LOST.
@@ -43,23 +34,6 @@ void checkWorkersLostHead(const Run& run, const std::string& headHost) {
     if (host == headHost) continue;
     CHECK(run.exitLine(host).find("exited with 3 (HEAD_LOST)") != std::string::npos);
   }
-}
-
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
-int connectTo(const std::string& address) {
-  auto colon = address.rfind(':');
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(std::stoi(address.substr(colon + 1)));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  return fd;
 }
 
 }  // namespace
@@ -276,12 +250,14 @@ TEST_CASE("stray connections, garbage and oversized messages do not disturb the 
   REQUIRE_OUTPUT(run, "READY", 30s);
   std::vector<int> fds;
   for (auto& [host, i] : run.instances()) {
-    fds.push_back(connectTo(i.address));  // connects and says nothing
-    int garbage = connectTo(i.address);
+    int idle = harness::connectTo(i.address);  // connects and says nothing
+    int garbage = harness::connectTo(i.address);
+    int huge = harness::connectTo(i.address);
+    REQUIRE((idle >= 0 && garbage >= 0 && huge >= 0));
+    fds.push_back(idle);
     const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xfe\xfd";
     CHECK(write(garbage, junk, sizeof(junk)) == sizeof(junk));
     fds.push_back(garbage);
-    int huge = connectTo(i.address);
     uint32_t frame[2] = {0, 0x10000000};  // one segment of 2 GiB: over the message limit
     CHECK(write(huge, frame, sizeof(frame)) == sizeof(frame));
     fds.push_back(huge);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 extern char** environ;
@@ -47,6 +48,23 @@ int connectTo(const std::string& address) {
     return -1;
   }
   return fd;
+}
+
+std::vector<std::string> probe(const std::string& scenario) {
+  return {probeApp(), "--scenario", scenario};
+}
+
+Instance instanceIn(const Run& run, const std::string& group) {
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == group) return i;
+  }
+  throw std::logic_error("no instance in group " + group + "; output:\n" + run.output());
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app) {

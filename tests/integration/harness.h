@@ -59,6 +59,13 @@ bool processExists(pid_t pid);
 int connectTo(const std::string& address);
 // A TCP connection to "ip:port" (a node's port), or -1.
 
+std::vector<std::string> probe(const std::string& scenario);
+// argv of the probe app running `scenario` (tests/integration/probe_app.cpp).
+Instance instanceIn(const Run& run, const std::string& group);
+// The first instance of `group` the simulator reported; throws std::logic_error if none.
+size_t count(const std::string& text, const std::string& needle);
+// How often `needle` occurs in `text`.
+
 }  // namespace harness
 
 // REQUIRE that `run` prints `text` within `timeout`; on failure the message carries the output so

@@ -21,16 +21,15 @@
 #include "harness.h"
 
 using namespace std::chrono_literals;
+using harness::count;
+using harness::instanceIn;
+using harness::probe;
 using harness::Run;
 
 namespace {
 
 const std::vector<std::string> kTwo = {"--group", "data_group=1:ml.c5.xlarge", "--group",
                                        "dnn_group=1:ml.p3.2xlarge"};
-
-std::vector<std::string> probe(const std::string& scenario) {
-  return {harness::probeApp(), "--scenario", scenario};
-}
 
 // `--env` arguments that give every instance of kTwo the variable.
 std::vector<std::string> everywhere(std::vector<std::string> simArgs, const std::string& kv) {
@@ -41,24 +40,10 @@ std::vector<std::string> everywhere(std::vector<std::string> simArgs, const std:
   return simArgs;
 }
 
-harness::Instance instanceIn(const Run& run, const std::string& group) {
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == group) return i;
-  }
-  FAIL("no instance in group " << group);
-  return {};
-}
-
 int dial(const std::string& address) {
   int fd = harness::connectTo(address);
   REQUIRE(fd >= 0);
   return fd;
-}
-
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
 }
 
 // Whether the peer closed `fd` within `timeout` (EOF or a reset), reading and dropping anything
