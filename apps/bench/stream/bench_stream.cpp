@@ -1,0 +1,532 @@
+// bench_stream: how fast batches move from a producer to a consumer in another process, the way
+// hetero_train's augmenters feed its trainer, beside what the machine's loopback allows.
+//
+// For each batch size (default 64 KiB, 1 MiB, 4 MiB and 25.7 MB, the seeds' 8192 x 784 float32
+// batch) each mode streams about --mib MiB and reports MB/s, batches/s and the CPU each side spends
+// per MB (user + system). Modes, all in one run:
+//   raw_tcp          one writer thread, one reader thread, a loopback TCP connection with 4 MiB
+//                    socket buffers: the bound for anything over TCP here;
+//   capnp            a Cap'n Proto `push(batch) -> stream` over a plain TwoPartyVatNetwork, the
+//                    two ends on their own threads and event loops;
+//   capnp_tls        the same under troupe's transport stack: CoalescingStream over TLS 1.3
+//                    (troupe::JobTls) on both ends;
+//   troupe_insecure  troupe's real path: under `troupe sim`, a Consumer actor on one node calls a
+//                    Producer actor on the other directly, hands it a sink and grants a credit per
+//                    batch it has read; the producer pushes at most --credits batches ahead (the
+//                    shape of Augmenter.produce / grant); both nodes run with --insecure;
+//   troupe           the same with TLS, troupe's default.
+// The troupe modes' nodes are this binary (`--troupe-node`); the driver prints its figures on one
+// line, which this process parses. Every child is reaped: troupe::ChildProcess kills `troupe sim`
+// if this process ends first, and the simulator cascades to its nodes.
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <capnp/message.h>
+#include <capnp/rpc-twoparty.h>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <kj/async-io.h>
+#include <kj/debug.h>
+#include <limits.h>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coalescing_stream.h"
+#include "secure.h"
+#include "stream.capnp.h"
+#include "troupe/process.h"
+#include "troupe/troupe.h"
+
+namespace troupe::bench {
+namespace {
+
+constexpr char kNodeFlag[] = "--troupe-node";
+constexpr char kFiguresMarker[] = "bench_stream figures: ";
+constexpr uint64_t kSeedsBatch = 8192ull * 784 * 4;  // 25,690,112 bytes
+
+struct Options {
+  std::vector<uint64_t> sizes = {64 << 10, 1 << 20, 4 << 20, kSeedsBatch};
+  uint64_t mib = 512;    // streamed per size and mode
+  uint32_t credits = 4;  // hetero_train's --prefetch default
+  bool json = false;
+  std::string troupeBinary = TROUPE_BINARY;
+
+  uint32_t batchesFor(uint64_t size) const {
+    return static_cast<uint32_t>(std::max<uint64_t>(4, (mib << 20) / size));
+  }
+};
+
+nlohmann::json toJson(const Options& o) {
+  return {{"sizes", o.sizes}, {"mib", o.mib}, {"credits", o.credits}};
+}
+Options fromJson(const nlohmann::json& j) {
+  Options o;
+  o.sizes = j.at("sizes").get<std::vector<uint64_t>>();
+  o.mib = j.at("mib").get<uint64_t>();
+  o.credits = j.at("credits").get<uint32_t>();
+  return o;
+}
+
+struct Result {
+  std::string mode;
+  uint64_t batchBytes = 0, batches = 0;
+  double seconds = 0, producerCpu = 0, consumerCpu = 0;
+
+  double mbPerSecond() const { return batches * batchBytes / 1e6 / seconds; }
+  double cpuUsPerMb(double cpu) const { return cpu * 1e6 / (batches * batchBytes / 1e6); }
+};
+
+double cpuSeconds(int who) {
+  struct rusage u;
+  getrusage(who, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Reads every 64th byte, as a consumer that uses the batch would touch each cache line.
+uint64_t touch(kj::ArrayPtr<const kj::byte> data) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < data.size(); i += 64) sum += data[i];
+  return sum;
+}
+
+// =============================================================================================
+// raw_tcp
+
+Result rawTcp(uint64_t size, uint32_t batches) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  KJ_SYSCALL(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+  socklen_t len = sizeof(addr);
+  KJ_SYSCALL(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len));
+  KJ_SYSCALL(listen(listener, 1));
+  int big = 4 << 20;
+  uint64_t total = size * batches;
+  Result r{"raw_tcp", size, batches};
+  double start = 0;
+  std::thread reader([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    double cpu0 = cpuSeconds(RUSAGE_THREAD);
+    std::vector<kj::byte> buffer(1 << 20);
+    uint64_t got = 0, sum = 0;
+    while (got < total) {
+      ssize_t n = read(fd, buffer.data(), buffer.size());
+      if (n <= 0) break;
+      sum += touch(kj::arrayPtr(buffer.data(), n));
+      got += n;
+    }
+    r.seconds = now() - start;
+    r.consumerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
+    KJ_ASSERT(got == total, "raw TCP lost bytes", got, total, sum);
+    close(fd);
+  });
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  KJ_SYSCALL(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+  std::vector<kj::byte> batch(size, 'x');
+  start = now();
+  double cpu0 = cpuSeconds(RUSAGE_THREAD);
+  for (uint32_t b = 0; b < batches; ++b) {
+    for (size_t off = 0; off < size;) {
+      ssize_t n = write(fd, batch.data() + off, size - off);
+      KJ_ASSERT(n > 0, "raw TCP write failed", strerror(errno));
+      off += n;
+    }
+  }
+  r.producerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
+  reader.join();
+  close(fd);
+  close(listener);
+  return r;
+}
+
+// =============================================================================================
+// capnp, capnp_tls
+
+class SinkServer final : public Sink::Server {
+  // Counts and touches what arrives; `onBatch` runs after each batch (a credit, for the troupe
+  // modes); `whenAll` resolves once `expected` batches arrived.
+ public:
+  explicit SinkServer(
+      uint64_t expected, kj::Function<void()> onBatch = [] {})
+      : expected_(expected), onBatch_(kj::mv(onBatch)) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    all_ = paf.promise.fork();
+    fulfiller_ = kj::mv(paf.fulfiller);
+  }
+  kj::Promise<void> whenAll() { return all_.addBranch(); }
+
+  kj::Promise<void> push(PushContext context) override {
+    auto batch = context.getParams().getBatch();
+    checksum_ += touch(batch);
+    bytes_ += batch.size();
+    ++batches_;
+    onBatch_();
+    if (batches_ == expected_) fulfiller_->fulfill();
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> done(DoneContext context) override {
+    auto r = context.getResults();
+    r.setBatches(batches_);
+    r.setBytes(bytes_);
+    r.setChecksum(checksum_);
+    return kj::READY_NOW;
+  }
+
+ private:
+  uint64_t expected_, batches_ = 0, bytes_ = 0, checksum_ = 0;
+  kj::Function<void()> onBatch_;
+  kj::ForkedPromise<void> all_ = nullptr;
+  kj::Own<kj::PromiseFulfiller<void>> fulfiller_;
+};
+
+// Pushes `batches` batches of `size` bytes into `sink`, one after the other as flow control
+// allows; each batch is filled from `pattern` into the message (one copy, as a producer builds it).
+kj::Promise<void> pushAll(Sink::Client sink, kj::ArrayPtr<const kj::byte> pattern, uint32_t left,
+                          kj::Function<kj::Promise<void>()>& mayPush) {
+  if (left == 0) return kj::READY_NOW;
+  return mayPush().then([sink, pattern, left, &mayPush]() mutable {
+    auto request = sink.pushRequest();
+    memcpy(request.initBatch(pattern.size()).begin(), pattern.begin(), pattern.size());
+    return request.send().then([sink, pattern, left, &mayPush]() mutable {
+      return pushAll(kj::mv(sink), pattern, left - 1, mayPush);
+    });
+  });
+}
+
+kj::Own<kj::AsyncIoStream> transport(kj::Own<kj::AsyncIoStream> socket, bool tls, bool server,
+                                     kj::WaitScope& waitScope) {
+  if (!tls) return socket;
+  // Both threads derive the key pair from the same secret, as a job's nodes do.
+  static JobTls jobTls("bench_stream: the secret both ends derive their TLS key pair from");
+  auto secure = server ? jobTls.wrapServer(kj::mv(socket)) : jobTls.wrapClient(kj::mv(socket));
+  return kj::heap<CoalescingStream>(secure.wait(waitScope));
+}
+
+Result capnpStream(uint64_t size, uint32_t batches, bool tls) {
+  Result r{tls ? "capnp_tls" : "capnp", size, batches};
+  capnp::ReaderOptions reader;
+  reader.traversalLimitInWords = (size + (1 << 20)) / 8 + (1 << 20);
+  std::promise<int> port;
+  std::thread server([&]() {
+    auto io = kj::setupAsyncIo();
+    auto listener =
+        io.provider->getNetwork().parseAddress("127.0.0.1", 0).wait(io.waitScope)->listen();
+    port.set_value(listener->getPort());
+    auto stream = transport(listener->accept().wait(io.waitScope), tls, true, io.waitScope);
+    auto sink = kj::heap<SinkServer>(batches);
+    auto& counted = *sink;
+    capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::SERVER, reader);
+    auto rpc = capnp::makeRpcServer(network, kj::mv(sink));
+    double cpu0 = cpuSeconds(RUSAGE_THREAD);
+    counted.whenAll().wait(io.waitScope);
+    r.consumerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
+    network.onDisconnect().wait(io.waitScope);
+  });
+  {
+    auto io = kj::setupAsyncIo();
+    auto address = io.provider->getNetwork()
+                       .parseAddress("127.0.0.1", port.get_future().get())
+                       .wait(io.waitScope);
+    auto stream = transport(address->connect().wait(io.waitScope), tls, false, io.waitScope);
+    capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::CLIENT, reader);
+    auto rpc = capnp::makeRpcClient(network);
+    capnp::MallocMessageBuilder vat;
+    auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
+    id.setSide(capnp::rpc::twoparty::Side::SERVER);
+    auto sink = rpc.bootstrap(id).castAs<Sink>();
+    std::vector<kj::byte> pattern(size, 'x');
+    kj::Function<kj::Promise<void>()> always = [] { return kj::Promise<void>(kj::READY_NOW); };
+    double start = now();
+    double cpu0 = cpuSeconds(RUSAGE_THREAD);
+    pushAll(sink, kj::arrayPtr(pattern.data(), size), batches, always).wait(io.waitScope);
+    auto done = sink.doneRequest().send().wait(io.waitScope);
+    r.seconds = now() - start;
+    r.producerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
+    KJ_ASSERT(done.getBatches() == batches && done.getBytes() == size * batches,
+              "the sink did not get every batch", done.getBatches(), done.getBytes());
+  }
+  server.join();
+  return r;
+}
+
+// =============================================================================================
+// troupe, troupe_insecure: the actors, the driver, and running them under `troupe sim`
+
+class ProducerActor final : public ActorBase<Producer> {
+ public:
+  using ActorBase::ActorBase;
+
+  kj::Promise<void> produce(ProduceContext context) override {
+    auto p = context.getParams();
+    credits_ = p.getCredits();
+    pattern_ = std::vector<kj::byte>(p.getBatchBytes(), 'x');
+    mayPush_ = [this]() -> kj::Promise<void> {
+      if (credits_ > 0) {
+        --credits_;
+        return kj::READY_NOW;
+      }
+      auto paf = kj::newPromiseAndFulfiller<void>();
+      waiting_ = kj::mv(paf.fulfiller);
+      return paf.promise.then([this]() { --credits_; });
+    };
+    double cpu0 = cpuSeconds(RUSAGE_SELF);
+    return pushAll(p.getSink(), kj::arrayPtr(pattern_.data(), pattern_.size()), p.getBatches(),
+                   mayPush_)
+        .then([context, cpu0]() mutable {
+          context.getResults().setCpuSeconds(cpuSeconds(RUSAGE_SELF) - cpu0);
+        });
+  }
+
+  kj::Promise<void> grant(GrantContext context) override {
+    credits_ += context.getParams().getCredits();
+    KJ_IF_MAYBE(w, waiting_) {
+      auto fulfiller = kj::mv(*w);
+      waiting_ = nullptr;
+      fulfiller->fulfill();
+    }
+    return kj::READY_NOW;
+  }
+
+ private:
+  uint32_t credits_ = 0;
+  std::vector<kj::byte> pattern_;
+  kj::Function<kj::Promise<void>()> mayPush_;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiting_;
+};
+
+class ConsumerActor final : public ActorBase<Consumer> {
+ public:
+  using ActorBase::ActorBase;
+
+  kj::Promise<void> pull(PullContext context) override {
+    auto p = context.getParams();
+    auto producer = this->context().resolve<Producer>(ActorAddress::fromProto(p.getProducer()));
+    uint32_t batches = p.getBatches();
+    uint64_t size = p.getBatchBytes();
+    auto sink = kj::heap<SinkServer>(batches, [producer]() mutable {
+      auto grant = producer.grantRequest();
+      grant.setCredits(1);
+      grant.send().detach([](kj::Exception&&) {});
+    });
+    auto arrived = sink->whenAll();
+    auto request = producer.produceRequest();
+    request.setSink(kj::mv(sink));
+    request.setBatches(batches);
+    request.setBatchBytes(size);
+    request.setCredits(p.getCredits());
+    double start = now(), cpu0 = cpuSeconds(RUSAGE_SELF);
+    auto produced = request.send();
+    return arrived.then([produced = kj::mv(produced)]() mutable { return kj::mv(produced); })
+        .then([context, start, cpu0, batches, size](auto response) mutable {
+          auto f = context.getResults().initFigures();
+          f.setSeconds(now() - start);
+          f.setConsumerCpuSeconds(cpuSeconds(RUSAGE_SELF) - cpu0);
+          f.setProducerCpuSeconds(response.getCpuSeconds());
+          f.setBatches(batches);
+          f.setBytes(batches * size);
+        });
+  }
+};
+
+kj::Promise<void> measureSizes(Driver& job, Ref<Producer> producer, Ref<Consumer> consumer,
+                               std::shared_ptr<Options> options, size_t index,
+                               std::shared_ptr<nlohmann::json> out) {
+  if (index == options->sizes.size()) {
+    printf("%s%s\n", kFiguresMarker, out->dump().c_str());
+    fflush(stdout);
+    return kj::READY_NOW;
+  }
+  uint64_t size = options->sizes[index];
+  auto pull = consumer.pullRequest();
+  producer.address().toProto(pull.initProducer());
+  pull.setBatches(options->batchesFor(size));
+  pull.setBatchBytes(size);
+  pull.setCredits(options->credits);
+  return pull.send().then([=, &job](auto response) mutable {
+    auto f = response.getFigures();
+    out->push_back({{"batch_bytes", size},
+                    {"batches", f.getBatches()},
+                    {"seconds", f.getSeconds()},
+                    {"producer_cpu", f.getProducerCpuSeconds()},
+                    {"consumer_cpu", f.getConsumerCpuSeconds()}});
+    return measureSizes(job, producer, consumer, options, index + 1, out);
+  });
+}
+
+kj::Promise<void> drive(Driver& job) {
+  auto& args = job.args();
+  auto flag = std::find(args.begin(), args.end(), kNodeFlag);
+  KJ_REQUIRE(flag != args.end() && flag + 1 != args.end(), "no options after --troupe-node");
+  auto options = std::make_shared<Options>(fromJson(nlohmann::json::parse(*(flag + 1))));
+  auto producer = job.spawn<Producer>("bench.Producer", Placement::group("a"));
+  auto consumer = job.spawn<Consumer>("bench.Consumer", Placement::group("b"));
+  return measureSizes(job, producer, consumer, options, 0,
+                      std::make_shared<nlohmann::json>(nlohmann::json::array()));
+}
+
+std::string selfPath() {
+  char path[PATH_MAX];
+  ssize_t n;
+  KJ_SYSCALL(n = readlink("/proc/self/exe", path, sizeof(path) - 1));
+  return std::string(path, n);
+}
+
+std::vector<Result> runTroupe(const Options& options, bool insecure) {
+  KJ_REQUIRE(
+      access(options.troupeBinary.c_str(), X_OK) == 0,
+      "the troupe modes need the troupe binary (build the `troupe` target, or pass --troupe)",
+      options.troupeBinary);
+  EventLoop loop(1);
+  ChildProcess::Options child;
+  child.args = {options.troupeBinary, "sim"};
+  if (insecure) {  // --env first: it takes every value up to the next flag
+    for (auto env : {"a:TROUPE_INSECURE=1", "b:TROUPE_INSECURE=1"}) {
+      child.args.push_back("--env");
+      child.args.push_back(env);
+    }
+  }
+  // The largest batch must fit in a message, with room for the call around it.
+  uint64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
+  auto maxMessage = std::to_string(std::max<uint64_t>(64ull << 20, largest + (1 << 20)));
+  for (auto arg : {"--group", "a=1", "--group", "b=1", "--head-group", "a"}) {
+    child.args.push_back(arg);
+  }
+  for (auto& arg :
+       {selfPath(), std::string(kNodeFlag), toJson(options).dump(), std::string("--log-level"),
+        std::string("warn"), std::string("--max-message-bytes"), maxMessage}) {
+    child.args.push_back(arg);
+  }
+  std::string figures, output;
+  child.onLine = [&](kj::StringPtr line, bool) {
+    std::string text = line.cStr();
+    auto at = text.find(kFiguresMarker);
+    if (at != std::string::npos) figures = text.substr(at + strlen(kFiguresMarker));
+    output += text + "\n";
+  };
+  ChildProcess sim(loop, kj::mv(child));
+  auto exit = sim.onExit().wait(loop.waitScope());
+  KJ_REQUIRE(exit.status == 0 && exit.signal == 0 && !figures.empty(), "the troupe cluster failed",
+             exit.status, exit.signal, output);
+  std::vector<Result> results;
+  for (auto& f : nlohmann::json::parse(figures)) {
+    Result r{insecure ? "troupe_insecure" : "troupe", f.at("batch_bytes").get<uint64_t>(),
+             f.at("batches").get<uint64_t>()};
+    r.seconds = f.at("seconds").get<double>();
+    r.producerCpu = f.at("producer_cpu").get<double>();
+    r.consumerCpu = f.at("consumer_cpu").get<double>();
+    results.push_back(r);
+  }
+  return results;
+}
+
+int runTroupeNode(int argc, char** argv) {
+  Registry types;
+  types.add<ProducerActor>("bench.Producer");
+  types.add<ConsumerActor>("bench.Consumer");
+  return troupe::run(argc, argv, types, drive);
+}
+
+// =============================================================================================
+// Output
+
+void printTable(const std::vector<Result>& results, const Options& options) {
+  printf("bench_stream: about %llu MiB per batch size and mode, %u credits\n\n",
+         static_cast<unsigned long long>(options.mib), options.credits);
+  printf("%12s  %-16s %10s %10s %9s %14s %14s\n", "batch bytes", "mode", "MB/s", "batches/s",
+         "x raw TCP", "producer us/MB", "consumer us/MB");
+  for (auto& r : results) {
+    double base = 0;
+    for (auto& b : results) {
+      if (b.mode == "raw_tcp" && b.batchBytes == r.batchBytes) base = b.mbPerSecond();
+    }
+    printf("%12llu  %-16s %10.0f %10.1f %9.2f %14.0f %14.0f\n",
+           static_cast<unsigned long long>(r.batchBytes), r.mode.c_str(), r.mbPerSecond(),
+           r.batches / r.seconds, base > 0 ? r.mbPerSecond() / base : 0.0,
+           r.cpuUsPerMb(r.producerCpu), r.cpuUsPerMb(r.consumerCpu));
+  }
+  printf(
+      "\nus/MB: CPU time (user + system) per MB streamed: the thread of each end for raw_tcp and "
+      "capnp*, the\nwhole node process of each actor for troupe*. MB = 10^6 bytes.\n");
+}
+
+void printJson(const std::vector<Result>& results, const Options& options) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto& r : results) {
+    rows.push_back({{"mode", r.mode},
+                    {"batch_bytes", r.batchBytes},
+                    {"batches", r.batches},
+                    {"seconds", r.seconds},
+                    {"mb_per_second", r.mbPerSecond()},
+                    {"batches_per_second", r.batches / r.seconds},
+                    {"producer_cpu_us_per_mb", r.cpuUsPerMb(r.producerCpu)},
+                    {"consumer_cpu_us_per_mb", r.cpuUsPerMb(r.consumerCpu)}});
+  }
+  nlohmann::json out = {
+      {"bench", "stream"}, {"mib", options.mib}, {"credits", options.credits}, {"results", rows}};
+  printf("%s\n", out.dump().c_str());
+}
+
+}  // namespace
+}  // namespace troupe::bench
+
+int main(int argc, char** argv) {
+  using namespace troupe::bench;
+  if (argc > 1 && strcmp(argv[1], kNodeFlag) == 0) return runTroupeNode(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  Options options;
+  std::vector<std::string> modes = {"raw_tcp", "capnp", "capnp_tls", "troupe_insecure", "troupe"};
+  std::vector<std::string> all = modes;
+  CLI::App app{"Batches streamed between two processes: raw TCP, Cap'n Proto, troupe actors"};
+  app.add_flag("--json", options.json, "print one JSON object instead of a table");
+  app.add_option("--sizes", options.sizes, "batch sizes in bytes")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  app.add_option("--mib", options.mib, "MiB streamed per batch size and mode")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--credits", options.credits, "batches a troupe producer may push ahead")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--modes", modes, "modes to run; default all")->check(CLI::IsMember(all));
+  app.add_option("--troupe", options.troupeBinary, "the troupe binary, for `troupe sim`");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::vector<Result> results;
+    auto wanted = [&](const char* m) { return std::count(modes.begin(), modes.end(), m) > 0; };
+    for (auto size : options.sizes) {
+      uint32_t batches = options.batchesFor(size);
+      if (wanted("raw_tcp")) results.push_back(rawTcp(size, batches));
+      if (wanted("capnp")) results.push_back(capnpStream(size, batches, false));
+      if (wanted("capnp_tls")) results.push_back(capnpStream(size, batches, true));
+    }
+    for (bool insecure : {true, false}) {
+      if (!wanted(insecure ? "troupe_insecure" : "troupe")) continue;
+      for (auto& r : runTroupe(options, insecure)) results.push_back(r);
+    }
+    std::stable_sort(results.begin(), results.end(),
+                     [](const Result& a, const Result& b) { return a.batchBytes < b.batchBytes; });
+    if (options.json) {
+      printJson(results, options);
+    } else {
+      printTable(results, options);
+    }
+    return 0;
+  } catch (const kj::Exception& e) {
+    fprintf(stderr, "bench_stream: %s\n", kj::str(e).cStr());
+    return 1;
+  }
+}
