@@ -127,8 +127,10 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
   std::string positions;
   for (auto a : s.acked) positions += (positions.empty() ? "" : " ") + std::to_string(a);
   std::string done;
-  if (!history_.empty()) {
-    done = fmt::format("; epochs 1-{} were done (last test accuracy {:.4f})", history_.size(),
+  if (history_.size() == 1) {
+    done = fmt::format("; epoch 1 was done (test accuracy {:.4f})", history_.back().accuracy);
+  } else if (!history_.empty()) {
+    done = fmt::format("; epochs 1-{} were done (test accuracy {:.4f})", history_.size(),
                        history_.back().accuracy);
   }
   spdlog::info(

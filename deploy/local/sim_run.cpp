@@ -141,6 +141,123 @@ void writeRoot(const Instance& in, const JobSpec& spec, const json& allHosts,
     fs::create_directory_symlink(spec.checkpoints, root / "checkpoints");
 }
 
+// An instance's environment: this process's, but troupe's own variables, plus the root, the host
+// map, the CPU set, the secret's path and the --env variables for it.
+std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
+                                     const fs::path& hostMap, bool netns) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (strncmp(*e, "TROUPE_", 7) != 0) env.push_back(*e);
+  }
+  // The root alone, as on SageMaker: the node finds resourceconfig.json in it.
+  env.push_back("TROUPE_SM_ROOT=" + in.root);
+  if (!netns) env.push_back("TROUPE_HOST_MAP=" + hostMap.string());
+  if (!in.cpus.empty()) env.push_back("TROUPE_CPUS=" + in.cpus);
+  // The secret's path, never the secret: a process's environment is readable in /proc.
+  env.push_back("TROUPE_TOKEN_FILE=" + spec.tokenFile);
+  env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");
+  env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
+  if (!spec.headGroup.empty()) env.push_back("TROUPE_HEAD_GROUP=" + spec.headGroup);
+  for (auto& e : spec.envArgs) {
+    auto colon = e.find(':');
+    auto who = e.substr(0, colon);
+    if (who != in.host && who != in.group) continue;
+    // Replace a variable set above rather than add a second one (getenv finds the first).
+    auto kv = e.substr(colon + 1);
+    auto key = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(env, [&](const std::string& v) { return v.rfind(key, 0) == 0; });
+    // A secret of its own (a wrong-secret test) replaces the job's, in either form.
+    if (key == "TROUPE_TOKEN=" || key == "TROUPE_TOKEN_FILE=") {
+      std::erase_if(env, [](const std::string& v) {
+        return v.rfind("TROUPE_TOKEN=", 0) == 0 || v.rfind("TROUPE_TOKEN_FILE=", 0) == 0;
+      });
+    }
+    env.push_back(kv);
+  }
+  return env;
+}
+
+// Run `dir`'s instances: host names dealt in a shuffled order across groups, like SageMaker's
+// algo-N (a run started again is dealt afresh, as new capacity is), an address each (a loopback
+// port, or with --netns the instance's own), CPU sets, the host map and every root.
+std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::path& dir,
+                             std::optional<NetnsLab>& lab) {
+  std::vector<std::pair<std::string, std::string>> slots;  // group, type
+  for (auto& g : spec.groups) {
+    for (unsigned i = 0; i < g.count; ++i) slots.emplace_back(g.name, g.instanceType);
+  }
+  std::shuffle(slots.begin(), slots.end(), rng);
+
+  std::vector<Instance> instances;
+  json hostMap = json::object();
+  json allHosts = json::array();
+  json instanceGroups = json::array();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Instance in;
+    in.host = "algo-" + std::to_string(i + 1);
+    in.group = slots[i].first;
+    in.instanceType = slots[i].second;
+    // With --netns every instance is reached by its name, on its own eth0 address.
+    in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(freePort());
+    in.root = (dir / in.host).string();
+    hostMap[in.host] = in.address;
+    allHosts.push_back(in.host);
+    instances.push_back(kj::mv(in));
+  }
+  if (lab) lab->writeHostsFiles();
+  assignCpus(instances, spec.cpuArgs, spec.pin);
+  for (auto& g : spec.groups) {
+    json hosts = json::array();
+    for (auto& in : instances) {
+      if (in.group == g.name) hosts.push_back(in.host);
+    }
+    instanceGroups.push_back(
+        {{"instance_group_name", g.name}, {"instance_type", g.instanceType}, {"hosts", hosts}});
+  }
+  std::ofstream(dir / "hosts.json") << hostMap.dump(2) << "\n";
+  for (auto& in : instances) writeRoot(in, spec, allHosts, instanceGroups, lab.has_value());
+  return instances;
+}
+
+bool isHead(const Instance& in) {
+  std::ifstream role(in.root + "/role");
+  std::string word;
+  role >> word;
+  return word == "head";
+}
+
+// The job's outcome is the head's status; without a head (it never decided its role), the first
+// failure. Prints a line per instance that did not exit 0.
+int jobStatus(const std::vector<Instance>& instances) {
+  int status = 0;
+  bool headSeen = false;
+  for (auto& in : instances) {
+    auto e = KJ_ASSERT_NONNULL(in.exit);
+    int code = e.signal ? 128 + e.signal : static_cast<int>(e.status);
+    if (code != 0) {
+      fprintf(stderr, "troupe sim: %s (%s) exited with %d (%s)\n", in.host.c_str(),
+              in.group.c_str(), code, e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
+    }
+    if (isHead(in)) {
+      headSeen = true;
+      status = code;
+    } else if (!headSeen && status == 0) {
+      status = code;
+    }
+  }
+  bool allZero = true;
+  for (auto& in : instances) {
+    auto e = KJ_ASSERT_NONNULL(in.exit);
+    allZero = allZero && !e.signal && e.status == 0;
+  }
+  if (headSeen && status == 0 && !allZero) {
+    printf("troupe sim: the job succeeded; the instances above were lost on the way\n");
+  }
+  if (allZero) printf("troupe sim: all %zu instances exited 0\n", instances.size());
+  fflush(stdout);
+  return status;
+}
+
 }  // namespace
 
 GroupArg parseGroup(const std::string& text) {
@@ -191,53 +308,14 @@ Runs::Runs(troupe::EventLoop& loop, JobSpec spec, fs::path dir, unsigned seed)
 RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) {
   auto dir = number == 1 ? dir_ : dir_ / ("run-" + std::to_string(number));
   fs::create_directories(dir);
-  // Deal host names in a shuffled order across groups, like SageMaker's algo-N; a run started
-  // again is dealt afresh, as new capacity is.
-  std::vector<std::pair<std::string, std::string>> slots;  // group, type
-  for (auto& g : spec_.groups) {
-    for (unsigned i = 0; i < g.count; ++i) slots.emplace_back(g.name, g.instanceType);
-  }
-  std::shuffle(slots.begin(), slots.end(), rng_);
-
-  std::vector<Instance> instances;
-  json hostMap = json::object();
-  json allHosts = json::array();
-  json instanceGroups = json::array();
   std::optional<NetnsLab> lab;
   if (spec_.netns) {
     NetnsLab::removeStale();
     lab.emplace(getpid());
   }
-  for (size_t i = 0; i < slots.size(); ++i) {
-    Instance in;
-    in.host = "algo-" + std::to_string(i + 1);
-    in.group = slots[i].first;
-    in.instanceType = slots[i].second;
-    // With --netns every instance is reached by its name, on its own eth0 address.
-    in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(freePort());
-    in.root = (dir / in.host).string();
-    hostMap[in.host] = in.address;
-    allHosts.push_back(in.host);
-    instances.push_back(kj::mv(in));
-  }
-  if (lab) lab->writeHostsFiles();
-  assignCpus(instances, spec_.cpuArgs, spec_.pin);
-  for (auto& g : spec_.groups) {
-    json hosts = json::array();
-    for (auto& in : instances) {
-      if (in.group == g.name) hosts.push_back(in.host);
-    }
-    instanceGroups.push_back(
-        {{"instance_group_name", g.name}, {"instance_type", g.instanceType}, {"hosts", hosts}});
-  }
+  auto instances = layOut(spec_, rng_, dir, lab);
   auto hostMapPath = dir / "hosts.json";
-  std::ofstream(hostMapPath) << hostMap.dump(2) << "\n";
-  for (auto& in : instances) writeRoot(in, spec_, allHosts, instanceGroups, lab.has_value());
 
-  std::vector<std::string> baseEnv;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (strncmp(*e, "TROUPE_", 7) != 0) baseEnv.push_back(*e);
-  }
   struct Quiet : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&&) override {}
   } quiet;
@@ -283,32 +361,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       auto prefix = lab->execPrefix(in.host);
       opts.args.insert(opts.args.begin(), prefix.begin(), prefix.end());
     }
-    opts.env = baseEnv;
-    // The root alone, as on SageMaker: the node finds resourceconfig.json in it.
-    opts.env.push_back("TROUPE_SM_ROOT=" + in.root);
-    if (!lab) opts.env.push_back("TROUPE_HOST_MAP=" + hostMapPath.string());
-    if (!in.cpus.empty()) opts.env.push_back("TROUPE_CPUS=" + in.cpus);
-    // The secret's path, never the secret: a process's environment is readable in /proc.
-    opts.env.push_back("TROUPE_TOKEN_FILE=" + spec_.tokenFile);
-    opts.env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");
-    opts.env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
-    if (!spec_.headGroup.empty()) opts.env.push_back("TROUPE_HEAD_GROUP=" + spec_.headGroup);
-    for (auto& e : spec_.envArgs) {
-      auto colon = e.find(':');
-      auto who = e.substr(0, colon);
-      if (who != in.host && who != in.group) continue;
-      // Replace a variable set above rather than add a second one (getenv finds the first).
-      auto kv = e.substr(colon + 1);
-      auto key = kv.substr(0, kv.find('=') + 1);
-      std::erase_if(opts.env, [&](const std::string& v) { return v.rfind(key, 0) == 0; });
-      // A secret of its own (a wrong-secret test) replaces the job's, in either form.
-      if (key == "TROUPE_TOKEN=" || key == "TROUPE_TOKEN_FILE=") {
-        std::erase_if(opts.env, [](const std::string& v) {
-          return v.rfind("TROUPE_TOKEN=", 0) == 0 || v.rfind("TROUPE_TOKEN_FILE=", 0) == 0;
-        });
-      }
-      opts.env.push_back(kv);
-    }
+    opts.env = environment(in, spec_, hostMapPath, lab.has_value());
     std::string prefix = "[" + in.host + "] ";
     auto after = interruption ? interruption->after : std::string();
     opts.onLine = [prefix, after, &startClock](kj::StringPtr line, bool err) {
@@ -343,12 +396,6 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   // Wait for every instance. The job runs as long as its head does, whatever happens to the
   // others (a lost data instance is the head's to handle); once the head has exited, the rest get
   // `lingerMs` to follow it.
-  auto isHead = [](const Instance& in) {
-    std::ifstream role(in.root + "/role");
-    std::string word;
-    role >> word;
-    return word == "head";
-  };
   bool lingering = false;
   auto exits = kj::heapArrayBuilder<kj::Promise<void>>(instances.size());
   for (auto& in : instances) {
@@ -382,39 +429,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   onSignal_ = nullptr;
   outcome.signalled = signals > 0;
 
-  // The job's outcome is the head's status; without a head (it never decided its role), the
-  // first failure.
-  bool headSeen = false;
-  for (auto& in : instances) {
-    auto e = KJ_ASSERT_NONNULL(in.exit);
-    int code = e.signal ? 128 + e.signal : static_cast<int>(e.status);
-    if (code != 0) {
-      fprintf(stderr, "troupe sim: %s (%s) exited with %d (%s)\n", in.host.c_str(),
-              in.group.c_str(), code, e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
-    }
-    if (isHead(in)) {
-      headSeen = true;
-      outcome.status = code;
-    } else if (!headSeen && outcome.status == 0) {
-      outcome.status = code;
-    }
-  }
-  if (headSeen && outcome.status == 0) {
-    for (auto& in : instances) {
-      auto e = KJ_ASSERT_NONNULL(in.exit);
-      if (e.signal || e.status != 0) {
-        printf("troupe sim: the job succeeded; the instances above were lost on the way\n");
-        break;
-      }
-    }
-  }
-  bool allZero = true;
-  for (auto& in : instances) {
-    auto e = KJ_ASSERT_NONNULL(in.exit);
-    allZero = allZero && !e.signal && e.status == 0;
-  }
-  if (allZero) printf("troupe sim: all %zu instances exited 0\n", instances.size());
-  fflush(stdout);
+  outcome.status = jobStatus(instances);
   instances.clear();
   lab.reset();  // also on the SIGTERM/SIGINT path, which ends here too
   return outcome;
