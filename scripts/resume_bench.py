@@ -2,23 +2,32 @@
 """What one interruption costs hetero_train, against the checkpoint interval.
 
 For each interval (steps between checkpoints; 0 = only the one written on SIGTERM) this runs the
-job under `troupe sim` three ways, each from an empty checkpoint folder:
+job under `troupe sim` from an empty checkpoint folder, never interrupted and then interrupted
+(each at several moments) and started again (--restarts-on-interrupt 1), two ways:
 
-  plain     never interrupted: the wall time, and what writing the checkpoints cost;
-  sigterm   interrupted as SageMaker reclaims spot capacity (SIGTERM to every instance; the
-            trainer writes a checkpoint before it exits), then started again;
-  sigkill   interrupted without a grace period (SIGKILL; the capacity is simply gone): the work
-            since the last periodic checkpoint is lost.
+  SIGTERM   as SageMaker reclaims spot capacity: the trainer writes a checkpoint as the job
+            ends, so only the stop and the restart are lost;
+  SIGKILL   capacity lost without a grace period (--interrupt-hard): the steps trained since the
+            last periodic checkpoint are lost too and trained again.
 
-Time lost = the interrupted job's wall time (both runs, simulator start to exit) minus the plain
-run's at the same interval. Steps redone = training steps the interrupted run had done (its last
-progress line, every 0.1 s) minus the step it resumed from.
+The time lost to the interruption is measured inside the interrupted job, from the moment the
+simulator printed each line (so another process slowing down a different run does not enter):
 
-    scripts/resume_bench.py --build build [--samples 60000] [--epochs 5] [--intervals 0,20,100,500] \\
-        [--after "progress: epoch 3/"] [--after-ms 500,1000,1500]
+  stop + restart  from the interruption to the resumed trainer's "resumed from checkpoint" (or
+                  "no checkpoint") line: the processes ending, the checkpoint written, the
+                  job started again, cluster formed, dataset loaded, checkpoint read;
+  redone          steps the interrupted run had trained (its last progress line, every 0.1 s, so
+                  within a few steps) minus the step it resumed from, times the uninterrupted
+                  run's mean step time.
 
-The interrupted runs are interrupted at each of --after-ms milliseconds after the first line
-containing --after. Prints a Markdown table (docs/hetero_train.md, "Checkpoints and resume", has a measured one).
+and the cost of the checkpoints themselves from the uninterrupted run's report
+(checkpoint_write_seconds: the time training waited for writes).
+
+    scripts/resume_bench.py --build build [--samples 60000] [--epochs 5] \\
+        [--intervals 0,20,100,500] [--after "progress: epoch 3/"] [--after-ms 500,1000,1500]
+
+Prints a Markdown table (docs/hetero_train.md, "What one interruption costs", has a measured
+one) after a JSON line per interval.
 """
 
 import argparse
@@ -33,9 +42,19 @@ import time
 
 
 def run(cmd):
+    """Runs cmd; returns (wall seconds, exit code, [(seconds since start, line), ...])."""
     start = time.monotonic()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return time.monotonic() - start, p.returncode, p.stdout
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = [(time.monotonic() - start, line) for line in p.stdout]
+    code = p.wait()
+    return time.monotonic() - start, code, lines
+
+
+def first(lines, pattern, after=0.0):
+    for t, line in lines:
+        if t >= after and re.search(pattern, line):
+            return t
+    return None
 
 
 def mean(values):
@@ -57,59 +76,67 @@ def main():
     app = os.path.join(args.build, "apps/hetero_train/hetero_train")
     moments = [int(m) for m in args.after_ms.split(",")]
     work = tempfile.mkdtemp(prefix="troupe-resume-bench-")
-    rows = []
 
-    def job(interval, mode, moment):
-        ck = os.path.join(work, "ck-%d-%s-%d" % (interval, mode, moment))
+    def job(interval, mode, moment=0):
+        ck = os.path.join(work, "ck")
+        shutil.rmtree(ck, ignore_errors=True)
         report = os.path.join(work, "report.json")
-        sim = [troupe, "sim", "--group", "data_group=2:ml.c5.xlarge", "--group",
+        cmd = [troupe, "sim", "--group", "data_group=2:ml.c5.xlarge", "--group",
                "dnn_group=1:ml.p3.2xlarge", "--checkpoints", ck]
         if mode != "plain":
-            sim += ["--interrupt-after-ms", str(moment), "--interrupt-when", args.after,
+            cmd += ["--interrupt-after-ms", str(moment), "--interrupt-when", args.after,
                     "--restarts-on-interrupt", "1"]
         if mode == "sigkill":
-            sim += ["--interrupt-hard"]
-        cmd = sim + ["--", app, "--epochs", str(args.epochs), "--train-samples",
-                     str(args.samples), "--progress-every", "0.1", "--checkpoint-every",
-                     str(interval), "--report", report]
-        seconds, code, out = run(cmd)
+            cmd += ["--interrupt-hard"]
+        cmd += ["--", app, "--epochs", str(args.epochs), "--train-samples", str(args.samples),
+                "--progress-every", "0.1", "--checkpoint-every", str(interval), "--report", report]
+        seconds, code, lines = run(cmd)
         if code != 0:
-            sys.exit("%s failed with %d:\n%s" % (" ".join(cmd), code, out[-3000:]))
-        j = json.load(open(report))
-        shutil.rmtree(ck, ignore_errors=True)
-        # The first run's last progress line: after SIGKILL nothing more comes, after SIGTERM
-        # the checkpoint written on stop holds at least as much.
-        first = out.split("starting the job again")[0]
-        done = [int(x) for x in re.findall(r"progress: epoch \d+/\d+, step (\d+)/", first)]
-        resumed = (j["resumed_from"] or {}).get("step", 0)
-        return seconds, j, max(0, (done[-1] if done else 0) - resumed)
+            sys.exit("%s failed with %d:\n%s" % (" ".join(cmd), code,
+                                                 "".join(l for _, l in lines[-40:])))
+        return seconds, json.load(open(report)), lines
 
+    rows = []
     try:
         for interval in [int(i) for i in args.intervals.split(",")]:
-            seconds, j, _ = job(interval, "plain", 0)
-            row = {"interval": interval, "plain": seconds, "written": j["checkpoints_written"],
-                   "write_s": j["checkpoint_write_seconds"], "step_ms": j["mean_step_ms"]}
+            seconds, j, _ = job(interval, "plain")
+            step_s = j["mean_step_ms"] / 1000
+            row = {"interval": interval, "plain_s": seconds, "step_ms": j["mean_step_ms"],
+                   "written": j["checkpoints_written"], "write_s": j["checkpoint_write_seconds"]}
             for mode in ("sigterm", "sigkill"):
-                lost, redone = [], []
+                row[mode] = []
                 for moment in moments:
-                    s2, _, r = job(interval, mode, moment)
-                    lost.append(s2 - seconds)
-                    redone.append(r)
-                row[mode] = {"lost_s": lost, "redone": redone}
+                    total, r, lines = job(interval, mode, moment)
+                    t_int = first(lines, r"troupe sim: interrupting the job")
+                    t_again = first(lines, r"starting the job again", t_int)
+                    t_resumed = first(lines, r"resumed from checkpoint|no checkpoint in", t_again)
+                    done = [int(s) for t, l in lines if t < t_again
+                            for s in re.findall(r"progress: epoch \d+/\d+, step (\d+)/", l)]
+                    resumed = (r["resumed_from"] or {}).get("step", 0)
+                    redone = max(0, (done[-1] if done else 0) - resumed)
+                    row[mode].append({"stop_s": t_again - t_int, "restart_s": t_resumed - t_again,
+                                      "redone": redone, "redone_s": redone * step_s,
+                                      "wall_s": total, "resumed": resumed})
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("\n| interval (steps) | uninterrupted | checkpoints written | SIGTERM: time lost | "
-          "SIGKILL: time lost | SIGKILL: steps redone |")
-    print("| --- | --- | --- | --- | --- | --- |")
+
+    def lost(runs):
+        return [x["stop_s"] + x["restart_s"] + x["redone_s"] for x in runs]
+
+    print("\n| checkpoint every | uninterrupted run | checkpoint writes | SIGTERM: stop + "
+          "restart | SIGTERM: time lost | SIGKILL: steps redone | SIGKILL: time lost |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         t, k = r["sigterm"], r["sigkill"]
-        print("| %s | %.1f s (%.1f ms/step) | %d, %.2f s | %.1f s (%s) | %.1f s (%s) | %.0f (%s) |" % (
-            r["interval"] or "0 (on SIGTERM only)", r["plain"], r["step_ms"], r["written"],
-            r["write_s"], mean(t["lost_s"]), ", ".join("%.1f" % x for x in t["lost_s"]),
-            mean(k["lost_s"]), ", ".join("%.1f" % x for x in k["lost_s"]), mean(k["redone"]),
-            ", ".join(str(x) for x in k["redone"])))
+        print("| %s | %.1f s, %.1f ms/step | %d, %.2f s | %.1f + %.1f s | %.1f s | %s | %.1f s "
+              "(%s) |" % (
+                  "%d steps" % r["interval"] if r["interval"] else "never (SIGTERM only)",
+                  r["plain_s"], r["step_ms"], r["written"], r["write_s"],
+                  mean([x["stop_s"] for x in t]), mean([x["restart_s"] for x in t]),
+                  mean(lost(t)), ", ".join(str(x["redone"]) for x in k), mean(lost(k)),
+                  ", ".join("%.1f" % x for x in lost(k))))
 
 
 if __name__ == "__main__":
