@@ -2,7 +2,9 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
@@ -19,7 +21,6 @@ struct Freer {
 };
 using Key = std::unique_ptr<EVP_PKEY, Freer<EVP_PKEY, EVP_PKEY_free>>;
 using Cert = std::unique_ptr<X509, Freer<X509, X509_free>>;
-using Bio = std::unique_ptr<BIO, Freer<BIO, BIO_free_all>>;
 using Extension = std::unique_ptr<X509_EXTENSION, Freer<X509_EXTENSION, X509_EXTENSION_free>>;
 
 [[noreturn]] void fail(const char* what) {
@@ -77,12 +78,6 @@ Cert selfSigned(EVP_PKEY* key) {
   return cert;
 }
 
-std::string pem(BIO* bio) {
-  char* data = nullptr;
-  long size = BIO_get_mem_data(bio, &data);
-  return std::string(data, size);
-}
-
 // Errors of the certificate check, seen on the side that checks (verify failed) or on the side
 // that hears the other's alert.
 bool isTrustFailure(kj::StringPtr description) {
@@ -94,20 +89,203 @@ bool isTrustFailure(kj::StringPtr description) {
   return false;
 }
 
-kj::Promise<kj::Own<kj::AsyncIoStream>> explainTrust(
-    kj::Promise<kj::Own<kj::AsyncIoStream>> handshake) {
-  return handshake.catch_([](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
-    if (isTrustFailure(e.getDescription())) {
-      // OpenSSL's text ends "...:SSL routines::certificate verify failed": keep the reason.
-      std::string text = e.getDescription().cStr();
-      auto colons = text.rfind("::");
-      if (colons != std::string::npos) text = text.substr(colons + 2);
-      kj::throwFatalException(KJ_EXCEPTION(
-          FAILED, kj::str("authentication failed: the peer does not hold this job's secret (TLS: ",
-                          text.c_str(), ")")));
+// The reason of the last OpenSSL error ("certificate verify failed"), or `fallback`.
+std::string opensslReason(const char* fallback) {
+  unsigned long code = ERR_peek_last_error();
+  const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
+  ERR_clear_error();
+  return reason != nullptr ? reason : fallback;
+}
+
+// =======================================================================================
+// TlsStream
+
+class TlsStream final : public kj::AsyncIoStream {
+  // TLS over `inner` with OpenSSL's memory BIOs: ciphertext moves to and from the socket in
+  // reads of up to kReadBytes and writes of up to kSealBytes, so a 25 MB batch costs a few
+  // hundred socket calls and event-loop turns, not thousands (kj-tls moves 8 KiB at a time).
+  // Reads decrypt straight into the caller's buffer. One read and one write may be in progress
+  // at a time, as for any AsyncIoStream.
+ public:
+  static constexpr size_t kReadBytes = 256 * 1024;
+  static constexpr size_t kSealBytes = 1024 * 1024;
+
+  TlsStream(kj::Own<kj::AsyncIoStream> inner, SSL_CTX* ctx, bool server)
+      : inner_(kj::mv(inner)),
+        server_(server),
+        readBuffer_(kj::heapArray<kj::byte>(kReadBytes)),
+        sending_(kj::Promise<void>(kj::READY_NOW).fork()) {
+    ssl_ = SSL_new(ctx);
+    if (ssl_ == nullptr) fail("SSL_new");
+    BIO* in = BIO_new(BIO_s_mem());
+    BIO* out = BIO_new(BIO_s_mem());
+    if (in == nullptr || out == nullptr) fail("BIO_new");
+    BIO_set_mem_eof_return(in, -1);  // an empty input means "wait for more", not EOF
+    SSL_set_bio(ssl_, in, out);      // the SSL owns both now
+    in_ = in;
+    out_ = out;
+    if (!server_) {
+      check(SSL_set_tlsext_host_name(ssl_, JobTls::kPeerName), "SSL_set_tlsext_host_name");
+      check(X509_VERIFY_PARAM_set1_host(SSL_get0_param(ssl_), JobTls::kPeerName, 0),
+            "X509_VERIFY_PARAM_set1_host");
     }
-    kj::throwFatalException(kj::mv(e));
-  });
+  }
+  ~TlsStream() noexcept(false) { SSL_free(ssl_); }
+
+  kj::Promise<void> handshake() {
+    ERR_clear_error();
+    int r = server_ ? SSL_accept(ssl_) : SSL_connect(ssl_);
+    auto sent = flush();
+    if (r == 1) return sent;
+    if (SSL_get_error(ssl_, r) != SSL_ERROR_WANT_READ) {
+      auto reason = opensslReason("the peer broke off the handshake");
+      return sent.then([reason]() -> kj::Promise<void> {
+        return KJ_EXCEPTION(FAILED, kj::str("TLS handshake failed: ", reason.c_str()));
+      });
+    }
+    return sent.then([this]() { return fill(); }).then([this](bool more) -> kj::Promise<void> {
+      if (!more) return KJ_EXCEPTION(DISCONNECTED, "the peer closed during the TLS handshake");
+      return handshake();
+    });
+  }
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
+    return readLoop(reinterpret_cast<kj::byte*>(buffer), minBytes, maxBytes, 0);
+  }
+
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return encrypt(kj::arrayPtr(reinterpret_cast<const kj::byte*>(buffer), size), nullptr);
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    if (pieces.size() == 0) return kj::READY_NOW;
+    return encrypt(pieces[0], pieces.slice(1, pieces.size()));
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
+  void shutdownWrite() override {
+    SSL_shutdown(ssl_);  // queues close_notify
+    flush();
+    sending_ = sending_.addBranch().then([this]() { inner_->shutdownWrite(); }).fork();
+  }
+  void abortRead() override { inner_->abortRead(); }
+  void getsockopt(int level, int option, void* value, kj::uint* length) override {
+    inner_->getsockopt(level, option, value, length);
+  }
+  void setsockopt(int level, int option, const void* value, kj::uint length) override {
+    inner_->setsockopt(level, option, value, length);
+  }
+  void getsockname(struct sockaddr* addr, kj::uint* length) override {
+    inner_->getsockname(addr, length);
+  }
+  void getpeername(struct sockaddr* addr, kj::uint* length) override {
+    inner_->getpeername(addr, length);
+  }
+
+ private:
+  kj::Own<kj::AsyncIoStream> inner_;
+  bool server_;
+  SSL* ssl_ = nullptr;
+  BIO* in_ = nullptr;   // ciphertext from the peer, read by SSL
+  BIO* out_ = nullptr;  // ciphertext for the peer, written by SSL
+  kj::Array<kj::byte> readBuffer_;
+  bool eof_ = false;
+  kj::ForkedPromise<void> sending_;  // the socket writes so far, in order
+
+  // Sends what SSL has queued for the peer, after every earlier send; resolves when it is sent.
+  kj::Promise<void> flush() {
+    size_t pending = BIO_ctrl_pending(out_);
+    if (pending > 0) {
+      auto data = kj::heapArray<kj::byte>(pending);
+      BIO_read(out_, data.begin(), static_cast<int>(pending));
+      sending_ = sending_.addBranch()
+                     .then([this, data = kj::mv(data)]() mutable {
+                       auto& bytes = data;
+                       return inner_->write(bytes.begin(), bytes.size()).attach(kj::mv(data));
+                     })
+                     .fork();
+    }
+    return sending_.addBranch();
+  }
+
+  // Reads ciphertext from the socket into SSL's input; false at the socket's end.
+  kj::Promise<bool> fill() {
+    return inner_->tryRead(readBuffer_.begin(), 1, readBuffer_.size()).then([this](size_t n) {
+      if (n == 0) return false;
+      BIO_write(in_, readBuffer_.begin(), static_cast<int>(n));
+      return true;
+    });
+  }
+
+  kj::Promise<size_t> readLoop(kj::byte* buffer, size_t minBytes, size_t maxBytes, size_t done) {
+    while (done < maxBytes && !eof_) {
+      ERR_clear_error();
+      int n = SSL_read(ssl_, buffer + done, static_cast<int>(kj::min(maxBytes - done, 1u << 30)));
+      if (n > 0) {
+        done += n;
+        continue;
+      }
+      int error = SSL_get_error(ssl_, n);
+      if (error == SSL_ERROR_ZERO_RETURN) {
+        eof_ = true;  // close_notify
+      } else if (error != SSL_ERROR_WANT_READ) {
+        return KJ_EXCEPTION(DISCONNECTED, kj::str("TLS: ", opensslReason("read failed").c_str()));
+      }
+      break;
+    }
+    if (BIO_ctrl_pending(out_) > 0) flush();  // a reply SSL owes the peer (a KeyUpdate)
+    if (done >= minBytes || eof_) return done;
+    return fill().then([this, buffer, minBytes, maxBytes, done](bool more) -> kj::Promise<size_t> {
+      if (!more) {
+        eof_ = true;
+        return done;
+      }
+      return readLoop(buffer, minBytes, maxBytes, done);
+    });
+  }
+
+  // Encrypts `first`, then each of `rest`, sending whenever kSealBytes of ciphertext are queued
+  // and waiting for that send before encrypting more (so ciphertext in memory stays bounded).
+  kj::Promise<void> encrypt(kj::ArrayPtr<const kj::byte> first,
+                            kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> rest) {
+    while (true) {
+      while (first.size() == 0) {
+        if (rest.size() == 0) return flush();
+        first = rest[0];
+        rest = rest.slice(1, rest.size());
+      }
+      size_t chunk = kj::min(first.size(), kSealBytes);
+      ERR_clear_error();
+      int n = SSL_write(ssl_, first.begin(), static_cast<int>(chunk));
+      if (n <= 0) {
+        return KJ_EXCEPTION(DISCONNECTED, kj::str("TLS: ", opensslReason("write failed").c_str()));
+      }
+      first = first.slice(n, first.size());
+      if (BIO_ctrl_pending(out_) >= kSealBytes) {
+        return flush().then([this, first, rest]() { return encrypt(first, rest); });
+      }
+    }
+  }
+};
+
+// Runs the handshake; on success the stream, else an exception that says why, "authentication
+// failed: ..." when the certificate check failed on either side.
+kj::Promise<kj::Own<kj::AsyncIoStream>> shake(kj::Own<TlsStream> stream) {
+  auto& ref = *stream;
+  return ref.handshake()
+      .then([stream = kj::mv(stream)]() mutable -> kj::Own<kj::AsyncIoStream> {
+        return kj::mv(stream);
+      })
+      .catch_([](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+        std::string text = e.getDescription().cStr();
+        if (isTrustFailure(text.c_str())) {
+          auto at = text.find("TLS handshake failed: ");
+          if (at != std::string::npos) text = text.substr(at + strlen("TLS handshake failed: "));
+          kj::throwFatalException(KJ_EXCEPTION(
+              FAILED, kj::str("authentication failed: the peer does not hold this job's secret "
+                              "(TLS: ",
+                              text.c_str(), ")")));
+        }
+        kj::throwFatalException(kj::mv(e));
+      });
 }
 
 }  // namespace
@@ -115,39 +293,28 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> explainTrust(
 JobTls::JobTls(const std::string& secret) {
   Key key = deriveKey(secret);
   Cert cert = selfSigned(key.get());
-
-  Bio keyBio(BIO_new(BIO_s_secmem()));
-  Bio certBio(BIO_new(BIO_s_mem()));
-  if (!keyBio || !certBio) fail("BIO_new");
-  check(PEM_write_bio_PrivateKey(keyBio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr),
-        "PEM_write_bio_PrivateKey");
-  check(PEM_write_bio_X509(certBio.get(), cert.get()), "PEM_write_bio_X509");
-  std::string keyPem = pem(keyBio.get());
-  keypair_ = kj::heap<kj::TlsKeypair>(
-      kj::TlsKeypair{kj::TlsPrivateKey(kj::StringPtr(keyPem.c_str())),
-                     kj::TlsCertificate(kj::StringPtr(pem(certBio.get()).c_str()))});
-  OPENSSL_cleanse(keyPem.data(), keyPem.size());
-
-  kj::TlsContext::Options options;
-  options.useSystemTrustStore = false;  // trust the job's certificate, nothing else
-  options.verifyClients = true;         // the acceptor checks the connector too
-  options.trustedCertificates = kj::arrayPtr(&keypair_->certificate, 1);
-  options.defaultKeypair = *keypair_;
-  // TLS 1.3 only. kj 0.9.2's minVersion stops at TLS 1.2, so leave TLS 1.2 no cipher suite it
-  // could use: this one needs an RSA certificate and ours is Ed25519. (The cipher list governs
-  // TLS 1.2 and below; TLS 1.3's suites are configured apart and keep OpenSSL's defaults.)
-  options.cipherList = "ECDHE-RSA-AES256-GCM-SHA384";
-  context_ = kj::heap<kj::TlsContext>(kj::mv(options));
+  SSL_CTX* ctx = SSL_CTX_new(TLS_method());
+  if (ctx == nullptr) fail("SSL_CTX_new");
+  context_ = ctx;
+  check(SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION), "SSL_CTX_set_min_proto_version");
+  check(SSL_CTX_use_certificate(ctx, cert.get()), "SSL_CTX_use_certificate");
+  check(SSL_CTX_use_PrivateKey(ctx, key.get()), "SSL_CTX_use_PrivateKey");
+  // Trust the job's certificate and nothing else; the acceptor checks the connector too.
+  check(X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), cert.get()), "X509_STORE_add_cert");
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_num_tickets(ctx, 0);  // no resumption: connections are few and long
 }
 
-JobTls::~JobTls() noexcept(false) {}
+JobTls::~JobTls() noexcept(false) {
+  SSL_CTX_free(reinterpret_cast<SSL_CTX*>(context_));
+}
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> JobTls::wrapServer(kj::Own<kj::AsyncIoStream> stream) {
-  return explainTrust(context_->wrapServer(kj::mv(stream)));
+  return shake(kj::heap<TlsStream>(kj::mv(stream), reinterpret_cast<SSL_CTX*>(context_), true));
 }
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> JobTls::wrapClient(kj::Own<kj::AsyncIoStream> stream) {
-  return explainTrust(context_->wrapClient(kj::mv(stream), kPeerName));
+  return shake(kj::heap<TlsStream>(kj::mv(stream), reinterpret_cast<SSL_CTX*>(context_), false));
 }
 
 // =======================================================================================

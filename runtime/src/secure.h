@@ -2,11 +2,13 @@
 //
 // How a node trusts a connection (docs/security.md has the threat model):
 //
-//   * JobTls: every node-to-node connection is TLS (1.3 between two troupe nodes, OpenSSL 3 under
-//     kj-tls), and both ends prove they hold the job secret without sending it. Every node derives
-//     the same Ed25519 key pair from the secret (PBKDF2-HMAC-SHA256) and the same self-signed
-//     certificate for it, presents that certificate, and trusts exactly that certificate: a peer
-//     that completes the handshake signed it with the key only the secret yields.
+//   * JobTls: every node-to-node connection is TLS 1.3 (OpenSSL 3), and both ends prove they hold
+//     the job secret without sending it. Every node derives the same Ed25519 key pair from the
+//     secret (PBKDF2-HMAC-SHA256) and the same self-signed certificate for it, presents that
+//     certificate, and trusts exactly that certificate: a peer that completes the handshake
+//     signed it with the key only the secret yields. The stream moves ciphertext through
+//     OpenSSL's memory BIOs in large socket reads and writes (kj-tls's 8 KiB buffers held a
+//     batch stream to a fifth of plaintext; docs/benchmarks.md, "Streaming batches").
 //   * PreLoginLimit: until its peer has logged in, a connection may carry only a few KiB, so a
 //     stranger cannot make a node buffer a 60 MiB message.
 //
@@ -16,7 +18,6 @@
 #pragma once
 
 #include <kj/async-io.h>
-#include <kj/compat/tls.h>
 #include <kj/debug.h>
 
 #include <string>
@@ -42,8 +43,7 @@ class JobTls {
   // check failed (on either side), else with what OpenSSL or the socket said.
 
  private:
-  kj::Own<kj::TlsKeypair> keypair_;
-  kj::Own<kj::TlsContext> context_;
+  void* context_ = nullptr;  // SSL_CTX; OpenSSL's headers stay out of this one
 };
 
 class PreLoginLimit final : public kj::AsyncIoStream {

@@ -193,7 +193,7 @@ TEST_CASE(
   auto tls12 = shell("timeout 10 " + client + " -tls1_2 </dev/null");
   INFO(tls12);
   CHECK(tls12.find("CONNECTION ESTABLISHED") == std::string::npos);
-  CHECK(tls12.find("alert handshake failure") != std::string::npos);
+  CHECK(tls12.find("alert protocol version") != std::string::npos);  // minimum: TLS 1.3
   interrupt(run);
 }
 
