@@ -16,9 +16,11 @@ simulator printed each line (so another process slowing down a different run doe
   stop + restart  from the interruption to the resumed trainer's "resumed from checkpoint" (or
                   "no checkpoint") line: the processes ending, the checkpoint written, the
                   job started again, cluster formed, dataset loaded, checkpoint read;
-  redone          steps the interrupted run had trained (its last progress line, every 0.1 s, so
-                  within a few steps) minus the step it resumed from, times the uninterrupted
-                  run's mean step time.
+  redone          the training the resumed run had to do again: from the interrupted run's last
+                  "checkpoint ... written" line (or its first "no checkpoint" line: training
+                  started) to the interruption; 0 after SIGTERM, whose checkpoint holds every
+                  step. Also in steps: the interrupted run's last progress line (every 0.1 s, so
+                  it may be a few steps short) minus the step the job resumed from.
 
 and the cost of the checkpoints themselves from the uninterrupted run's report
 (checkpoint_write_seconds: the time training waited for writes).
@@ -71,7 +73,12 @@ def main():
                     help="the interruption's clock starts at this line")
     ap.add_argument("--after-ms", default="500,1000,1500",
                     help="the moments (ms after --after): one interrupted run each")
+    ap.add_argument("--from-log", metavar="FILE",
+                    help="print the table again from the JSON lines of an earlier run's output")
     args = ap.parse_args()
+    if args.from_log:
+        print_table([json.loads(l) for l in open(args.from_log) if l.startswith("{")])
+        return
     troupe = os.path.join(args.build, "troupe")
     app = os.path.join(args.build, "apps/hetero_train/hetero_train")
     moments = [int(m) for m in args.after_ms.split(",")]
@@ -100,7 +107,6 @@ def main():
     try:
         for interval in [int(i) for i in args.intervals.split(",")]:
             seconds, j, _ = job(interval, "plain")
-            step_s = j["mean_step_ms"] / 1000
             row = {"interval": interval, "plain_s": seconds, "step_ms": j["mean_step_ms"],
                    "written": j["checkpoints_written"], "write_s": j["checkpoint_write_seconds"]}
             for mode in ("sigterm", "sigkill"):
@@ -114,29 +120,40 @@ def main():
                             for s in re.findall(r"progress: epoch \d+/\d+, step (\d+)/", l)]
                     resumed = (r["resumed_from"] or {}).get("step", 0)
                     redone = max(0, (done[-1] if done else 0) - resumed)
+                    saved = [t for t, l in lines if t < t_int and
+                             re.search(r"written \(every|no checkpoint in", l)]
+                    redone_s = 0.0 if mode == "sigterm" else t_int - saved[-1]
                     row[mode].append({"stop_s": t_again - t_int, "restart_s": t_resumed - t_again,
-                                      "redone": redone, "redone_s": redone * step_s,
+                                      "redone": redone, "redone_s": redone_s,
                                       "wall_s": total, "resumed": resumed})
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print()
 
+    print_table(rows)
+
+
+def print_table(rows):
     def lost(runs):
         return [x["stop_s"] + x["restart_s"] + x["redone_s"] for x in runs]
 
-    print("\n| checkpoint every | uninterrupted run | checkpoint writes | SIGTERM: stop + "
-          "restart | SIGTERM: time lost | SIGKILL: steps redone | SIGKILL: time lost |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| checkpoint every | uninterrupted run | checkpoint writes | SIGTERM: stop + "
+          "restart | SIGTERM: time lost | SIGKILL: stop + restart | SIGKILL: redone | "
+          "SIGKILL: time lost |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         t, k = r["sigterm"], r["sigkill"]
-        print("| %s | %.1f s, %.1f ms/step | %d, %.2f s | %.1f + %.1f s | %.1f s | %s | %.1f s "
-              "(%s) |" % (
+        print("| %s | %.1f s, %.1f ms/step | %d, %.2f s | %.1f + %.1f s | %.1f s | %.1f + %.1f s "
+              "| %s s (%s steps) | %.1f s |" % (
                   "%d steps" % r["interval"] if r["interval"] else "never (SIGTERM only)",
                   r["plain_s"], r["step_ms"], r["written"], r["write_s"],
                   mean([x["stop_s"] for x in t]), mean([x["restart_s"] for x in t]),
-                  mean(lost(t)), ", ".join(str(x["redone"]) for x in k), mean(lost(k)),
-                  ", ".join("%.1f" % x for x in lost(k))))
+                  mean(lost(t)), mean([x["stop_s"] for x in k]),
+                  mean([x["restart_s"] for x in k]),
+                  ", ".join("%.2f" % x["redone_s"] for x in k),
+                  ", ".join(str(x["redone"]) for x in k), mean(lost(k))))
 
 
 if __name__ == "__main__":
