@@ -106,9 +106,12 @@ Settings parseSettings(int argc, char* argv[]) {
       ->check(CLI::Range(0u, 1000000u));
   cli.add_option("--checkpoint-keep", s.checkpointKeep, "how many of the newest to keep")
       ->check(CLI::Range(1u, 100u));
-  cli.add_flag("--fresh", s.fresh,
+  // Also `--fresh true|false`: how a hyperparameter arrives (deploy/sagemaker/train passes
+  // `--fresh true`), and `fresh: "true"` in hyperparameters.json.
+  cli.add_flag("--fresh{true}", s.fresh,
                "set the checkpoint folder's checkpoints aside (into discarded-<time>/) and start "
-               "over, instead of resuming or refusing them");
+               "over, instead of resuming or refusing them")
+      ->expected(0, 1);
   cli.add_option("--test-kill-during-checkpoint", s.killDuringCheckpoint)
       ->group("");  // tests only: SIGKILL the trainer's process inside its N-th checkpoint write
   cli.add_option("--prices", s.priceFile,
