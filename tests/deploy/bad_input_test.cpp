@@ -8,39 +8,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const char* kGood = R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"],
-  "current_group_name": "data_group", "instance_groups": [
-    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
-    {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": ["algo-2"]}]})";
+using deploy::expectConfigError;
+using deploy::kTwoHosts;
 
-struct Result {
-  int code;
-  std::string output, failure, root;
-};
-
-Result runIn(const std::string& root, std::vector<std::string> env = {}) {
-  env.push_back("TROUPE_SM_ROOT=" + root);
+// The node from `root` with the secret in its troupe-secret channel.
+deploy::NodeResult runIn(const std::string& root, std::vector<std::string> env = {}) {
   roots::writeChannelSecret(root);
-  // Its own port: tests run in parallel, and a one-host cluster has no host map.
-  env.push_back("TROUPE_PORT=" + std::to_string(deploy::freePort()));
-  harness::Run run({deploy::smApp()}, env);
-  Result r;
-  r.code = run.wait(20s);
-  r.output = run.output();
-  r.failure = roots::firstLine(root + "/output/failure");
-  r.root = root;
-  CHECK_FALSE(harness::processExists(run.pid()));
-  return r;
-}
-
-void expectConfigError(const Result& r, const std::string& message) {
-  INFO(r.output);
-  CHECK(r.code == 2);
-  CHECK(r.output.find(message) != std::string::npos);
-  // The failure file's first line: where, and the same message.
-  CHECK(r.failure.find("configuration error on ") == 0);
-  CHECK(r.failure.find(message) != std::string::npos);
-  CHECK_FALSE(std::filesystem::exists(r.root + "/output/success"));
+  return deploy::runNode(root, std::move(env));
 }
 
 }  // namespace
@@ -97,10 +71,10 @@ TEST_CASE("resourceconfig.json with wrong types or inconsistent hosts and groups
 TEST_CASE("hyperparameters.json that does not parse, or a value of the wrong type",
           "[sagemaker][bad-input]") {
   roots::TempDir dir;
-  auto root = roots::makeRoot(dir / "hp", kGood, R"({"epochs": "3",)");
+  auto root = roots::makeRoot(dir / "hp", kTwoHosts, R"({"epochs": "3",)");
   expectConfigError(runIn(root), "hyperparameters file " + root +
                                      "/input/config/hyperparameters.json is not valid JSON");
-  root = roots::makeRoot(dir / "hp-list", kGood, R"(["epochs", "3"])");
+  root = roots::makeRoot(dir / "hp-list", kTwoHosts, R"(["epochs", "3"])");
   expectConfigError(runIn(root), "hyperparameters file " + root +
                                      "/input/config/hyperparameters.json must hold a JSON object");
 

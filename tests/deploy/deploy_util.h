@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -42,6 +44,47 @@ inline size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
+}
+
+// A description of two hosts in two groups, as algo-1 (data_group) sees it: a cluster of more than
+// one host, so a node needs a job secret.
+inline const char* kTwoHosts = R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"],
+  "current_group_name": "data_group", "instance_groups": [
+    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+    {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": ["algo-2"]}]})";
+
+struct NodeResult {
+  int code;
+  std::string output, failure, root;  // failure: the first line of output/failure
+};
+
+// sm_app once from `root` (TROUPE_SM_ROOT, a port of its own, `env`, `args`); it must end by itself
+// within 20 s. Writes no secret: the caller puts one where it wants it.
+inline NodeResult runNode(const std::string& root, std::vector<std::string> env = {},
+                          std::vector<std::string> args = {}) {
+  env.push_back("TROUPE_SM_ROOT=" + root);
+  // Its own port: tests run in parallel, and a one-host cluster has no host map.
+  env.push_back("TROUPE_PORT=" + std::to_string(freePort()));
+  args.insert(args.begin(), smApp());
+  harness::Run run(args, env);
+  NodeResult r;
+  r.code = run.wait(std::chrono::seconds(20));
+  r.output = run.output();
+  r.failure = roots::firstLine(root + "/output/failure");
+  r.root = root;
+  CHECK_FALSE(harness::processExists(run.pid()));
+  return r;
+}
+
+// docs/exit-codes.md: a bad setting is exit 2 before anything starts, its message in the log and
+// as the failure file's first line ("configuration error on HOST: ..."), and no success file.
+inline void expectConfigError(const NodeResult& r, const std::string& message) {
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(message) != std::string::npos);
+  CHECK(r.failure.find("configuration error on ") == 0);
+  CHECK(r.failure.find(message) != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(r.root + "/output/success"));
 }
 
 struct Host {

@@ -13,39 +13,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Two hosts, so a secret is needed (a cluster of one makes its own).
-const char* kTwo = R"({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"],
-  "current_group_name": "data_group", "instance_groups": [
-    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
-    {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": ["algo-2"]}]})";
-
-struct Result {
-  int code;
-  std::string output, failure;
-};
-
-// sm_app from `root`, with `env` and `args`; it must end by itself.
-Result runNode(const std::string& root, std::vector<std::string> env,
-               std::vector<std::string> args = {}) {
-  env.push_back("TROUPE_SM_ROOT=" + root);
-  env.push_back("TROUPE_PORT=" + std::to_string(deploy::freePort()));
-  args.insert(args.begin(), deploy::smApp());
-  harness::Run run(args, env);
-  Result r;
-  r.code = run.wait(20s);
-  r.output = run.output();
-  r.failure = roots::firstLine(root + "/output/failure");
-  CHECK_FALSE(harness::processExists(run.pid()));
-  return r;
-}
-
-void expectRefused(const Result& r, const std::string& message) {
-  INFO(r.output);
-  CHECK(r.code == 2);
-  CHECK(r.output.find(message) != std::string::npos);
-  CHECK(r.failure.find("configuration error on ") == 0);
-  CHECK(r.failure.find(message) != std::string::npos);
-}
+using deploy::expectConfigError;
+using deploy::kTwoHosts;
+using deploy::runNode;
 
 std::string procFile(pid_t pid, const char* name) {
   return roots::readFile("/proc/" + std::to_string(pid) + "/" + name);
@@ -70,66 +40,71 @@ std::vector<std::string> filesHolding(const std::string& dir, const std::string&
 TEST_CASE("a secret file its group or others can read: exit 2 naming the file, its mode, chmod 600",
           "[secret][bad-input]") {
   roots::TempDir dir;
-  auto root = roots::makeRoot(dir / "algo-1", kTwo);
+  auto root = roots::makeRoot(dir / "algo-1", kTwoHosts);
   auto file = dir / "secret";
   roots::writeSecretFile(file, roots::kSecret, 0644);
-  expectRefused(runNode(root, {"TROUPE_TOKEN_FILE=" + file}),
-                "the secret file '" + file +
-                    "' (--token-file, TROUPE_TOKEN_FILE) has mode 0644: others than its owner may "
-                    "read or change it; run chmod 600 '" +
-                    file + "'");
+  expectConfigError(
+      runNode(root, {"TROUPE_TOKEN_FILE=" + file}),
+      "the secret file '" + file +
+          "' (--token-file, TROUPE_TOKEN_FILE) has mode 0644: others than its owner may "
+          "read or change it; run chmod 600 '" +
+          file + "'");
   roots::writeSecretFile(file, roots::kSecret, 0640);
-  expectRefused(runNode(root, {}, {"--token-file", file}), "has mode 0640");
+  expectConfigError(runNode(root, {}, {"--token-file", file}), "has mode 0640");
 
   auto missing = dir / "missing";
-  expectRefused(
+  expectConfigError(
       runNode(root, {"TROUPE_TOKEN_FILE=" + missing}),
       "the secret file '" + missing + "' (--token-file, TROUPE_TOKEN_FILE) cannot be read");
   roots::writeSecretFile(file, "");
-  expectRefused(runNode(root, {"TROUPE_TOKEN_FILE=" + file}),
-                "' (--token-file, TROUPE_TOKEN_FILE) is empty");
+  expectConfigError(runNode(root, {"TROUPE_TOKEN_FILE=" + file}),
+                    "' (--token-file, TROUPE_TOKEN_FILE) is empty");
 }
 
 TEST_CASE("a secret shorter than 32 characters: exit 2 naming its length and how to make one",
           "[secret][bad-input]") {
   roots::TempDir dir;
-  auto root = roots::makeRoot(dir / "algo-1", kTwo);
-  expectRefused(runNode(root, {"TROUPE_TOKEN=t"}),
-                "the job secret in TROUPE_TOKEN has 1 characters; it needs at least 32; make one "
-                "with: (umask 077; openssl rand -hex 16 > secret)");
+  auto root = roots::makeRoot(dir / "algo-1", kTwoHosts);
+  expectConfigError(
+      runNode(root, {"TROUPE_TOKEN=t"}),
+      "the job secret in TROUPE_TOKEN has 1 characters; it needs at least 32; make one "
+      "with: (umask 077; openssl rand -hex 16 > secret)");
   auto file = dir / "short";
   roots::writeSecretFile(file, "0123456789abcdef");
-  expectRefused(runNode(root, {"TROUPE_TOKEN_FILE=" + file}),
-                "the job secret in '" + file + "' has 16 characters; it needs at least 32");
+  expectConfigError(runNode(root, {"TROUPE_TOKEN_FILE=" + file}),
+                    "the job secret in '" + file + "' has 16 characters; it needs at least 32");
   roots::writeChannelSecret(root, "0123456789");
-  expectRefused(runNode(root, {}), "(the troupe-secret channel) has 10 characters");
+  expectConfigError(runNode(root, {}), "(the troupe-secret channel) has 10 characters");
 }
 
 TEST_CASE("no secret, or two: exit 2 saying where a secret goes", "[secret][bad-input]") {
   roots::TempDir dir;
-  auto root = roots::makeRoot(dir / "algo-1", kTwo);
-  expectRefused(runNode(root, {}),
-                "no job secret: give every instance of the job the same secret in a file only its "
-                "owner can read, with --token-file FILE or TROUPE_TOKEN_FILE=FILE");
+  auto root = roots::makeRoot(dir / "algo-1", kTwoHosts);
+  expectConfigError(
+      runNode(root, {}),
+      "no job secret: give every instance of the job the same secret in a file only its "
+      "owner can read, with --token-file FILE or TROUPE_TOKEN_FILE=FILE");
   auto file = dir / "secret";
   roots::writeSecretFile(file);
-  expectRefused(runNode(root, {"TROUPE_TOKEN_FILE=" + file, "TROUPE_TOKEN=" + roots::kSecret}),
-                "the job secret is given twice, in TROUPE_TOKEN and in the file '" + file + "'");
+  expectConfigError(
+      runNode(root, {"TROUPE_TOKEN_FILE=" + file, "TROUPE_TOKEN=" + roots::kSecret}),
+      "the job secret is given twice, in TROUPE_TOKEN and in the file '" + file + "'");
   roots::writeChannelSecret(root);
   roots::writeFile(root + "/input/data/troupe-secret/more/another", roots::kSecret);
-  expectRefused(runNode(root, {}), "/input/data/troupe-secret) holds 2 files; it must hold one");
+  expectConfigError(runNode(root, {}),
+                    "/input/data/troupe-secret) holds 2 files; it must hold one");
 }
 
 TEST_CASE("a --token argument: exit 2 naming --token-file, for an app and for troupe sim",
           "[secret][bad-input]") {
   roots::TempDir dir;
-  auto root = roots::makeRoot(dir / "algo-1", kTwo);
+  auto root = roots::makeRoot(dir / "algo-1", kTwoHosts);
   roots::writeChannelSecret(root);
   auto message =
       "--token is refused: anyone on this machine can read a command line (ps, /proc/PID/cmdline); "
       "write the secret to a file only you can read and pass its path with --token-file FILE";
-  expectRefused(runNode(root, {}, {"--token", roots::kSecret}), message);
-  expectRefused(runNode(root, {}, {"--token=" + roots::kSecret}), message);
+  expectConfigError(runNode(root, {}, {"--token", roots::kSecret}), message);
+  expectConfigError(runNode(root, {}, {"--token=" + roots::kSecret}), message);
 
   // An app with a parser of its own (hetero_train) says the same before run().
   harness::Run app({HETERO_TRAIN, "--token", roots::kSecret},
@@ -147,14 +122,14 @@ TEST_CASE("a --token argument: exit 2 naming --token-file, for an app and for tr
 TEST_CASE("a troupe_token hyperparameter: exit 2 pointing to the troupe-secret channel",
           "[secret][sagemaker][bad-input]") {
   roots::TempDir dir;
-  auto root =
-      roots::makeRoot(dir / "algo-1", kTwo, R"({"troupe_token": ")" + roots::kSecret + R"("})");
+  auto root = roots::makeRoot(dir / "algo-1", kTwoHosts,
+                              R"({"troupe_token": ")" + roots::kSecret + R"("})");
   roots::writeChannelSecret(root);
   auto message = "hyperparameter 'troupe_token' in " + root +
                  "/input/config/hyperparameters.json is refused: DescribeTrainingJob shows "
                  "hyperparameters to anyone allowed to call it; pass the secret as the input "
                  "channel 'troupe-secret'";
-  expectRefused(runNode(root, {}), message);
+  expectConfigError(runNode(root, {}), message);
   // deploy/sagemaker/train refuses it before it could become TROUPE_TOKEN.
   harness::Run train({deploy::trainScript()},
                      {"TROUPE_SM_ROOT=" + root, "TROUPE_APP=" + deploy::smApp()});
