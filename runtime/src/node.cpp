@@ -29,7 +29,8 @@ Connection::Connection(kj::Own<CoalescingStream> stream, capnp::rpc::twoparty::S
                        capnp::Capability::Client bootstrap, capnp::ReaderOptions options,
                        std::string peer)
     : stream_(kj::mv(stream)),
-      network_(*stream_, side, options),
+      messages_(*stream_),
+      network_(messages_, side, options),
       rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))),
       disconnected_(network_.onDisconnect().fork()),
       peer_(kj::mv(peer)) {}

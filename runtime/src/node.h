@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coalescing_stream.h"
+#include "message_stream.h"
 #include "secure.h"
 #include "troupe/actor.h"
 #include "troupe/config.h"
@@ -63,6 +64,7 @@ class Connection {
   kj::Maybe<kj::Promise<void>> loginDeadline_;
   kj::Own<PreLoginSlot> loginSlot_;
   PreLoginLimit* loginLimit_ = nullptr;
+  IncomingMessageStream messages_;  // large messages in buffers troupe::Received can keep
   capnp::TwoPartyVatNetwork network_;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
   kj::ForkedPromise<void> disconnected_;

@@ -2,6 +2,7 @@
 
 #include "troupe/run.h"
 
+#include <malloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -537,7 +538,23 @@ std::vector<RunFlag> runFlags() {
   return flags;
 }
 
+// A node moves batches of tens of MB. glibc serves allocations from 128 KiB up with mmap() and
+// unmaps them on free(), so every batch message would fault in fresh zeroed pages, on the sending
+// side (Cap'n Proto builds each message in a new allocation) and for small-batch copies alike:
+// a third of the producer's CPU per MB in bench_stream (docs/benchmarks.md, "Streaming
+// batches"). Serving them from the heap, and not trimming it until 256 MiB are free, lets freed
+// batch memory be reused as it is. 32 MiB is the largest threshold glibc accepts; larger
+// allocations stay mmap()ed. Received messages of 256 KiB and up use their own pool
+// (message_stream.h).
+namespace {
+void keepLargeAllocations() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+}  // namespace
+
 int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOptions options) {
+  keepLargeAllocations();
   // Under `troupe sim`: die with the simulator even if it is SIGKILLed.
   if (const char* parent = getenv("TROUPE_DIE_WITH_PARENT")) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -1,0 +1,58 @@
+// File: message_stream.h
+//
+// The message layer under every troupe RPC connection (a capnp::MessageStream over the
+// connection's byte stream). Writing is Cap'n Proto's own. Reading differs in one way: a message
+// of at least kRetainableBytes is read into a shared, registered buffer, so that
+// troupe::Received::keep (troupe/received.h) can hold on to bytes inside it after the call that
+// carried them returns, without a copy. The buffers of such messages come from a small pool, so a
+// stream of 25 MB batches reuses memory the kernel has already mapped instead of faulting in and
+// zeroing fresh pages for every batch.
+//
+//     socket -> [TLS] -> CoalescingStream -> IncomingMessageStream -> TwoPartyVatNetwork -> RPC
+
+#pragma once
+
+#include <capnp/serialize-async.h>
+#include <kj/async-io.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace troupe {
+
+class IncomingMessageStream final : public capnp::MessageStream {
+ public:
+  explicit IncomingMessageStream(kj::AsyncIoStream& stream);
+
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
+      kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options = {},
+      kj::ArrayPtr<capnp::word> scratchSpace = nullptr) override;
+  kj::Promise<void> writeMessage(
+      kj::ArrayPtr<const int> fds,
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override;
+  kj::Promise<void> writeMessages(
+      kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) override;
+  kj::Maybe<int> getSendBufferSize() override;
+  kj::Promise<void> end() override;
+
+ private:
+  kj::AsyncIoStream& stream_;
+  capnp::AsyncIoMessageStream writer_;
+  kj::FixedArray<uint32_t, 2> first_;  // the first word of a segment table
+
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> readTable(capnp::ReaderOptions options);
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> readSegments(kj::Array<uint32_t> sizes,
+                                                                  capnp::ReaderOptions options);
+};
+
+struct RetainedBuffers {
+  // What the pool of large receive buffers holds, for tests and benches.
+  size_t live = 0;    // buffers a message or a Received still holds
+  size_t pooled = 0;  // free buffers kept for reuse
+  size_t pooledBytes = 0;
+  uint64_t reused = 0;     // buffers handed out again from the pool
+  uint64_t allocated = 0;  // buffers taken from the allocator
+};
+RetainedBuffers retainedBuffers();
+
+}  // namespace troupe
