@@ -86,6 +86,14 @@ struct EpochReport {
   fromCheckpoint @11 :UInt64;     # samples of this epoch trained on before this run resumed it
 }
 
+struct TrainerCpu {
+  # What the trainer's side spent, over this run's train() call.
+  batches @0 :UInt64;             # batches received and trained on
+  loopSeconds @1 :Float64;        # CPU of the trainer's event-loop thread: receiving batches
+                                  # (socket, TLS, messages), checking and queueing them; no steps
+  processSeconds @2 :Float64;     # CPU of the trainer's whole process, steps included
+}
+
 struct CheckpointReport {
   resumedFrom @0 :Text;           # the checkpoint this run continued; empty: it started fresh
   resumedEpoch @1 :UInt32;        # the epoch it continued (0-based)
@@ -98,7 +106,7 @@ struct CheckpointReport {
 
 interface Trainer extends(Troupe.Actor) {
   train @0 (epochs :UInt32, sources :List(Troupe.ActorAddress), trainSamples :UInt64)
-      -> (epochs :List(EpochReport), device :Text, checkpoints :CheckpointReport);
+      -> (epochs :List(EpochReport), device :Text, checkpoints :CheckpointReport, cpu :TrainerCpu);
   # A checkpoint in the trainer's folder of this job is resumed: the epochs it finished come back
   # in `epochs` as they were, and training continues the epoch in progress from each shard's
   # acknowledged position.

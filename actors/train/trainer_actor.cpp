@@ -26,6 +26,12 @@ class Sink final : public hetero::BatchSink::Server {
   std::shared_ptr<TrainerActor*> trainer_;  // null once the trainer is gone
 };
 
+double cpuSeconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
 double seconds(kj::Duration d) {
   return d / kj::NANOSECONDS / 1e9;
 }
@@ -130,6 +136,8 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   started_ = context().timer().now();
   seen_.assign(trainSamples_, 0);
   training_ = true;
+  cpuAtStart_ = CpuTimes::now();
+  stepsAtStart_ = totalSteps_;
 
   return restore()
       .then([this]() {
@@ -154,6 +162,11 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
         c.setWritten(written_);
         c.setWriteSeconds(writeSeconds_);
         c.setLast(lastWritten_);
+        auto used = CpuTimes::now() - cpuAtStart_;
+        auto cpu = r.initCpu();
+        cpu.setBatches(totalSteps_ - stepsAtStart_);
+        cpu.setLoopSeconds(used.thread);
+        cpu.setProcessSeconds(used.process);
         auto list = r.initEpochs(history_.size());
         for (size_t i = 0; i < history_.size(); ++i) {
           auto& h = history_[i];
@@ -339,6 +352,10 @@ void TrainerActor::handOver(uint32_t index) {
   s.client = context().resolve<hetero::Augmenter>(to);
   std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
   startSource(index);
+}
+
+TrainerActor::CpuTimes TrainerActor::CpuTimes::now() {
+  return {cpuSeconds(CLOCK_THREAD_CPUTIME_ID), cpuSeconds(CLOCK_PROCESS_CPUTIME_ID)};
 }
 
 void TrainerActor::deliver(hetero::Batch::Reader batch) {

@@ -78,6 +78,13 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     std::shared_ptr<std::atomic<bool>> done;  // set on the pool thread once the step applied
   };
 
+  struct CpuTimes {
+    // CPU seconds used so far by the calling thread and by the whole process.
+    double thread = 0, process = 0;
+    static CpuTimes now();
+    CpuTimes operator-(const CpuTimes& o) const { return {thread - o.thread, process - o.process}; }
+  };
+
   kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);
   void startSource(uint32_t index);
   kj::Promise<void> recover(uint32_t index, uint64_t actorId, kj::Exception error, int attempt);
@@ -146,6 +153,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint64_t resumedSteps_ = 0, resumedSamples_ = 0;
   std::string resumedFrom_, lastWritten_;
   uint32_t written_ = 0;
+  CpuTimes cpuAtStart_;  // when train() began, on its (the event loop's) thread
+  uint64_t stepsAtStart_ = 0;
   double writeSeconds_ = 0;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;
   std::shared_ptr<TrainerActor*> self_;  // what sinks hold: cleared when the trainer goes

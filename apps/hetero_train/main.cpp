@@ -376,6 +376,12 @@ class Job {
              t.c_str());
     }
     printf("%-22s %s\n", "cost per 1,000 steps", ("$" + fmt("%.4f", cost)).c_str());
+    auto cpu = r.getCpu();
+    double perBatch = cpu.getBatches() ? 1000.0 / cpu.getBatches() : 0;
+    printf("%-22s %s\n", "trainer CPU per batch",
+           (fmt("%.3f", cpu.getLoopSeconds() * perBatch) + " ms receiving, " +
+            fmt("%.2f", cpu.getProcessSeconds() * perBatch) + " ms in all")
+               .c_str());
     fflush(stdout);
     if (!s_.report.empty()) {
       nlohmann::json placements = nlohmann::json::array();
@@ -396,6 +402,10 @@ class Job {
                           {"resumed_from", resumed},
                           {"checkpoints_written", c.getWritten()},
                           {"checkpoint_write_seconds", c.getWriteSeconds()},
+                          {"trainer_cpu",
+                           {{"batches", cpu.getBatches()},
+                            {"receive_ms_per_batch", cpu.getLoopSeconds() * perBatch},
+                            {"process_ms_per_batch", cpu.getProcessSeconds() * perBatch}}},
                           {"exit_status", 0}};
       std::ofstream(s_.report) << j.dump(2) << "\n";
     }
