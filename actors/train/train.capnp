@@ -92,6 +92,8 @@ struct TrainerCpu {
   loopSeconds @1 :Float64;        # CPU of the trainer's event-loop thread: receiving batches
                                   # (socket, TLS, messages), checking and queueing them; no steps
   processSeconds @2 :Float64;     # CPU of the trainer's whole process, steps included
+  copiedBatches @3 :UInt64;       # batches copied on arrival: from a local augmenter, or small
+                                  # (troupe/received.h); the others were trained on in place
 }
 
 struct CheckpointReport {

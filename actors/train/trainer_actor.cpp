@@ -138,6 +138,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   training_ = true;
   cpuAtStart_ = CpuTimes::now();
   stepsAtStart_ = totalSteps_;
+  copiedBatches_ = 0;
 
   return restore()
       .then([this]() {
@@ -167,6 +168,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
         cpu.setBatches(totalSteps_ - stepsAtStart_);
         cpu.setLoopSeconds(used.thread);
         cpu.setProcessSeconds(used.process);
+        cpu.setCopiedBatches(copiedBatches_);
         auto list = r.initEpochs(history_.size());
         for (size_t i = 0; i < history_.size(); ++i) {
           auto& h = history_[i];
@@ -367,9 +369,8 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   for (auto id : batch.getSampleIds()) p.ids.push_back(id);
   auto labels = batch.getLabels();
   p.labels.assign(labels.begin(), labels.end());
-  auto images = batch.getImages();
-  p.images.resize(images.size() / sizeof(float));
-  memcpy(p.images.data(), images.begin(), p.images.size() * sizeof(float));
+  p.images = Received::keep(batch.getImages());
+  copiedBatches_ += p.images.copied();
   queue_.push_back(kj::mv(p));
   wake();
 }
@@ -405,9 +406,11 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
   size_t n = b.ids.size();
   if (n == 0 || n > batchSize_)
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
-  if (b.labels.size() != n || b.images.size() != n * 784) {
-    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ", b.images.size(),
-                   " floats");
+  if (b.labels.size() != n || b.images.size() != n * 784 * sizeof(float)) {
+    auto images = b.images.size() % sizeof(float) == 0
+                      ? kj::str(b.images.size() / sizeof(float), " floats")
+                      : kj::str(b.images.size(), " bytes of images");
+    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ", images);
   }
   if (b.begin + n > s.expected.size() ||
       !std::equal(b.ids.begin(), b.ids.end(), s.expected.begin() + b.begin)) {
@@ -472,7 +475,7 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   return context()
       .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr, done]() {
         model->setLearningRate(std::max(lr, 1e-5f));
-        float loss = model->trainStep(images, labels);
+        float loss = model->trainStep(images.as<float>(), labels);
         done->store(true);
         return loss;
       })

@@ -23,6 +23,7 @@
 #include "checkpoint.h"
 #include "train.capnp.h"
 #include "troupe/actor.h"
+#include "troupe/received.h"
 #include "troupe/trainer/device.h"
 #include "troupe/trainer/mlp.h"
 
@@ -62,7 +63,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint64_t begin;
     std::vector<uint32_t> ids;
     std::vector<uint8_t> labels;
-    std::vector<float> images;
+    Received images;  // float32, ids.size() x 784: the received message's bytes, not a copy
   };
   struct Test {
     std::vector<float> images;
@@ -155,6 +156,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint32_t written_ = 0;
   CpuTimes cpuAtStart_;  // when train() began, on its (the event loop's) thread
   uint64_t stepsAtStart_ = 0;
+  uint64_t copiedBatches_ = 0;  // deliveries Received::keep had to copy
   double writeSeconds_ = 0;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;
   std::shared_ptr<TrainerActor*> self_;  // what sinks hold: cleared when the trainer goes

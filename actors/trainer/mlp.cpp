@@ -151,11 +151,11 @@ void Mlp::ensureCapacity(size_t rows) {
 
 void Mlp::forward(std::span<const float> inputs, int rows) {
   ensureCapacity(rows);
-  device_->upload(inputs, *acts_[0]);
+  input_ = &device_->input(inputs, *acts_[0]);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    device_->gemm(false, false, rows, layer.out, layer.in, 1.0f, *acts_[l], *layer.w, 0.0f,
-                  *acts_[l + 1]);
+    device_->gemm(false, false, rows, layer.out, layer.in, 1.0f, l == 0 ? *input_ : *acts_[l],
+                  *layer.w, 0.0f, *acts_[l + 1]);
     device_->addRowVector(rows, layer.out, *layer.b, *acts_[l + 1]);
     if (l + 1 < layers_.size()) device_->relu(size_t(rows) * layer.out, *acts_[l + 1]);
   }
@@ -165,8 +165,8 @@ void Mlp::forward(std::span<const float> inputs, int rows) {
 void Mlp::backward(int rows) {
   for (size_t l = layers_.size(); l-- > 0;) {
     Layer& layer = layers_[l];
-    device_->gemm(true, false, layer.in, layer.out, rows, 1.0f, *acts_[l], *deltas_[l + 1], 0.0f,
-                  *layer.gw);
+    device_->gemm(true, false, layer.in, layer.out, rows, 1.0f, l == 0 ? *input_ : *acts_[l],
+                  *deltas_[l + 1], 0.0f, *layer.gw);
     device_->gemm(false, false, 1, layer.out, rows, 1.0f, *ones_, *deltas_[l + 1], 0.0f, *layer.gb);
     if (l == 0) break;  // No gradient needed for the inputs.
     device_->gemm(false, true, rows, layer.in, layer.out, 1.0f, *deltas_[l + 1], *layer.w, 0.0f,

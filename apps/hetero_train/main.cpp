@@ -404,6 +404,7 @@ class Job {
                           {"checkpoint_write_seconds", c.getWriteSeconds()},
                           {"trainer_cpu",
                            {{"batches", cpu.getBatches()},
+                            {"copied_batches", cpu.getCopiedBatches()},
                             {"receive_ms_per_batch", cpu.getLoopSeconds() * perBatch},
                             {"process_ms_per_batch", cpu.getProcessSeconds() * perBatch}}},
                           {"exit_status", 0}};

@@ -146,7 +146,7 @@ TEST_CASE("a message over the traversal limit is refused before it is read", "[m
                     Catch::Contains("Message is too large"));
 }
 
-TEST_CASE("EOF between messages ends the stream; EOF inside one is an error", "[message_stream]") {
+TEST_CASE("EOF between messages ends the stream and EOF inside one is an error", "[message_stream]") {
   {
     Pipe p;
     p.pipe.ends[0]->shutdownWrite();

@@ -60,7 +60,7 @@ class Received {
   void checkLayout(size_t size, size_t align) const;
 };
 
-constexpr size_t kRetainableBytes = 256 * 1024;
+constexpr size_t kRetainableBytes = 64 * 1024;
 // Received messages at least this large are read into buffers Received::keep can hold on to.
 
 }  // namespace troupe

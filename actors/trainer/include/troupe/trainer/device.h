@@ -46,6 +46,14 @@ class Device {
   virtual void upload(std::span<const float> host, Buffer& dst) = 0;
   /// Copies the first `host.size()` floats of `src` to `host`.
   virtual void download(const Buffer& src, std::span<float> host) = 0;
+  /// A batch in host memory as an operand (gemm's `a`): on a device that computes in host memory,
+  /// a view of `host` itself, valid while `host` is and until the next input() (no copy: the
+  /// trainer steps straight from the received message); elsewhere `host` uploaded into
+  /// `staging`, which must be large enough. The default uploads.
+  virtual const Buffer& input(std::span<const float> host, Buffer& staging) {
+    upload(host, staging);
+    return staging;
+  }
 
   /// C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n, row-major;
   /// op(X) is X transposed when the flag is set (A is then stored k x m, B n x k).

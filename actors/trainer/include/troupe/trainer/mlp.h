@@ -107,6 +107,7 @@ class Mlp {
   std::vector<Layer> layers_;
   size_t capacity_ = 0;                          // Rows the scratch buffers hold.
   std::vector<std::unique_ptr<Buffer>> acts_;    // acts_[0] input, acts_[l + 1] layer l output.
+  const Buffer* input_ = nullptr;  // what layer 0 reads: acts_[0], or the batch where it lies
   std::vector<std::unique_ptr<Buffer>> deltas_;  // d loss / d acts_[l], same shapes.
   std::unique_ptr<Buffer> ones_;                 // capacity_ ones: bias gradient as a gemm.
 };
