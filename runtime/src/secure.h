@@ -22,6 +22,8 @@
 
 #include <string>
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace troupe {
 
 class JobTls {
@@ -38,6 +40,10 @@ class JobTls {
 
   kj::Promise<kj::Own<kj::AsyncIoStream>> wrapServer(kj::Own<kj::AsyncIoStream> stream);
   kj::Promise<kj::Own<kj::AsyncIoStream>> wrapClient(kj::Own<kj::AsyncIoStream> stream);
+
+  ssl_ctx_st* context() const { return reinterpret_cast<ssl_ctx_st*>(context_); }
+  // The OpenSSL context every connection of the job uses (bench_stream measures OpenSSL alone
+  // with exactly these settings).
   // The handshake as acceptor / connector. Rejects when the peer does not hold the secret: with
   // a FAILED exception whose description starts "authentication failed" when the certificate
   // check failed (on either side), else with what OpenSSL or the socket said.

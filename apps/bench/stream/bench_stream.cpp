@@ -6,6 +6,10 @@
 // per MB (user + system). Modes, all in one run:
 //   raw_tcp          one writer thread, one reader thread, a loopback TCP connection with 4 MiB
 //                    socket buffers: the bound for anything over TCP here;
+//   raw_tls          the same through TLS 1.3 as troupe configures it (the job's OpenSSL context:
+//                    its certificate, its cipher order), with blocking SSL_write/SSL_read of
+//                    1 MiB, reading ahead 1 MiB: what encryption alone leaves of raw_tcp, the
+//                    bound for TLS here;
 //   capnp            a Cap'n Proto `push(batch) -> stream` over a plain TwoPartyVatNetwork, the
 //                    two ends on their own threads and event loops;
 //   capnp_tls        the same under troupe's transport stack: CoalescingStream over TLS 1.3
@@ -20,6 +24,8 @@
 // if this process ends first, and the simulator cascades to its nodes.
 
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -27,6 +33,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <capnp/message.h>
 #include <capnp/rpc-twoparty.h>
 #include <chrono>
@@ -103,9 +110,49 @@ uint64_t touch(kj::ArrayPtr<const kj::byte> data) {
 }
 
 // =============================================================================================
-// raw_tcp
+// raw_tcp, raw_tls
 
-Result rawTcp(uint64_t size, uint32_t batches) {
+JobTls& benchTls() {
+  // Both ends derive the key pair from the same secret, as a job's nodes do.
+  static JobTls jobTls("bench_stream: the secret both ends derive their TLS key pair from");
+  return jobTls;
+}
+
+// One end of a raw connection: a socket, and a TLS session on it for raw_tls.
+struct RawEnd {
+  int fd;
+  SSL* ssl = nullptr;
+
+  RawEnd(int fd, bool tls, bool server) : fd(fd) {
+    if (!tls) return;
+    ssl = SSL_new(benchTls().context());
+    KJ_ASSERT(ssl != nullptr && SSL_set_fd(ssl, fd) == 1, "SSL_new");
+    // Whole socket buffers per read, not a header and a record per syscall.
+    SSL_set_read_ahead(ssl, 1);
+    SSL_set_default_read_buffer_len(ssl, 1 << 20);
+    if (!server) SSL_set_tlsext_host_name(ssl, JobTls::kPeerName);
+    int ok = server ? SSL_accept(ssl) : SSL_connect(ssl);
+    KJ_ASSERT(ok == 1, "TLS handshake failed", ERR_error_string(ERR_get_error(), nullptr));
+  }
+  ~RawEnd() {
+    if (ssl != nullptr) SSL_free(ssl);
+    close(fd);
+  }
+  ssize_t read(kj::byte* buffer, size_t size) {
+    if (ssl == nullptr) return ::read(fd, buffer, size);
+    size_t n = 0;
+    return SSL_read_ex(ssl, buffer, size, &n) == 1 ? static_cast<ssize_t>(n) : -1;
+  }
+  ssize_t write(const kj::byte* buffer, size_t size) {
+    if (ssl == nullptr) return ::write(fd, buffer, size);
+    size_t n = 0;
+    return SSL_write_ex(ssl, buffer, kj::min(size, size_t(1) << 20), &n) == 1
+               ? static_cast<ssize_t>(n)
+               : -1;
+  }
+};
+
+Result rawStream(uint64_t size, uint32_t batches, bool tls) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
@@ -116,41 +163,44 @@ Result rawTcp(uint64_t size, uint32_t batches) {
   KJ_SYSCALL(listen(listener, 1));
   int big = 4 << 20;
   uint64_t total = size * batches;
-  Result r{"raw_tcp", size, batches};
-  double start = 0;
+  Result r{tls ? "raw_tls" : "raw_tcp", size, batches};
+  std::atomic<double> start{0};
   std::thread reader([&] {
     int fd = accept(listener, nullptr, nullptr);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
-    double cpu0 = cpuSeconds(RUSAGE_THREAD);
+    RawEnd end(fd, tls, true);
     std::vector<kj::byte> buffer(1 << 20);
     uint64_t got = 0, sum = 0;
+    double cpu0 = 0;
     while (got < total) {
-      ssize_t n = read(fd, buffer.data(), buffer.size());
+      ssize_t n = end.read(buffer.data(), buffer.size());
       if (n <= 0) break;
+      if (got == 0) cpu0 = cpuSeconds(RUSAGE_THREAD);  // after the handshake
       sum += touch(kj::arrayPtr(buffer.data(), n));
       got += n;
     }
     r.seconds = now() - start;
     r.consumerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
-    KJ_ASSERT(got == total, "raw TCP lost bytes", got, total, sum);
-    close(fd);
+    KJ_ASSERT(got == total, "raw stream lost bytes", r.mode, got, total, sum);
   });
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
   KJ_SYSCALL(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
-  std::vector<kj::byte> batch(size, 'x');
-  start = now();
-  double cpu0 = cpuSeconds(RUSAGE_THREAD);
-  for (uint32_t b = 0; b < batches; ++b) {
-    for (size_t off = 0; off < size;) {
-      ssize_t n = write(fd, batch.data() + off, size - off);
-      KJ_ASSERT(n > 0, "raw TCP write failed", strerror(errno));
-      off += n;
+  {
+    RawEnd end(fd, tls, false);
+    std::vector<kj::byte> batch(size, 'x');
+    start = now();
+    double cpu0 = cpuSeconds(RUSAGE_THREAD);
+    for (uint32_t b = 0; b < batches; ++b) {
+      for (size_t off = 0; off < size;) {
+        ssize_t n = end.write(batch.data() + off, size - off);
+        KJ_ASSERT(n > 0, "raw write failed", r.mode, strerror(errno));
+        off += n;
+      }
     }
+    r.producerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
+    reader.join();
   }
-  r.producerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
-  reader.join();
-  close(fd);
   close(listener);
   return r;
 }
@@ -212,9 +262,8 @@ kj::Promise<void> pushAll(Sink::Client sink, kj::ArrayPtr<const kj::byte> patter
 kj::Own<kj::AsyncIoStream> transport(kj::Own<kj::AsyncIoStream> socket, bool tls, bool server,
                                      kj::WaitScope& waitScope) {
   if (!tls) return socket;
-  // Both threads derive the key pair from the same secret, as a job's nodes do.
-  static JobTls jobTls("bench_stream: the secret both ends derive their TLS key pair from");
-  auto secure = server ? jobTls.wrapServer(kj::mv(socket)) : jobTls.wrapClient(kj::mv(socket));
+  auto secure =
+      server ? benchTls().wrapServer(kj::mv(socket)) : benchTls().wrapClient(kj::mv(socket));
   return kj::heap<CoalescingStream>(secure.wait(waitScope));
 }
 
@@ -490,7 +539,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], kNodeFlag) == 0) return runTroupeNode(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   Options options;
-  std::vector<std::string> modes = {"raw_tcp", "capnp", "capnp_tls", "troupe_insecure", "troupe"};
+  std::vector<std::string> modes = {"raw_tcp", "raw_tls",         "capnp",
+                                    "capnp_tls", "troupe_insecure", "troupe"};
   std::vector<std::string> all = modes;
   CLI::App app{"Batches streamed between two processes: raw TCP, Cap'n Proto, troupe actors"};
   app.add_flag("--json", options.json, "print one JSON object instead of a table");
@@ -509,7 +559,8 @@ int main(int argc, char** argv) {
     auto wanted = [&](const char* m) { return std::count(modes.begin(), modes.end(), m) > 0; };
     for (auto size : options.sizes) {
       uint32_t batches = options.batchesFor(size);
-      if (wanted("raw_tcp")) results.push_back(rawTcp(size, batches));
+      if (wanted("raw_tcp")) results.push_back(rawStream(size, batches, false));
+      if (wanted("raw_tls")) results.push_back(rawStream(size, batches, true));
       if (wanted("capnp")) results.push_back(capnpStream(size, batches, false));
       if (wanted("capnp_tls")) results.push_back(capnpStream(size, batches, true));
     }
