@@ -78,6 +78,46 @@ std::vector<std::string> getHosts(const json& j, const std::string& key,
   return hosts;
 }
 
+// "labels" or "resources" of `j` (the top level or a group) over `labels`/`resources`, per key.
+void addLabelsAndResources(const json& j, const std::string& where, const std::string& source,
+                           NodeLabels& labels, NodeResources& resources) {
+  auto what = [&](const char* key) { return "cluster file " + source + ": '" + key + "'" + where; };
+  if (auto it = j.find("labels"); it != j.end()) {
+    if (!it->is_object()) {
+      throw ConfigError(what("labels") +
+                        " must be an object of strings, e.g. {\"zone\": \"a\"}, "
+                        "not " +
+                        it->dump());
+    }
+    std::string text;
+    for (auto& [key, value] : it->items()) {
+      if (!value.is_string()) {
+        throw ConfigError(what("labels") + ": the value of '" + key + "' must be a string, not " +
+                          value.dump());
+      }
+      text += (text.empty() ? "" : ",") + key + "=" + value.get<std::string>();
+    }
+    for (auto& [k, v] : parseLabels(text, what("labels"))) labels[k] = v;
+  }
+  if (auto it = j.find("resources"); it != j.end()) {
+    if (!it->is_object()) {
+      throw ConfigError(what("resources") +
+                        " must be an object of amounts, e.g. {\"fpga\": 2}, "
+                        "not " +
+                        it->dump());
+    }
+    std::string text;
+    for (auto& [key, value] : it->items()) {
+      if (!value.is_number()) {
+        throw ConfigError(what("resources") + ": the amount of '" + key +
+                          "' must be a number, not " + value.dump());
+      }
+      text += (text.empty() ? "" : ",") + key + "=" + value.dump();
+    }
+    for (auto& [k, v] : parseResources(text, what("resources"))) resources[k] = v;
+  }
+}
+
 }  // namespace
 
 ClusterConfig ClusterConfig::parse(const std::string& text, const std::string& source) {
@@ -97,6 +137,9 @@ ClusterConfig ClusterConfig::parse(const std::string& text, const std::string& s
   c.networkInterface = getString(j, "network_interface_name", source, false);
   c.hosts = getHosts(j, "hosts", source);
   if (c.hosts.empty()) throw ConfigError("cluster file " + source + ": 'hosts' is empty");
+  NodeLabels everyLabel;
+  NodeResources everyResource;
+  addLabelsAndResources(j, "", source, everyLabel, everyResource);
 
   auto groups = j.find("instance_groups");
   if (groups == j.end() || (groups->is_array() && groups->empty())) {
@@ -105,6 +148,8 @@ ClusterConfig ClusterConfig::parse(const std::string& text, const std::string& s
     g.name = c.currentGroup.empty() ? "homogeneousCluster" : c.currentGroup;
     g.instanceType = c.currentInstanceType;
     g.hosts = c.hosts;
+    g.labels = everyLabel;
+    g.resources = everyResource;
     c.groups.push_back(g);
   } else {
     if (!groups->is_array()) {
@@ -122,6 +167,10 @@ ClusterConfig ClusterConfig::parse(const std::string& text, const std::string& s
       g.name = getString(gj, "instance_group_name", source, true);
       g.instanceType = getString(gj, "instance_type", source, false);
       g.hosts = getHosts(gj, "hosts", source);
+      g.labels = everyLabel;
+      g.resources = everyResource;
+      addLabelsAndResources(gj, " of instance group '" + g.name + "'", source, g.labels,
+                            g.resources);
       if (g.hosts.empty()) {
         throw ConfigError("cluster file " + source + ": instance group '" + g.name +
                           "' has no hosts; give it at least one or remove it");
