@@ -153,6 +153,14 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   env.push_back("TROUPE_SM_ROOT=" + in.root);
   if (!netns) env.push_back("TROUPE_HOST_MAP=" + hostMap.string());
   if (!in.cpus.empty()) env.push_back("TROUPE_CPUS=" + in.cpus);
+  // The instance type's size, explicitly: a node otherwise reports what this machine allows
+  // (troupe/node_size.h), and one small machine emulates the whole cluster.
+  if (auto type = troupe::sched::findInstanceType(in.instanceType)) {
+    env.push_back("TROUPE_VCPUS=" + std::to_string(type->vcpus));
+    env.push_back("TROUPE_GPUS=" + std::to_string(type->gpus));
+    env.push_back("TROUPE_MEMORY_BYTES=" +
+                  std::to_string(static_cast<uint64_t>(type->memoryGib * (1ull << 30))));
+  }
   // The secret's path, never the secret: a process's environment is readable in /proc.
   env.push_back("TROUPE_TOKEN_FILE=" + spec.tokenFile);
   env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");

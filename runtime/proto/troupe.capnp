@@ -54,6 +54,17 @@ struct NodeInfo {
   gpus @5 :UInt32;
   memoryBytes @6 :UInt64;
   pid @7 :UInt32;
+  labels @8 :List(Label);         # user labels (troupe/node_size.h), sorted by key
+  resources @9 :List(Resource);   # custom resources, sorted by name
+
+  struct Label {
+    key @0 :Text;
+    value @1 :Text;
+  }
+  struct Resource {
+    name @0 :Text;
+    milli @1 :Int64;        # thousandths of a unit, as the scheduler counts them
+  }
 }
 
 struct SpawnSpec {

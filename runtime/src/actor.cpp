@@ -62,6 +62,8 @@ NodeInfo NodeInfo::fromProto(proto::NodeInfo::Reader r) {
   info.vcpus_ = r.getVcpus();
   info.gpus_ = r.getGpus();
   info.memoryBytes_ = r.getMemoryBytes();
+  for (auto l : r.getLabels()) info.labels_[l.getKey()] = l.getValue();
+  for (auto c : r.getResources()) info.resources_[c.getName()] = c.getMilli() / 1000.0;
   return info;
 }
 
@@ -74,6 +76,18 @@ void NodeInfo::toProto(proto::NodeInfo::Builder b) const {
   b.setGpus(gpus_);
   b.setMemoryBytes(memoryBytes_);
   b.setPid(getpid());
+  auto labels = b.initLabels(labels_.size());
+  size_t i = 0;
+  for (auto& [key, value] : labels_) {
+    labels[i].setKey(key);
+    labels[i++].setValue(value);
+  }
+  auto resources = b.initResources(resources_.size());
+  i = 0;
+  for (auto& [name, amount] : resources_) {
+    resources[i].setName(name);
+    resources[i++].setMilli(sched::toMilli(amount));
+  }
 }
 
 std::string ActorAddress::describe() const {

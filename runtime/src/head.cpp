@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "troupe/exit_codes.h"
+#include "troupe/node_size.h"
 #include "troupe/sched/decide.h"
 
 namespace troupe {
@@ -15,7 +16,17 @@ namespace troupe {
 namespace {
 
 sched::Resources capacityOf(const NodeInfo& info) {
-  return sched::Resources::of(info.vcpus(), info.gpus(), info.memoryBytes());
+  auto capacity = sched::Resources::of(info.vcpus(), info.gpus(), info.memoryBytes());
+  for (auto& [name, amount] : info.resources()) capacity.withCustom(name, amount);
+  return capacity;
+}
+
+// "4 vcpus, 1 gpus, labels zone=a, resources fpga=2": what a node brings, for the join line.
+std::string describeNode(const NodeInfo& info) {
+  auto text = std::to_string(info.vcpus()) + " vcpus, " + std::to_string(info.gpus()) + " gpus";
+  if (!info.labels().empty()) text += ", labels " + formatLabels(info.labels());
+  if (!info.resources().empty()) text += ", resources " + formatResources(info.resources());
+  return text;
 }
 
 std::string nodeLine(const NodeInfo& info) {
@@ -108,11 +119,12 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
   spec.group = info.group().cStr();
   spec.instanceType = info.instanceType().cStr();
   spec.capacity = capacityOf(info);
+  for (auto& [key, value] : info.labels()) spec.labels[key] = value;
   view_.addNode(spec, sched::NodeState::ALIVE);
   nodes_.emplace(id, NodeEntry{id, info, kj::mv(client), true, node_.loop().timer().now()});
   if (id != 1) {
-    spdlog::info("{} joined from {} ({} vcpus, {} gpus); {} still expected", nodeLine(info),
-                 info.address(), info.vcpus(), info.gpus(), view_.getExpectedHosts().size());
+    spdlog::info("{} joined from {} ({}); {} still expected", nodeLine(info), info.address(),
+                 describeNode(info), view_.getExpectedHosts().size());
   }
   if (view_.getExpectedHosts().empty() && formed_.get() != nullptr) formed_->fulfill();
   return id;

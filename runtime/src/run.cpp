@@ -21,6 +21,7 @@
 #include "node.h"
 #include "troupe/app_settings.h"
 #include "troupe/exit_codes.h"
+#include "troupe/node_size.h"
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 #include "troupe/secret.h"
@@ -61,12 +62,6 @@ std::string allowedCpus() {
   return formatCpuList(cpus);
 }
 
-unsigned machineCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-}
-
 // troupe's own flags, each with its TROUPE_* variable, writing into `o`. The one list: parseOptions
 // and runFlags() both read it.
 void addRunOptions(CLI::App& cli, RunOptions& o) {
@@ -91,6 +86,11 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
   cli.add_option("--vcpus", o.vcpus)->envname("TROUPE_VCPUS");
   cli.add_option("--gpus", o.gpus)->envname("TROUPE_GPUS");
   cli.add_option("--memory-bytes", o.memoryBytes)->envname("TROUPE_MEMORY_BYTES");
+  cli.add_option("--labels", o.labels, "user labels of this node: KEY=VALUE[,KEY=VALUE...]")
+      ->envname("TROUPE_LABELS");
+  cli.add_option("--resources", o.resources,
+                 "custom resources of this node: NAME=AMOUNT[,NAME=AMOUNT...]")
+      ->envname("TROUPE_RESOURCES");
   cli.add_option("--max-message-bytes", o.maxMessageBytes)->envname("TROUPE_MAX_MESSAGE_BYTES");
   cli.add_option("--log-level", o.logLevel)->envname("TROUPE_LOG_LEVEL");
   cli.add_flag("--insecure", o.insecure,
@@ -151,6 +151,9 @@ Parsed parseOptions(int argc, char* argv[], RunOptions& o) {
                       std::to_string(o.nodeTimeoutMs) + ") and head-timeout-ms (" +
                       std::to_string(o.headTimeoutMs) + ")");
   }
+  // Checked here, before anything starts, so that a bad one is exit 2 naming it.
+  parseLabels(o.labels, "--labels (TROUPE_LABELS)");
+  parseResources(o.resources, "--resources (TROUPE_RESOURCES)");
   return parsed;
 }
 
@@ -311,20 +314,20 @@ class Outcome {
   std::string who_;
 };
 
-NodeInfo sizeOf(const ClusterConfig& c, const RunOptions& o) {
+// What this node reports (troupe/node_size.h): its size from the machine under the instance
+// type's ceiling, its labels and resources from the cluster file under the flags.
+NodeInfo describeThisNode(const ClusterConfig& c, const RunOptions& o) {
+  auto& group = c.groupOf(c.currentHost);
+  auto d = describeNode(c.currentInstanceType, group.labels, group.resources,
+                        NodeFlags{{o.vcpus, o.gpus, o.memoryBytes}, o.labels, o.resources},
+                        probeMachine());
+  for (auto& note : d.size.notes) spdlog::warn("{}", note);
   NodeInfo info;
-  auto type = sched::findInstanceType(c.currentInstanceType);
-  info.vcpus_ = o.vcpus ? o.vcpus : type ? type->vcpus : machineCpus();
-  info.gpus_ = o.gpus ? o.gpus : type ? type->gpus : 0;
-  info.memoryBytes_ = o.memoryBytes ? o.memoryBytes
-                      : type
-                          ? static_cast<uint64_t>(type->memoryGib * (1ull << 30))
-                          : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  if (!type && !c.currentInstanceType.empty() && !o.vcpus) {
-    spdlog::warn(
-        "instance type '{}' is not in troupe's table; using this machine's size ({} vcpus)",
-        c.currentInstanceType, info.vcpus_);
-  }
+  info.vcpus_ = d.size.vcpus.value;
+  info.gpus_ = d.size.gpus.value;
+  info.memoryBytes_ = d.size.memoryBytes.value;
+  info.labels_ = d.labels;
+  info.resources_ = d.resources;
   return info;
 }
 
@@ -601,7 +604,13 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   if (headGroupWarning) spdlog::warn("{}", *headGroupWarning);
   if (getenv("TROUPE_CPUS") != nullptr) spdlog::info("pinned to CPUs {}", allowedCpus());
   listenOnInterface(loaded);
-  auto size = sizeOf(config, options);
+  NodeInfo size;
+  try {
+    size = describeThisNode(config, options);
+  } catch (const ConfigError& e) {
+    spdlog::error("configuration error: {}", e.what());
+    outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
+  }
 
   try {
     EventLoop loop(size.vcpus());
@@ -610,6 +619,8 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     info.vcpus_ = size.vcpus_;
     info.gpus_ = size.gpus_;
     info.memoryBytes_ = size.memoryBytes_;
+    info.labels_ = size.labels_;
+    info.resources_ = size.resources_;
     node.listen();
 
     kj::Own<Head> head;

@@ -3,11 +3,13 @@
 per group of TROUPE_K8S_GROUPS, named after it ('_' -> '-'), as many pods as it says, every pod
 in the headless service's subdomain, the same TROUPE_K8S_GROUPS and service in every pod. The job
 secret reaches every pod as a file only its owner can read (a secret volume of mode 0400, named by
-TROUPE_TOKEN_FILE), never as an environment variable or an argument. Exits 77 (skipped) without
+TROUPE_TOKEN_FILE), never as an environment variable or an argument. A group's TROUPE_LABELS and
+TROUPE_RESOURCES have the forms --labels and --resources take. Exits 77 (skipped) without
 PyYAML.
 
 usage: k8s_manifest_check.py MANIFEST
 """
+import re
 import sys
 
 try:
@@ -42,6 +44,11 @@ for name, job in jobs.items():
     if group not in groups or group.replace("_", "-") != name:
         errors.append("%s: group label %r does not name it in TROUPE_K8S_GROUPS" % (name, group))
         continue
+    forms = {"TROUPE_LABELS": r"[\w.\-/]+=[\w.\-/]+", "TROUPE_RESOURCES": r"[\w.\-/]+=\d+(\.\d{1,3})?"}
+    for var, entry in forms.items():
+        if env.get(var) and not re.fullmatch(r"%s(,%s)*" % (entry, entry), env[var]):
+            errors.append("%s: %s %r is not KEY=VALUE[,...] as troupe takes it"
+                          % (name, var, env[var]))
     container = pod["spec"]["containers"][0]
     if "TROUPE_TOKEN" in env or any("token" in str(a) for a in container.get("command", [])):
         errors.append("%s: the secret is in the environment or on the command line" % name)

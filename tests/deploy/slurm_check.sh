@@ -1,8 +1,9 @@
 #!/bin/bash
 # deploy/slurm/troupe-hetjob.sbatch gives every task the job secret as a file of mode 0600 in the
 # job's folder, by its path (TROUPE_TOKEN_FILE), never the secret itself in the environment or on
-# the command line; the file is gone when the job ends. `srun` is a stand-in that reports what a
-# task would get.
+# the command line; the file is gone when the job ends. Each hetjob component's tasks get its own
+# TROUPE_LABELS_<n> / TROUPE_RESOURCES_<n> as TROUPE_LABELS / TROUPE_RESOURCES. `srun` is a
+# stand-in that reports what a task would get.
 #
 # usage: slurm_check.sh SBATCH_SCRIPT
 set -euo pipefail
@@ -17,13 +18,19 @@ echo "file=$TROUPE_TOKEN_FILE mode=$(stat -c %a "$TROUPE_TOKEN_FILE") length=${#
 if env | grep -q '^TROUPE_TOKEN='; then echo "TROUPE_TOKEN is in the environment"; fi
 if env | grep -qF "$secret"; then echo "the secret is in the environment"; fi
 case "$*" in *"$secret"*) echo "the secret is on the command line" ;; esac
+printf '%s\n' "$*" > "$(dirname "$0")/args"
 SRUN
 chmod +x "$dir/bin/srun"
 out=$(cd "$dir/submit" && env -u TROUPE_TOKEN_FILE PATH="$dir/bin:$PATH" \
-  SLURM_SUBMIT_DIR="$dir/submit" SLURM_JOB_ID=7 bash "$script" app --epochs 1)
+  SLURM_SUBMIT_DIR="$dir/submit" SLURM_JOB_ID=7 TROUPE_LABELS_0=zone=a,disk=nvme \
+  TROUPE_RESOURCES_1=fpga=2 bash "$script" app --epochs 1)
 echo "$out"
 fail=0
 [[ $out == "file=$dir/submit/.troupe-secret-7 mode=600 length=32" ]] || fail=1
+args=$(cat "$dir/bin/args")
+want="--kill-on-bad-exit=1 --het-group=0 env TROUPE_LABELS=zone=a,disk=nvme TROUPE_RESOURCES= app"
+want+=" --epochs 1 : --het-group=1 env TROUPE_LABELS= TROUPE_RESOURCES=fpga=2 app --epochs 1"
+if [[ $args != "$want" ]]; then echo "srun got: $args"; echo "expected: $want"; fail=1; fi
 if [[ -n $(ls -A "$dir/submit") ]]; then echo "left in the job's folder: $(ls -A "$dir/submit")"; fail=1; fi
 if (( fail )); then echo "1 failed"; exit 1; fi
-echo "1 passed"
+echo "2 passed"

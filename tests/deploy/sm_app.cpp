@@ -6,6 +6,11 @@
 //   crash_group the probe on the first host of this group fails: the job fails with its reason
 //   hold_ms     the driver waits this long before ending (for tests that look at running
 //               processes)
+//   place       a placement text: the driver spawns `place_count` (default 1) more Reporters with
+//               it and prints "PLACED <host>" for each (a placement that cannot be met fails the
+//               job with the scheduler's reason)
+//
+// The driver first prints a "NODEINFO" line for every node: what the head knows of it.
 
 #include <unistd.h>
 
@@ -57,9 +62,34 @@ class Reporter final : public troupe::ActorBase<probe::Probe> {
   }
 };
 
+std::string describe(const troupe::NodeInfo& n) {
+  std::string labels, resources;
+  for (auto& [k, v] : n.labels()) labels += (labels.empty() ? "" : ",") + k + "=" + v;
+  for (auto& [k, v] : n.resources()) {
+    resources += (resources.empty() ? "" : ",") + k + "=" + std::to_string(v);
+  }
+  return std::string("NODEINFO ") + n.host().cStr() + " vcpus=" + std::to_string(n.vcpus()) +
+         " gpus=" + std::to_string(n.gpus()) + " labels=" + (labels.empty() ? "-" : labels) +
+         " resources=" + (resources.empty() ? "-" : resources);
+}
+
+// The `place` hyperparameter: spawn Reporters with that placement and say where each went.
+kj::Promise<void> placeMore(troupe::Driver& job, const std::string& text, int64_t count) {
+  kj::Vector<troupe::Ref<probe::Probe>> refs;
+  for (int64_t i = 0; i < count; ++i) {
+    refs.add(job.spawn<probe::Probe>("sm.Reporter", troupe::Placement::fromText(text)));
+  }
+  auto replies = KJ_MAP(r, refs) {
+    return r.pingRequest().send().then(
+        [](auto reply) { say(std::string("PLACED ") + reply.getHost().cStr()); });
+  };
+  return kj::joinPromises(kj::mv(replies)).attach(kj::mv(refs));
+}
+
 kj::Promise<void> job(troupe::Driver& job) {
   auto& sm = troupe::SageMakerEnv::current();
   sm.getInt("epochs", 1);  // a bad value fails the job here, naming the key and the value
+  for (auto& n : job.nodes()) say(describe(n));
   auto probes =
       kj::heap(job.spawnEach<probe::Probe>("sm.Reporter", troupe::Placement::any().cpus(0)));
   auto& ref = *probes;
@@ -82,7 +112,12 @@ kj::Promise<void> job(troupe::Driver& job) {
             });
           }
         }
-        return job.timer().afterDelay(sm.getInt("hold_ms", 0) * kj::MILLISECONDS);
+        auto place = sm.getString("place", "");
+        auto placed = place.empty() ? kj::Promise<void>(kj::READY_NOW)
+                                    : placeMore(job, place, sm.getInt("place_count", 1));
+        return placed.then([&job, &sm]() {
+          return job.timer().afterDelay(sm.getInt("hold_ms", 0) * kj::MILLISECONDS);
+        });
       })
       .attach(kj::mv(probes));
 }

@@ -121,3 +121,47 @@ TEST_CASE("a missing file is a clear error", "[config][bad-input]") {
   CHECK_THROWS_WITH(ClusterConfig::load("/nonexistent/rc.json"),
                     Catch::StartsWith("cluster file '/nonexistent/rc.json' cannot be read"));
 }
+
+TEST_CASE("labels and resources: the top level for every host, a group's over it per key",
+          "[config][labels]") {
+  auto c = ClusterConfig::parse(R"({"current_host": "a", "hosts": ["a", "b"],
+      "labels": {"zone": "a", "disk": "ssd"}, "resources": {"licence": 1},
+      "instance_groups": [
+        {"instance_group_name": "g", "hosts": ["a"], "labels": {"disk": "nvme"},
+         "resources": {"fpga": 2}},
+        {"instance_group_name": "h", "hosts": ["b"]}]})",
+                                "rc.json");
+  CHECK(c.groupOf("a").labels == troupe::NodeLabels{{"disk", "nvme"}, {"zone", "a"}});
+  CHECK(c.groupOf("a").resources == troupe::NodeResources{{"fpga", 2.0}, {"licence", 1.0}});
+  CHECK(c.groupOf("b").labels == troupe::NodeLabels{{"disk", "ssd"}, {"zone", "a"}});
+  CHECK(c.groupOf("b").resources == troupe::NodeResources{{"licence", 1.0}});
+  auto homogeneous = ClusterConfig::parse(
+      R"({"current_host": "a", "hosts": ["a"], "labels": {"zone": "b"}})", "rc.json");
+  CHECK(homogeneous.groupOf("a").labels == troupe::NodeLabels{{"zone", "b"}});
+}
+
+TEST_CASE("bad labels and resources in a cluster file name the file, the key and the value",
+          "[config][labels][bad-input]") {
+  auto fails = [](const std::string& text) {
+    try {
+      ClusterConfig::parse(text, "rc.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"labels":["zone=a"]})") ==
+        "cluster file rc.json: 'labels' must be an object of strings, e.g. {\"zone\": \"a\"}, not "
+        "[\"zone=a\"]");
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"labels":{"zone":1}})") ==
+        "cluster file rc.json: 'labels': the value of 'zone' must be a string, not 1");
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"instance_groups":[
+                 {"instance_group_name":"g","hosts":["a"],"resources":{"fpga":"x"}}]})") ==
+        "cluster file rc.json: 'resources' of instance group 'g': the amount of 'fpga' must be a "
+        "number, not \"x\"");
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"resources":{"fpga":-1}})")
+            .find("cluster file rc.json: 'resources' 'fpga=-1': '-1' is not an amount for "
+                  "'fpga'") == 0);
+  CHECK(fails(R"({"current_host":"a","hosts":["a"],"labels":{"host":"x"}})")
+            .find("label 'host' is set by troupe itself") != std::string::npos);
+}

@@ -27,6 +27,7 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,9 @@ class NodeInfo {
   uint32_t vcpus() const { return vcpus_; }
   uint32_t gpus() const { return gpus_; }
   uint64_t memoryBytes() const { return memoryBytes_; }
+  // User labels and custom resources (troupe/node_size.h says where they come from).
+  const std::map<std::string, std::string>& labels() const { return labels_; }
+  const std::map<std::string, double>& resources() const { return resources_; }
   bool isHead() const { return isHead_; }
 
   static NodeInfo fromProto(proto::NodeInfo::Reader r);
@@ -149,6 +153,8 @@ class NodeInfo {
   std::string host_, group_, instanceType_, address_;
   uint32_t vcpus_ = 1, gpus_ = 0;
   uint64_t memoryBytes_ = 0;
+  std::map<std::string, std::string> labels_;
+  std::map<std::string, double> resources_;
   bool isHead_ = false;
 };
 

@@ -14,6 +14,11 @@
 // A homogeneous job has no `instance_groups`: every host is then in one group named after
 // `current_group_name` (SageMaker says "homogeneousCluster").
 //
+// troupe's own optional keys (SageMaker never writes them): "labels" ({"zone": "a"}) and
+// "resources" ({"fpga": 2}) at the top level apply to every host; inside an instance group, to
+// that group's hosts, over the top level's per key. --labels and --resources (troupe/run.h) go over
+// both (troupe/node_size.h).
+//
 // Where run() finds it, first match wins: --cluster / TROUPE_CLUSTER_FILE; SageMaker's
 // $TROUPE_SM_ROOT/input/config/resourceconfig.json (root /opt/ml by default; with
 // TROUPE_SM_ROOT set the file must exist); a Slurm job's environment (clusterFromSlurm); a
@@ -26,6 +31,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "troupe/node_size.h"
 
 namespace troupe {
 
@@ -40,6 +47,8 @@ struct InstanceGroup {
   std::string name;
   std::string instanceType;
   std::vector<std::string> hosts;  // sorted
+  NodeLabels labels;               // the file's top-level labels, then the group's
+  NodeResources resources;         // the same for custom resources
 };
 
 struct ClusterConfig {

@@ -39,8 +39,12 @@ struct RunOptions {
   unsigned nodeTimeoutMs = 3000;   // --node-timeout-ms: the head declares a silent node lost
   unsigned headTimeoutMs = 5000;   // --head-timeout-ms: a worker exits after losing the head
   unsigned stopTimeoutMs = 5000;   // --stop-timeout-ms: default per-actor stop deadline
-  unsigned vcpus = 0, gpus = 0;    // --vcpus/--gpus: override the instance table (0 = table)
-  uint64_t memoryBytes = 0;        // --memory-bytes
+  unsigned vcpus = 0, gpus = 0;    // --vcpus/--gpus: replace the detected figures (0 = detect)
+  uint64_t memoryBytes = 0;        // --memory-bytes; all three within the type's (node_size.h)
+  // --labels / TROUPE_LABELS ("zone=a,disk=nvme") and --resources / TROUPE_RESOURCES ("fpga=2"):
+  // this node's user labels and custom resources, over the cluster file's per key.
+  std::string labels;
+  std::string resources;
   uint64_t maxMessageBytes = 64ull << 20;  // --max-message-bytes: larger messages are refused
   std::string logLevel = "info";           // --log-level / TROUPE_LOG_LEVEL
   // Before a peer has logged in (TLS handshake and login call): how long it may take, and how
