@@ -1,5 +1,6 @@
 #include "status.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -119,7 +120,7 @@ json toJson(const troupe::JobStatus& job) {
                      {"state", n.state},
                      {"head", n.head},
                      {"heartbeat_age_ms", orNull(n.heartbeatAgeMs >= 0, n.heartbeatAgeMs)},
-                     {"cpu_percent", orNull(n.loadKnown, n.cpuPercent)},
+                     {"cpu_percent", orNull(n.loadKnown, std::round(n.cpuPercent * 10) / 10)},
                      {"cpu_interval_ms", orNull(n.loadKnown, n.cpuIntervalMs)},
                      {"load_age_ms", orNull(n.loadKnown, n.loadAgeMs)},
                      {"lost_because", orNull(!n.why.empty(), n.why)}});
