@@ -271,3 +271,30 @@ TEST_CASE("troupe status against an --insecure job: the secret in the request, a
   CHECK(job.wait(60s) == 6);
   CHECK(job.leftovers().empty());
 }
+
+TEST_CASE(
+    "troupe status refuses bad input before asking anyone: an address without a port, no "
+    "secret, --token",
+    "[status][config]") {
+  roots::TempDir tmp;
+  auto secret = tmp / "secret";
+  roots::writeSecretFile(secret);
+  auto noPort = status(tmp, {"--head", "algo-1", "--token-file", secret});
+  CHECK(noPort.code == 2);
+  CHECK(has(noPort.output,
+            "troupe status: configuration error: --head 'algo-1': expected "
+            "HOST:PORT"));
+  auto noSecret = status(tmp, {"--head", "127.0.0.1:7077"});
+  CHECK(noSecret.code == 2);
+  CHECK(has(noSecret.output,
+            "no job secret: give troupe status the file the job's nodes read it "
+            "from, with --token-file FILE or TROUPE_TOKEN_FILE=FILE"));
+  auto open = tmp / "open-secret";
+  roots::writeSecretFile(open, roots::kSecret, 0644);
+  auto readable = status(tmp, {"--head", "127.0.0.1:7077", "--token-file", open});
+  CHECK(readable.code == 2);
+  CHECK(has(readable.output, "has mode 0644"));
+  auto onCommandLine = status(tmp, {"--head", "127.0.0.1:7077", "--token", roots::kSecret});
+  CHECK(onCommandLine.code == 2);
+  CHECK(has(onCommandLine.output, "--token is refused"));
+}
