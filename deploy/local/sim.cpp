@@ -1,4 +1,5 @@
-// `troupe sim`: a heterogeneous cluster as local processes on loopback.
+// `troupe sim`: a heterogeneous cluster as local processes on loopback. (The same tool's `env`
+// prints what a node sees in a root; `status` asks a running job's head, status.h.)
 //
 //   troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge
 //              --hp epochs=3 --channel train=/usr/share/datasets/fashion-mnist --pin -- APP [ARGS]
@@ -37,8 +38,10 @@
 #include <optional>
 #include <random>
 
+#include "job_file.h"
 #include "netns.h"
 #include "sim_run.h"
+#include "status.h"
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/loop.h"
@@ -151,6 +154,8 @@ struct Options {
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000, interruptSeed = 0, restarts = 0;
   int64_t interruptAfterMs = -1;
   bool keep = false, pin = false, netns = false, interruptHard = false, env = false;
+  sim::StatusOptions status;
+  bool statusCommand = false;
 };
 
 // Parses argv; a non-empty result is the exit code (help, or a parse error).
@@ -175,6 +180,7 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
       ->envname("TROUPE_LABELS");
   envCmd->add_option("--resources", e.node.resources, "as the app's --resources: NAME=AMOUNT[,...]")
       ->envname("TROUPE_RESOURCES");
+  auto* statusCmd = sim::addStatusCommand(cli, o.status);
   sim->add_option("--group", o.groupArgs, "NAME=COUNT[:INSTANCE_TYPE], repeatable")
       ->default_str("data_group=2:ml.c5.xlarge dnn_group=1:ml.p3.2xlarge");
   sim->add_option("--head-group", o.headGroup, "the group whose first host is the head");
@@ -241,6 +247,7 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
     return cli.exit(e) == 0 ? 0 : troupe::CONFIG_ERROR;
   }
   o.env = envCmd->parsed();
+  o.statusCommand = statusCmd->parsed();
   if (cliArgc == argc) o.app = sim->remaining();
   return std::nullopt;
 }
@@ -372,6 +379,7 @@ int runSim(int argc, char* argv[]) {
   Options o;
   if (auto code = parseOptions(argc, argv, o)) return *code;
   if (o.env) return printEnvironment(o.envOptions);
+  if (o.statusCommand) return sim::runStatus(o.status);
   sim::JobSpec spec;
   std::optional<InterruptPlan> plan;
   try {
@@ -413,6 +421,8 @@ int runSim(int argc, char* argv[]) {
       return troupe::CONFIG_ERROR;
     }
   }
+  // The state file `troupe status` finds the job by (job_file.h): gone with the job, --keep or not.
+  RemoveFile removeJobFile{dir / sim::kJobFileName};
   if (!spec.checkpoints.empty()) {
     printf(
         "troupe sim: checkpoints in %s (every instance's <root>/checkpoints; kept after the "

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 
+#include "job_file.h"
 #include "netns.h"
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
@@ -227,6 +228,17 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   return instances;
 }
 
+// Whether --env runs the instances with TROUPE_INSECURE on (for `troupe status`).
+bool insecure(const JobSpec& spec) {
+  for (auto& e : spec.envArgs) {
+    auto kv = e.substr(e.find(':') + 1);
+    if (kv.rfind("TROUPE_INSECURE=", 0) != 0) continue;
+    auto value = kv.substr(strlen("TROUPE_INSECURE="));
+    if (value != "" && value != "0" && value != "false") return true;
+  }
+  return false;
+}
+
 bool isHead(const Instance& in) {
   std::ifstream role(in.root + "/role");
   std::string word;
@@ -323,6 +335,16 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   }
   auto instances = layOut(spec_, rng_, dir, lab);
   auto hostMapPath = dir / "hosts.json";
+  // For `troupe status` with no address (job_file.h).
+  JobFile job;
+  job.simPid = getpid();
+  job.run = number;
+  job.secretFile = spec_.tokenFile;
+  job.insecure = insecure(spec_);
+  for (auto& in : instances) {
+    job.instances.push_back({in.host, in.group, in.instanceType, in.address});
+  }
+  writeJobFile(dir_ / kJobFileName, job);
 
   struct Quiet : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&&) override {}

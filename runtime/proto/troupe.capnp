@@ -81,19 +81,70 @@ struct SpawnSpec {
   count @10 :UInt32 = 1;    # ... out of how many
 }
 
+struct NodeLoad {
+  # What a node reports with each heartbeat (the head measures its own on the same schedule): how
+  # busy its process is, and how many calls wait at each of its actors.
+  cpuPercent @0 :Float32;   # the process's CPU time over the interval, in % of one core
+  intervalMs @1 :UInt32;    # the interval measured (0: none yet)
+  actors @2 :List(ActorLoad);
+
+  struct ActorLoad {
+    id @0 :UInt64;
+    incarnation @1 :UInt32;
+    calls @2 :UInt32;       # calls that have arrived and not returned: queued + running
+  }
+}
+
+struct JobStatus {
+  # The head's view of a running job, for `troupe status`.
+  head @0 :Text;            # the head's host
+  headAddress @1 :Text;
+  phase @2 :Text;           # "forming", "running" or "ending"
+  uptimeMs @3 :UInt64;      # since the head started
+  nodes @4 :List(NodeStatus);
+  groups @5 :List(GroupStatus);
+  actors @6 :List(ActorStatus);
+
+  struct NodeStatus {
+    info @0 :NodeInfo;
+    state @1 :Text;         # "alive", "lost" or "expected" (not joined yet)
+    heartbeatAgeMs @2 :Int64;  # since its last heartbeat; -1 for the head and for expected nodes
+    load @3 :NodeLoad;      # as of its last heartbeat
+    loadAgeMs @4 :Int64;    # how old `load` is; -1: none yet
+    why @5 :Text;           # why it was declared lost
+  }
+  struct GroupStatus {
+    name @0 :Text;
+    instanceType @1 :Text;
+    hosts @2 :List(Text);
+    alive @3 :UInt32;       # of those hosts, how many are alive nodes
+  }
+  struct ActorStatus {
+    address @0 :ActorAddress;
+    state @1 :Text;         # "starting" (not reported by its node yet), "running" or "stopping"
+    calls @2 :Int64;        # queued + running calls at its node's last report; -1: not reported
+    parent @3 :UInt64;      # 0: the driver
+  }
+}
+
 interface Gate {
   # The bootstrap capability of every node's port.
   login @0 (token :Data, host :Text) -> (node :Node, cluster :Cluster);
   # Compares `token` with the cluster token in constant time. `cluster` is null on non-head nodes.
   # `host` names the caller's host, so that the connection can be cut when the head declares that
   # host lost (Node.peerLost).
+  status @1 (token :Data) -> (status :JobStatus, head :Text, headAddress :Text);
+  # For `troupe status`, a client that is not a node: authenticated as login is (the TLS handshake,
+  # or with --insecure `token`), it gets a snapshot of the job and nothing it could act with. A
+  # worker answers with no `status` and where its head listens (`head`, `headAddress`).
 }
 
 interface Cluster {
   # Served by the head.
   join @0 (info :NodeInfo, node :Node) -> (nodeId :UInt32, heartbeatMs :UInt32);
-  heartbeat @1 (nodeId :UInt32) -> (fenced :Bool, reason :Text);
-  # `fenced`: the head has declared this node lost; it must exit (FENCED) at once.
+  heartbeat @1 (nodeId :UInt32, load :NodeLoad) -> (fenced :Bool, reason :Text);
+  # `fenced`: the head has declared this node lost; it must exit (FENCED) at once. `load`: the
+  # node's CPU use since its last heartbeat and its actors' mailbox depths (troupe status).
   spawn @2 (spec :SpawnSpec) -> (actors :List(ActorAddress));
   # Places and starts one actor, or several for a multi-instance placement (onePerNode, perVcpu).
   resolve @3 (id :UInt64) -> (actor :ActorAddress);

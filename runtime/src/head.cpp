@@ -76,7 +76,11 @@ void SpawnRequest::toProto(proto::SpawnSpec::Builder spec) const {
 // Head: formation
 
 Head::Head(NodeRuntime& node, DriverFunction driver, std::vector<std::string> appArgs)
-    : node_(node), driverFn_(kj::mv(driver)), tasks_(*this), finished_(nullptr) {
+    : node_(node),
+      startedAt_(node.loop().timer().now()),
+      driverFn_(kj::mv(driver)),
+      tasks_(*this),
+      finished_(nullptr) {
   driver_ = kj::heap<Driver>(*this, kj::mv(appArgs));
   auto paf = kj::newPromiseAndFulfiller<void>();
   finishFulfiller_ = kj::mv(paf.fulfiller);
@@ -139,12 +143,29 @@ void Head::watchConnection(uint32_t nodeId, kj::Promise<void> disconnected) {
                  .then([this, nodeId](std::string why) { nodeLost(nodeId, why); }));
 }
 
-kj::Maybe<std::string> Head::heartbeat(uint32_t nodeId) {
+kj::Maybe<std::string> Head::heartbeat(uint32_t nodeId, proto::NodeLoad::Reader load) {
   auto* n = findNode(nodeId);
   if (n == nullptr) return std::string("node id " + std::to_string(nodeId) + " is unknown");
   if (!n->alive) return n->lostBecause;
   n->lastHeartbeat = node_.loop().timer().now();
+  recordLoad(*n, load);
   return nullptr;
+}
+
+void Head::recordLoad(NodeEntry& node, proto::NodeLoad::Reader load) {
+  auto& l = node.load;
+  l.cpuPercent = load.getCpuPercent();
+  l.intervalMs = load.getIntervalMs();
+  l.calls.clear();
+  for (auto a : load.getActors()) l.calls[a.getId()] = {a.getIncarnation(), a.getCalls()};
+  l.at = node_.loop().timer().now();
+}
+
+void Head::recordOwnLoad() {
+  capnp::MallocMessageBuilder message(256);
+  auto load = message.initRoot<proto::NodeLoad>();
+  node_.reportLoad(load);
+  recordLoad(nodes_.at(1), load.asReader());
 }
 
 kj::Promise<void> Head::formCluster() {
@@ -190,6 +211,7 @@ kj::Promise<void> Head::checkHeartbeats(kj::TimePoint due) {
     for (auto id : silent) {
       nodeLost(id, kj::str("no heartbeat for ", node_.options().nodeTimeoutMs, " ms").cStr());
     }
+    recordOwnLoad();  // the head's own load, on its workers' schedule
     return checkHeartbeats(now + interval);
   });
 }
@@ -747,7 +769,8 @@ kj::Promise<void> ClusterSession::join(JoinContext call) {
 }
 
 kj::Promise<void> ClusterSession::heartbeat(HeartbeatContext call) {
-  KJ_IF_MAYBE(why, head_.heartbeat(call.getParams().getNodeId())) {
+  auto p = call.getParams();
+  KJ_IF_MAYBE(why, head_.heartbeat(p.getNodeId(), p.getLoad())) {
     auto r = call.getResults();
     r.setFenced(true);
     r.setReason(*why);

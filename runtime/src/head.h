@@ -46,8 +46,9 @@ class Head final : private kj::TaskSet::ErrorHandler {
   // -- Cluster (called by ClusterSession and Driver) --
   uint32_t join(const NodeInfo& info, proto::Node::Client client);
   void watchConnection(uint32_t nodeId, kj::Promise<void> disconnected);
-  kj::Maybe<std::string> heartbeat(uint32_t nodeId);
-  // Records a heartbeat; returns why the node was fenced if the head has declared it lost.
+  kj::Maybe<std::string> heartbeat(uint32_t nodeId, proto::NodeLoad::Reader load);
+  // Records a heartbeat and the load it carries; returns why the node was fenced if the head has
+  // declared it lost.
   kj::Array<ActorContext::Spawned> spawn(SpawnRequest request, bool many);
   kj::Promise<void> whenStarted(uint64_t id);
   kj::Maybe<ActorAddress> resolve(uint64_t id);
@@ -61,6 +62,9 @@ class Head final : private kj::TaskSet::ErrorHandler {
   void finish(int code, std::string reason);
   std::vector<NodeInfo> nodes() const;
   proto::Node::Client nodeAt(const std::string& address, kj::Maybe<proto::Node::Client> otherwise);
+  void status(proto::JobStatus::Builder out) const;
+  // The job as the head sees it, for `troupe status` (head_status.cpp): nodes with their last
+  // heartbeat and load, groups, and every actor with its state and mailbox depth.
 
  private:
   struct NodeEntry {
@@ -70,6 +74,13 @@ class Head final : private kj::TaskSet::ErrorHandler {
     bool alive = true;
     kj::TimePoint lastHeartbeat;
     std::string lostBecause;  // set when declared lost
+    struct Load {
+      // From the node's last heartbeat (the head's own: its heartbeat check).
+      float cpuPercent = 0;
+      uint32_t intervalMs = 0;
+      std::map<uint64_t, std::pair<uint32_t, uint32_t>> calls;  // id -> incarnation, calls
+      kj::Maybe<kj::TimePoint> at;
+    } load;
   };
   enum class State { RUNNING, STOPPING, DEAD };
   struct ActorEntry {
@@ -86,6 +97,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   };
 
   void taskFailed(kj::Exception&& exception) override;
+  void recordLoad(NodeEntry& node, proto::NodeLoad::Reader load);
+  void recordOwnLoad();
   kj::Promise<void> formCluster();
   kj::Promise<void> checkHeartbeats(kj::TimePoint due);
   void startDriver();
@@ -109,6 +122,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   std::string originLine(const ActorEntry& entry, const Exit& reason) const;
 
   NodeRuntime& node_;
+  kj::TimePoint startedAt_;
   DriverFunction driverFn_;
   kj::Own<Driver> driver_;
   kj::TaskSet tasks_;

@@ -138,15 +138,8 @@ class GateServer final : public proto::Gate::Server {
       : node_(node), connection_(connection), peer_(kj::mv(peer)) {}
 
   kj::Promise<void> login(LoginContext call) override {
-    // With TLS the handshake has proved the peer holds the secret; the token travels (and is
-    // checked) only with --insecure.
-    if (!node_.secure()) {
-      auto token = call.getParams().getToken();
-      auto expected = kj::StringPtr(node_.options().token.c_str()).asBytes();
-      if (!tokensEqual(token, expected)) {
-        node_.refused(peer_, "wrong cluster token");
-        return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
-      }
+    if (!admitted(call.getParams().getToken())) {
+      return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
     }
     if (connection_ != nullptr) {
       connection_->loggedIn();
@@ -162,7 +155,35 @@ class GateServer final : public proto::Gate::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> status(StatusContext call) override {
+    // A status client is admitted as a node is, but it gets a snapshot, no capability: it joins
+    // nothing, holds nothing, and its connection's end changes nothing.
+    if (!admitted(call.getParams().getToken())) {
+      return KJ_EXCEPTION(FAILED, "authentication failed: wrong cluster token");
+    }
+    auto results = call.getResults();
+    KJ_IF_MAYBE(head, node_.head()) {
+      // It proved the secret: it may stay and ask again, past the login deadline.
+      if (connection_ != nullptr) connection_->loggedIn();
+      head->status(results.initStatus());
+    } else {
+      results.setHead(node_.headHost());
+      results.setHeadAddress(node_.hosts().addressOf(node_.headHost()));
+    }
+    return kj::READY_NOW;
+  }
+
  private:
+  // With TLS the handshake has proved the peer holds the secret; the token travels (and is
+  // checked) only with --insecure.
+  bool admitted(kj::ArrayPtr<const kj::byte> token) {
+    if (node_.secure()) return true;
+    auto expected = kj::StringPtr(node_.options().token.c_str()).asBytes();
+    if (tokensEqual(token, expected)) return true;
+    node_.refused(peer_, "wrong cluster token");
+    return false;
+  }
+
   NodeRuntime& node_;
   Connection*& connection_;  // set right after the connection is made
   std::string peer_;
@@ -619,6 +640,20 @@ kj::Promise<void> NodeRuntime::stopAll(Exit reason) {
     chain = chain.then([this, id, reason, timeout]() { return stopActor(id, reason, timeout); });
   }
   return chain;
+}
+
+void NodeRuntime::reportLoad(proto::NodeLoad::Builder load) {
+  auto cpu = cpu_.sample();
+  load.setCpuPercent(cpu.percent);
+  load.setIntervalMs(cpu.intervalMs);
+  auto list = load.initActors(actors_.size());
+  size_t i = 0;
+  for (auto& [id, hosted] : actors_) {
+    list[i].setId(id);
+    list[i].setIncarnation(hosted.address.incarnation);
+    list[i].setCalls(hosted.core->callsInMailbox());
+    ++i;
+  }
 }
 
 void NodeRuntime::actorExited(uint64_t id, Exit reason) {

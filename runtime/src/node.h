@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coalescing_stream.h"
+#include "cpu_meter.h"
 #include "message_stream.h"
 #include "secure.h"
 #include "troupe/actor.h"
@@ -118,6 +119,9 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   void actorExited(uint64_t id, Exit reason);
   // The actor ended by itself (ActorContext::exit, or its onStart() failed): tell the head.
   size_t hostedCount() const { return actors_.size(); }
+  void reportLoad(proto::NodeLoad::Builder load);
+  // This process's CPU use since the previous report, and the mailbox depth of every actor it
+  // hosts: what a worker sends with each heartbeat (the head records its own on that schedule).
 
   void setHeadActors(std::vector<ActorAddress> actors) { headActors_ = kj::mv(actors); }
   std::string headActorsLine() const;
@@ -177,6 +181,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   kj::Maybe<Head&> head_;
   kj::Own<JobTls> tls_;  // null with --insecure
   kj::Own<RefusalLog> refusals_;
+  CpuMeter cpu_;
   kj::Own<kj::ConnectionReceiver> listener_;
   kj::Duration acceptBackoff_ = 100 * kj::MILLISECONDS;
   unsigned acceptFailures_ = 0;   // accept() failures since the last success

@@ -472,6 +472,7 @@ class Worker {
       }
       auto req = node_.cluster().heartbeatRequest();
       req.setNodeId(nodeId_);
+      node_.reportLoad(req.initLoad());
       node_.tasks().add(req.send().then([this, sent = now](auto&& reply) {
         lastHeard_ = node_.loop().timer().now();
         // Only an answer to a heartbeat sent after the stall clears it.

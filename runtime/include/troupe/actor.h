@@ -292,9 +292,18 @@ class ActorCore {
   // Cancels the calls still in flight (with the exit reason). Must not run inside one of them:
   // the runtime calls it from a later turn.
   bool exited() const { return exited_ != nullptr; }
+  uint32_t callsInMailbox() const { return calls_; }
+  // Calls that have arrived and not yet returned, queued or running: the mailbox depth that the
+  // node reports with its heartbeats (`troupe status`).
 
  protected:
   void checkAlive() const;
+  auto countCall() {
+    // Counts one call in the mailbox until what it returns is destroyed: attach it to the call's
+    // promise, so a call that completes, fails or is cancelled leaves the count.
+    ++calls_;
+    return kj::defer([this]() { --calls_; });
+  }
   kj::Promise<void> guard(kj::Promise<void> call);
   // A user method's promise as the caller sees it: cancelled by cancelCalls(), and failing with
   // the exit reason if the actor failed while the method ran (even if the method then returned
@@ -310,6 +319,7 @@ class ActorCore {
   kj::Own<ActorContext> ownedContext_;
   kj::Canceler canceler_;
   kj::Maybe<Exit> exited_;
+  uint32_t calls_ = 0;
 };
 
 template <typename Interface>
@@ -326,11 +336,13 @@ class ActorBase : public Interface::Server, public ActorCore {
       uint64_t interfaceId, uint16_t methodId,
       capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> call) override {
     checkAlive();
+    auto inMailbox = countCall();
     auto result = Server::dispatchCall(interfaceId, methodId, call);
     // The Actor interface's own methods (stop, link, ...) are control calls: they must be able to
     // finish while the actor is being stopped.
     if (interfaceId != capnp::typeId<proto::Actor>())
       result.promise = guard(kj::mv(result.promise));
+    result.promise = result.promise.attach(kj::mv(inMailbox));
     return result;
   }
 

@@ -1,0 +1,91 @@
+#include "job_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace sim {
+
+void writeJobFile(const fs::path& path, const JobFile& job) {
+  json instances = json::array();
+  for (auto& in : job.instances) {
+    instances.push_back({{"host", in.host},
+                         {"group", in.group},
+                         {"instance_type", in.instanceType},
+                         {"address", in.address}});
+  }
+  json j = {{"sim_pid", job.simPid},
+            {"run", job.run},
+            {"secret_file", job.secretFile},
+            {"insecure", job.insecure},
+            {"instances", instances}};
+  auto text = j.dump(2) + "\n";
+  auto temporary = path.string() + ".new";
+  unlink(temporary.c_str());
+  int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  bool ok = fd >= 0 && write(fd, text.data(), text.size()) == ssize_t(text.size());
+  if (fd >= 0) ok = close(fd) == 0 && ok;
+  if (!ok || rename(temporary.c_str(), path.c_str()) != 0) {
+    unlink(temporary.c_str());
+    throw std::runtime_error("cannot write " + path.string() + ": " + strerror(errno));
+  }
+}
+
+namespace {
+
+std::optional<JobFile> readJobFile(const fs::path& path) {
+  try {
+    std::ifstream in(path);
+    auto j = json::parse(in);
+    JobFile job;
+    job.simPid = j.at("sim_pid").get<int>();
+    job.run = j.at("run").get<unsigned>();
+    job.secretFile = j.at("secret_file").get<std::string>();
+    job.insecure = j.at("insecure").get<bool>();
+    for (auto& in : j.at("instances")) {
+      job.instances.push_back(
+          {in.at("host"), in.at("group"), in.at("instance_type"), in.at("address")});
+    }
+    job.path = path.string();
+    return job;
+  } catch (const std::exception&) {
+    return std::nullopt;  // being replaced, or not ours: not a job to report
+  }
+}
+
+// The simulator that wrote the file still runs (and its pid was not reused by another program).
+bool running(int pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  comm >> name;
+  return name == "troupe";
+}
+
+}  // namespace
+
+std::optional<JobFile> findRunningJob() {
+  std::optional<JobFile> newest;
+  fs::file_time_type newestTime;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    if (entry.path().filename().string().rfind("troupe-sim-", 0) != 0) continue;
+    auto path = entry.path() / kJobFileName;
+    auto time = fs::last_write_time(path, ec);
+    if (ec || (newest && time <= newestTime)) continue;
+    auto job = readJobFile(path);
+    if (!job || !running(job->simPid)) continue;
+    newest = job;
+    newestTime = time;
+  }
+  return newest;
+}
+
+}  // namespace sim
