@@ -23,6 +23,7 @@
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 #include "troupe/secret.h"
+#include "troupe/trace.h"
 
 namespace troupe {
 
@@ -101,6 +102,13 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
   cli.add_option("--max-unauthenticated", o.maxUnauthenticated,
                  "connections not yet logged in that a node holds at once")
       ->envname("TROUPE_MAX_UNAUTHENTICATED");
+  cli.add_option("--trace", o.traceFile,
+                 "record spans on every node; the head writes the merged timeline (Chrome "
+                 "trace-event JSON, for Perfetto) to this file at the end of the job")
+      ->envname("TROUPE_TRACE");
+  cli.add_option("--trace-buffer-spans", o.traceBufferSpans,
+                 "spans each thread keeps with --trace; later ones are dropped and counted")
+      ->envname("TROUPE_TRACE_BUFFER_SPANS");
 }
 
 struct Parsed {
@@ -280,6 +288,27 @@ void pinFromEnvironment() {
   for (auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     pid_t tid = std::stoi(task.path().filename().string());
     sched_setaffinity(tid, sizeof(set), &set);
+  }
+}
+
+// The head writes --trace's file at the end of the job: refuse one it cannot write now, before
+// the job runs, rather than lose the trace then. Every instance gets the same --trace, so every
+// one checks its folder: all of them stop at once instead of waiting for a head that has exited.
+void checkTraceFile(const std::string& path, bool isHead) {
+  if (path.empty()) return;
+  auto folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  bool ok;
+  if (isHead) {
+    FILE* f = fopen(path.c_str(), "w");
+    ok = f != nullptr;
+    if (ok) fclose(f);
+  } else {
+    ok = access(folder.c_str(), W_OK) == 0;
+  }
+  if (!ok) {
+    throw ConfigError("--trace (TROUPE_TRACE) '" + path + "': cannot write it (" + strerror(errno) +
+                      "); give a file in a folder that exists and is writable");
   }
 }
 
@@ -563,6 +592,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
                                  : SageMakerEnv::inactive());
     headGroupWarning = resolveHeadGroup(c, options, parsed.headGroupGiven);
     isHead = c.currentHost == c.headHost(options.headGroup);
+    checkTraceFile(options.traceFile, isHead);
   } catch (const ConfigError& e) {
     // Also when the options did not parse: the rule for a SageMaker root needs none of them.
     if (underSageMaker(options)) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
@@ -585,6 +615,8 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   if (getenv("TROUPE_CPUS") != nullptr) spdlog::info("pinned to CPUs {}", allowedCpus());
   listenOnInterface(loaded);
   auto size = sizeOf(config, options);
+  // Before the event loop and its pool start: this thread is the "event loop" row.
+  if (!options.traceFile.empty()) trace::enable(options.traceBufferSpans);
 
   try {
     EventLoop loop(size.vcpus());
