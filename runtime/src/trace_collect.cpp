@@ -264,7 +264,12 @@ bool TraceCollector::write() {
       }
     }
     rowNames.insert(extraRows.begin(), extraRows.end());
-    for (auto& [row, name] : rowNames) meta("thread_name", row, "\"name\":" + quoted(name));
+    for (auto& [row, name] : rowNames) {
+      // Every actor gets its row; a thread only when it did something (the loop's own is empty).
+      if (byRow.count(row) || extraRows.count(row) || row >= trace::actorRow(0)) {
+        meta("thread_name", row, "\"name\":" + quoted(name));
+      }
+    }
     spans += s->spans.events.size();
     dropped += s->spans.dropped;
     if (!hosts.empty()) hosts += ",";
