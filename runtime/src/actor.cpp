@@ -192,9 +192,8 @@ void ActorContext::exit(Exit reason) {
 ActorCore::ActorCore(ActorContext& context) : context_(&context) {
   if (trace::enabled()) {
     auto& a = self();
-    trace::nameRow(trace::actorRow(a.id),
-                   (a.name.empty() ? "" : "'" + a.name + "' ") + a.typeName + " #" +
-                       std::to_string(a.id));
+    trace::nameRow(trace::actorRow(a.id), (a.name.empty() ? "" : "'" + a.name + "' ") + a.typeName +
+                                              " #" + std::to_string(a.id));
   }
 }
 ActorCore::~ActorCore() noexcept(false) {}
