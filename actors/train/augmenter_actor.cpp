@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "troupe/dataset/epoch.h"
+#include "troupe/trace.h"
 
 namespace troupe::train {
 
@@ -116,7 +117,7 @@ kj::Promise<void> AugmenterActor::creditAvailable(Stream& stream) {
   if (stream.credits > 0) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
   stream.creditWaiter = kj::mv(paf.fulfiller);
-  return kj::mv(paf.promise);
+  return trace::around(kj::mv(paf.promise), "credit wait", "stream", trace::actorRow(self().id));
 }
 
 kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_t epoch,
@@ -133,6 +134,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     // Positions within the shard's own storage, for gathering pixels.
     auto batchSeed = data::mixSeed(seed_, epoch, position);
     auto work = [data, augmenter = augmenter_, ids, batchSeed]() {
+      trace::Span span("augment", "train");
       auto& images = data->images;
       size_t n = ids.size(), pixels = images.imageSize();
       std::vector<uint8_t> raw(n * pixels);
@@ -163,9 +165,10 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
                                    result.first.size() * sizeof(float)));
           current(shard, session).produced += ids.size();
           // A streaming call: resolves at once while within the flow-control window.
-          return req.send().then([this, shard, session, epoch, data, order, end, sink]() mutable {
-            return pump(shard, session, epoch, data, order, end, sink);
-          });
+          return trace::around(req.send(), "push", "stream", trace::actorRow(self().id))
+              .then([this, shard, session, epoch, data, order, end, sink]() mutable {
+                return pump(shard, session, epoch, data, order, end, sink);
+              });
         });
   });
 }

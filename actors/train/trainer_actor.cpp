@@ -7,6 +7,7 @@
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/trace.h"
 
 namespace troupe::train {
 
@@ -222,6 +223,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
     for (auto v : seen_) stats_.missing += v == 0;
     return context()
         .offload([model = model_, test = test_]() {
+          trace::Span span("eval", "train");
           return model->evaluate(test->images, test->labels);
         })
         .then([this, epoch](double accuracy) {
@@ -430,10 +432,11 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   if (queue_.empty()) {
     if (epochDone()) return kj::READY_NOW;
     auto waitStart = context().timer().now();
-    return dataReady().then([this, epoch, waitStart]() {
-      stats_.waitSeconds += seconds(context().timer().now() - waitStart);
-      return consume(epoch);
-    });
+    return trace::around(dataReady(), "wait", "train", trace::actorRow(self().id))
+        .then([this, epoch, waitStart]() {
+          stats_.waitSeconds += seconds(context().timer().now() - waitStart);
+          return consume(epoch);
+        });
   }
   auto b = kj::mv(queue_.front());
   queue_.pop_front();
@@ -474,6 +477,7 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done};
   return context()
       .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr, done]() {
+        trace::Span span("step", "train");
         model->setLearningRate(std::max(lr, 1e-5f));
         float loss = model->trainStep(images.as<float>(), labels);
         done->store(true);

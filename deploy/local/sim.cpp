@@ -149,7 +149,8 @@ int printEnvironment(const EnvOptions& o) {
 
 struct Options {
   std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, app;
-  std::string headGroup, tokenFile, refusedToken, checkpoints, interruptRandom, interruptWhen;
+  std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
+      interruptWhen;
   EnvOptions envOptions;
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000, interruptSeed = 0, restarts = 0;
   int64_t interruptAfterMs = -1;
@@ -191,6 +192,9 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   sim->add_option("--grace-ms", o.graceMs, "after a signal, how long instances get to exit");
   sim->add_option("--linger-ms", o.lingerMs,
                   "after the head exits, how long the others get before SIGTERM");
+  sim->add_option("--trace", o.trace,
+                  "every instance records spans; the head writes the merged timeline (Chrome "
+                  "trace-event JSON, docs/tracing.md) to this file at the end of the job");
   sim->add_flag("--keep", o.keep, "keep the per-instance roots (printed at start)");
   sim->add_option("--env", o.envArgs,
                   "HOST_OR_GROUP:KEY=VALUE, an extra environment variable for some instances");
@@ -308,6 +312,7 @@ sim::JobSpec jobSpec(Options& o) {
   spec.pin = o.pin;
   spec.netns = o.netns;
   spec.headGroup = o.headGroup;
+  if (!o.trace.empty()) spec.traceFile = fs::absolute(o.trace);
   spec.graceMs = o.graceMs;
   spec.lingerMs = o.lingerMs;
   spec.app = o.app;

@@ -167,6 +167,7 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   env.push_back("TROUPE_ROLE_FILE=" + in.root + "/role");
   env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
   if (!spec.headGroup.empty()) env.push_back("TROUPE_HEAD_GROUP=" + spec.headGroup);
+  if (!spec.traceFile.empty()) env.push_back("TROUPE_TRACE=" + spec.traceFile.string());
   for (auto& e : spec.envArgs) {
     auto colon = e.find(':');
     auto who = e.substr(0, colon);

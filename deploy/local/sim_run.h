@@ -42,6 +42,7 @@ struct JobSpec {
   unsigned graceMs = 10000, lingerMs = 15000;
   std::vector<std::string> app;
   std::filesystem::path checkpoints;  // empty: none; else every root's checkpoints/ links here
+  std::filesystem::path traceFile;    // --trace: every instance's TROUPE_TRACE (the head writes it)
 };
 
 struct Interruption {

@@ -180,6 +180,33 @@ interface Node {
   # The head has declared another node lost: drop every connection to and from it, so that calls
   # in flight to its actors fail with DISCONNECTED now rather than wait on a socket that a network
   # partition never closes.
+  traceClock @9 () -> (micros :Int64);
+  # This node's trace clock (troupe/trace.h now()): the head probes it to put every node's spans
+  # on its own clock (docs/tracing.md).
+  traceRead @10 (from :UInt64, max :UInt32) -> (chunk :TraceChunk);
+  # At most `max` of the spans this node recorded, from index `from` on. The call with from = 0
+  # takes the snapshot that later calls page through, and carries the row names.
+}
+
+struct TraceEvent {
+  name @0 :Text;
+  category @1 :Text;
+  row @2 :UInt64;       # Chrome's tid: an actor's row or a thread's
+  start @3 :Int64;      # microseconds on the node's trace clock
+  duration @4 :Int64;   # microseconds
+}
+
+struct TraceRow {
+  row @0 :UInt64;
+  name @1 :Text;
+}
+
+struct TraceChunk {
+  events @0 :List(TraceEvent);
+  rows @1 :List(TraceRow);  # only in the chunk from 0
+  total @2 :UInt64;         # spans in the snapshot
+  dropped @3 :UInt64;       # spans the node dropped because a thread's buffer was full
+  capacity @4 :UInt64;      # spans one thread's buffer holds
 }
 
 interface Actor {

@@ -203,7 +203,13 @@ void ActorContext::exit(Exit reason) {
 // =======================================================================================
 // ActorCore
 
-ActorCore::ActorCore(ActorContext& context) : context_(&context) {}
+ActorCore::ActorCore(ActorContext& context) : context_(&context) {
+  if (trace::enabled()) {
+    auto& a = self();
+    trace::nameRow(trace::actorRow(a.id), (a.name.empty() ? "" : "'" + a.name + "' ") + a.typeName +
+                                              " #" + std::to_string(a.id));
+  }
+}
 ActorCore::~ActorCore() noexcept(false) {}
 
 void ActorCore::checkAlive() const {
@@ -254,6 +260,19 @@ kj::Promise<void> ActorCore::guard(kj::Promise<void> call) {
             }
             return kj::mv(error);
           });
+}
+
+kj::Promise<void> ActorCore::traceCall(kj::Promise<void> call, capnp::InterfaceSchema schema,
+                                       uint64_t interfaceId, uint16_t methodId, int64_t start) {
+  const char* name = "call";
+  kj::Maybe<capnp::InterfaceSchema> declaring = schema;
+  if (schema.getProto().getId() != interfaceId) declaring = schema.findSuperclass(interfaceId);
+  KJ_IF_MAYBE(d, declaring) {
+    auto methods = d->getMethods();
+    // Compiled-in schema text: it lives as long as the process.
+    if (methodId < methods.size()) name = methods[methodId].getProto().getName().cStr();
+  }
+  return trace::around(kj::mv(call), name, "actor", trace::actorRow(self().id), start);
 }
 
 kj::Promise<void> ActorCore::stopImpl() {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "trace_collect.h"
 #include "troupe/exit_codes.h"
 #include "troupe/node_size.h"
 #include "troupe/sched/decide.h"
@@ -729,8 +730,9 @@ kj::Promise<void> Head::endJob() {
     chain = chain.then(
         [this, id]() { return terminate(id, Exit::shutdown("the job is ending"), false, false); });
   }
-  // 2. Every other node stops what it still hosts and exits with the job's status.
-  return chain
+  // 2. With --trace, the spans of every node, while they all still run (troupe/trace.h).
+  // 3. Every other node stops what it still hosts and exits with the job's status.
+  return chain.then([this]() { return collectTrace(); })
       .then([this]() {
         auto exits = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
         for (auto& [id, n] : nodes_) {
@@ -745,12 +747,43 @@ kj::Promise<void> Head::endJob() {
         }
         return kj::joinPromises(exits.finish());
       })
-      // 3. The head exits last.
+      // 4. The head exits last.
       .then([this]() { return node_.stopAll(Exit::shutdown("the job is ending")); })
       .then([this]() {
         node_.requestExit(code_, reason_);
         finishFulfiller_->fulfill();
       });
+}
+
+kj::Promise<void> Head::collectTrace() {
+  auto& path = node_.options().traceFile;
+  if (path.empty()) return kj::READY_NOW;
+  auto collector = kj::heap<TraceCollector>(node_.loop().timer(), path);
+  auto reads = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
+  std::set<std::string> joined;
+  for (auto& [id, n] : nodes_) {
+    std::string host = n.info.host().cStr(), group = n.info.group().cStr();
+    joined.insert(host);
+    if (id == 1) {
+      collector->addHead(host, group, id);
+    } else if (!n.alive) {
+      collector->addMissing(host, group, "lost before the end of the job: " + n.lostBecause);
+    } else {
+      reads.add(collector->collect(host, group, id, n.client));
+    }
+  }
+  for (auto& g : node_.config().groups) {
+    for (auto& h : g.hosts) {
+      if (!joined.count(h)) collector->addMissing(h, g.name, "never joined the cluster");
+    }
+  }
+  auto& c = *collector;
+  return kj::joinPromises(reads.finish())
+      .then([&c]() { c.write(); })
+      .catch_([](kj::Exception&& e) {
+        spdlog::error("trace: not written: {}", e.getDescription().cStr());
+      })
+      .attach(kj::mv(collector));
 }
 
 // =======================================================================================

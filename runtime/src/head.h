@@ -103,6 +103,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> checkHeartbeats(kj::TimePoint due);
   void startDriver();
   kj::Promise<void> endJob();
+  kj::Promise<void> collectTrace();
+  // With --trace: gathers every node's spans and writes the file. Never fails, bounded in time.
 
   ActorEntry* findActor(uint64_t id);
   NodeEntry* findNode(uint32_t id);

@@ -1,4 +1,5 @@
 #include "troupe/loop.h"
+#include "troupe/trace.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -140,7 +141,11 @@ kj::Promise<void> EventLoop::waitForUv() {
 void EventLoop::queue(WorkBase& work) {
   work.req.data = &work;
   int rc = uv_queue_work(
-      &uv_, &work.req, [](uv_work_t* req) { static_cast<WorkBase*>(req->data)->run(); },
+      &uv_, &work.req,
+      [](uv_work_t* req) {
+        trace::Span span("pool work", "pool");
+        static_cast<WorkBase*>(req->data)->run();
+      },
       [](uv_work_t* req, int status) {
         auto* w = static_cast<WorkBase*>(req->data);
         w->finish(status);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "head.h"
+#include "trace_collect.h"
 #include "troupe/exit_codes.h"
 
 namespace troupe {
@@ -127,9 +128,21 @@ class NodeServer final : public proto::Node::Server {
     node_.setHeadActors(kj::mv(actors));
     return kj::READY_NOW;
   }
+  kj::Promise<void> traceClock(TraceClockContext call) override {
+    call.getResults().setMicros(trace::now());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> traceRead(TraceReadContext call) override {
+    auto p = call.getParams();
+    if (p.getFrom() == 0) traceSnapshot_ = trace::snapshot();
+    fillTraceChunk(traceSnapshot_, p.getFrom(), kj::min(p.getMax(), TraceCollector::kChunkSpans),
+                   call.getResults().initChunk());
+    return kj::READY_NOW;
+  }
 
  private:
   NodeRuntime& node_;
+  trace::Snapshot traceSnapshot_;  // what Node.traceRead pages through
 };
 
 class GateServer final : public proto::Gate::Server {

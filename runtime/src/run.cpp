@@ -25,6 +25,7 @@
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 #include "troupe/secret.h"
+#include "troupe/trace.h"
 
 namespace troupe {
 
@@ -102,6 +103,13 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
   cli.add_option("--max-unauthenticated", o.maxUnauthenticated,
                  "connections not yet logged in that a node holds at once")
       ->envname("TROUPE_MAX_UNAUTHENTICATED");
+  cli.add_option("--trace", o.traceFile,
+                 "record spans on every node; the head writes the merged timeline (Chrome "
+                 "trace-event JSON, for Perfetto) to this file at the end of the job")
+      ->envname("TROUPE_TRACE");
+  cli.add_option("--trace-buffer-spans", o.traceBufferSpans,
+                 "spans each thread keeps with --trace; later ones are dropped and counted")
+      ->envname("TROUPE_TRACE_BUFFER_SPANS");
 }
 
 struct Parsed {
@@ -284,6 +292,27 @@ void pinFromEnvironment() {
   for (auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     pid_t tid = std::stoi(task.path().filename().string());
     sched_setaffinity(tid, sizeof(set), &set);
+  }
+}
+
+// The head writes --trace's file at the end of the job: refuse one it cannot write now, before
+// the job runs, rather than lose the trace then. Every instance gets the same --trace, so every
+// one checks its folder: all of them stop at once instead of waiting for a head that has exited.
+void checkTraceFile(const std::string& path, bool isHead) {
+  if (path.empty()) return;
+  auto folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  bool ok;
+  if (isHead) {
+    FILE* f = fopen(path.c_str(), "w");
+    ok = f != nullptr;
+    if (ok) fclose(f);
+  } else {
+    ok = access(folder.c_str(), W_OK) == 0;
+  }
+  if (!ok) {
+    throw ConfigError("--trace (TROUPE_TRACE) '" + path + "': cannot write it (" + strerror(errno) +
+                      "); give a file in a folder that exists and is writable");
   }
 }
 
@@ -584,6 +613,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
                                  : SageMakerEnv::inactive());
     headGroupWarning = resolveHeadGroup(c, options, parsed.headGroupGiven);
     isHead = c.currentHost == c.headHost(options.headGroup);
+    checkTraceFile(options.traceFile, isHead);
   } catch (const ConfigError& e) {
     // Also when the options did not parse: the rule for a SageMaker root needs none of them.
     if (underSageMaker(options)) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
@@ -612,6 +642,8 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     spdlog::error("configuration error: {}", e.what());
     outcome.end(CONFIG_ERROR, "configuration error on " + outcome.who() + ": " + e.what());
   }
+  // Before the event loop and its pool start: this thread is the "event loop" row.
+  if (!options.traceFile.empty()) trace::enable(options.traceBufferSpans);
 
   try {
     EventLoop loop(size.vcpus());

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <capnp/message.h>
+#include <capnp/schema.h>
 #include <capnp/serialize.h>
 #include <kj/async.h>
 #include <kj/time.h>
@@ -33,6 +34,7 @@
 
 #include "troupe.capnp.h"
 #include "troupe/loop.h"
+#include "troupe/trace.h"
 #include "troupe/sched/placement.h"
 
 namespace troupe {
@@ -313,6 +315,9 @@ class ActorCore {
   kj::Promise<void> linkImpl(uint64_t other);
   kj::Promise<void> monitorImpl(proto::Watcher::Client watcher);
   void infoImpl(proto::ActorAddress::Builder out) const { self().toProto(out); }
+  kj::Promise<void> traceCall(kj::Promise<void> call, capnp::InterfaceSchema schema,
+                              uint64_t interfaceId, uint16_t methodId, int64_t start);
+  // With --trace: the call as a span on this actor's row, named after the method.
 
  private:
   ActorContext* context_;
@@ -337,12 +342,17 @@ class ActorBase : public Interface::Server, public ActorCore {
       capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> call) override {
     checkAlive();
     auto inMailbox = countCall();
+    int64_t traced = trace::enabled() ? trace::now() : -1;
     auto result = Server::dispatchCall(interfaceId, methodId, call);
     // The Actor interface's own methods (stop, link, ...) are control calls: they must be able to
     // finish while the actor is being stopped.
     if (interfaceId != capnp::typeId<proto::Actor>())
       result.promise = guard(kj::mv(result.promise));
     result.promise = result.promise.attach(kj::mv(inMailbox));
+    if (traced >= 0) {
+      result.promise = traceCall(kj::mv(result.promise), capnp::Schema::from<Interface>(),
+                                 interfaceId, methodId, traced);
+    }
     return result;
   }
 

@@ -51,6 +51,10 @@ struct RunOptions {
   // many such connections a node holds at once; more are closed on accept.
   unsigned loginTimeoutMs = 5000;   // --login-timeout-ms / TROUPE_LOGIN_TIMEOUT_MS
   unsigned maxUnauthenticated = 64;  // --max-unauthenticated / TROUPE_MAX_UNAUTHENTICATED
+  // The merged timeline (troupe/trace.h, docs/tracing.md): every node given --trace records
+  // spans; the head writes the whole job's to this file at the end. Empty: nothing recorded.
+  std::string traceFile;            // --trace / TROUPE_TRACE
+  unsigned traceBufferSpans = 1u << 18;  // --trace-buffer-spans: per thread; more are dropped
 };
 
 [[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,
