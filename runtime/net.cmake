@@ -1,6 +1,7 @@
 # troupe_net: transport helpers under Cap'n Proto RPC (the coalescing stream, TCP_NODELAY).
 # Included by runtime/CMakeLists.txt.
 add_library(troupe_net STATIC ${CMAKE_CURRENT_LIST_DIR}/src/coalescing_stream.cpp)
-target_include_directories(troupe_net PUBLIC ${CMAKE_CURRENT_LIST_DIR}/src)
+target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src>)
 target_link_libraries(troupe_net PUBLIC CapnProto::kj-async)
-set_target_properties(troupe_net PROPERTIES POSITION_INDEPENDENT_CODE ON)
+# Installed only as what troupe_runtime links; its header stays private.
+set_target_properties(troupe_net PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME net)
