@@ -6,10 +6,13 @@
 //   crash_group the probe on the first host of this group fails: the job fails with its reason
 //   hold_ms     the driver waits this long before ending (for tests that look at running
 //               processes)
+//   write_outputs  1: every probe writes model/from-<host>.txt and model/shared.txt (its host),
+//               and the driver writes output/data/report.json (what `troupe sim` keeps)
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "probe.capnp.h"
@@ -39,6 +42,11 @@ class Reporter final : public troupe::ActorBase<probe::Probe> {
         " type=" + node().instanceType().cStr() + " sm=" + (sm.active() ? "yes" : "no") +
         " epochs=" + std::to_string(sm.getInt("epochs", 1)) + " layers=" + sm.getJson("layers") +
         " name=" + sm.getString("name", "-") + " channels=" + join(sm.channels()));
+    if (sm.getInt("write_outputs", 0) == 1) {
+      std::string host = node().host().cStr();
+      std::ofstream(sm.modelDir() + "/from-" + host + ".txt") << host << "\n";
+      std::ofstream(sm.modelDir() + "/shared.txt") << host << "\n";
+    }
     auto r = call.getResults();
     r.setHost(node().host());
     r.setGroup(node().group());
@@ -60,6 +68,10 @@ class Reporter final : public troupe::ActorBase<probe::Probe> {
 kj::Promise<void> job(troupe::Driver& job) {
   auto& sm = troupe::SageMakerEnv::current();
   sm.getInt("epochs", 1);  // a bad value fails the job here, naming the key and the value
+  if (sm.getInt("write_outputs", 0) == 1) {
+    std::ofstream(sm.outputDataDir() + "/report.json")
+        << "{\"head\": \"" << job.node().host().cStr() << "\"}\n";
+  }
   auto probes =
       kj::heap(job.spawnEach<probe::Probe>("sm.Reporter", troupe::Placement::any().cpus(0)));
   auto& ref = *probes;
