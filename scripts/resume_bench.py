@@ -89,7 +89,7 @@ def main():
         shutil.rmtree(ck, ignore_errors=True)
         report = os.path.join(work, "report.json")
         cmd = [troupe, "sim", "--group", "data_group=2:ml.c5.xlarge", "--group",
-               "dnn_group=1:ml.p3.2xlarge", "--checkpoints", ck]
+               "dnn_group=1:ml.p3.2xlarge", "--checkpoints", ck, "--out", os.path.join(work, "out")]
         if mode != "plain":
             cmd += ["--interrupt-after-ms", str(moment), "--interrupt-when", args.after,
                     "--restarts-on-interrupt", "1"]

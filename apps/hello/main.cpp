@@ -27,9 +27,9 @@ class Greeter final : public troupe::ActorBase<hello::Greeter> {
 
 int main(int argc, char* argv[]) {
   troupe::Registry types;
-  types.add<Greeter>("hello.Greeter");
+  types.add<Greeter>();  // as "hello.Greeter", its interface's name
   return troupe::run(argc, argv, types, [](troupe::Driver& job) -> troupe::Co<void> {
-    auto greeters = job.spawnEach<hello::Greeter>("hello.Greeter");
+    auto greeters = job.spawnEach<hello::Greeter>();
     // Send every greeting first, then take the replies in order: the calls run concurrently.
     auto replies = KJ_MAP(g, greeters) {
       return g.greetRequest().send();

@@ -129,6 +129,8 @@ Settings parseSettings(int argc, char* argv[]) {
       if (sm.hasChannel("train"))
         defaults.insert(defaults.end(), {"--data-dir", sm.channelDir("train")});
       defaults.insert(defaults.end(), {"--model-dir", sm.modelDir()});
+      // output/data is uploaded as output.tar.gz (and kept by `troupe sim`).
+      defaults.insert(defaults.end(), {"--report", sm.outputDataDir() + "/report.json"});
       // SageMaker syncs checkpoint_s3_uri into /opt/ml/checkpoints before the job starts.
       if (std::filesystem::is_directory(sm.checkpointDir()))
         defaults.insert(defaults.end(), {"--checkpoint-dir", sm.checkpointDir()});
@@ -211,7 +213,7 @@ class Job {
 
   kj::Promise<void> start() {
     auto trainer = job_.spawn<hetero::Trainer>(
-        "train.Trainer", trainerPlacement(),
+        trainerPlacement(),
         troupe::SpawnOptions()
             .named("trainer")
             .args<hetero::TrainerArgs>([&](auto a) {
@@ -236,7 +238,7 @@ class Job {
     auto where = Placement::prefer(s_.dataGroup);
     where = s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
     auto augmenters =
-        job_.spawnMany<hetero::Augmenter>("train.Augmenter", where,
+        job_.spawnMany<hetero::Augmenter>(where,
                                           // Unlinked: an augmenter gone for good (no room to
                                           // restart it) is not the job's failure; the trainer
                                           // hands its shard to the others.
@@ -434,8 +436,8 @@ int main(int argc, char* argv[]) {
   }
   auto settings = parseSettings(argc, argv);
   troupe::Registry types;
-  types.add<troupe::train::AugmenterActor>("train.Augmenter");
-  types.add<troupe::train::TrainerActor>("train.Trainer");
+  types.add<troupe::train::AugmenterActor>();  // "train.Augmenter" (train.capnp's Augmenter)
+  types.add<troupe::train::TrainerActor>();    // "train.Trainer"
   troupe::RunOptions options;
   options.headGroup = settings.dnnGroup;  // the head fate-shares with the trainer
   return troupe::run(

@@ -16,7 +16,9 @@
 // the secret. Host names are dealt in a shuffled order across groups, as on SageMaker. Every
 // output line is prefixed with its host, like SageMaker's log streams. The simulator reaps every
 // child, and exits with the job's status: the head's exit code (each instance writes its role to
-// TROUPE_ROLE_FILE), also when other instances were lost on the way.
+// TROUPE_ROLE_FILE), also when other instances were lost on the way. The roots are temporary; what
+// the instances wrote to model/ and output/data/ (SageMaker's model.tar.gz and output.tar.gz)
+// stays in --out DIR or troupe-out/<app>-<time>/, printed at the end (outputs.h).
 // SIGTERM or SIGINT starts the job's graceful cascade (the signal is forwarded to every instance);
 // a second one, or a child that outlives the grace period, gets SIGKILL. Children die with the
 // simulator even if it is SIGKILLed (PR_SET_PDEATHSIG, set by troupe::run).
@@ -40,6 +42,7 @@
 
 #include "job_file.h"
 #include "netns.h"
+#include "outputs.h"
 #include "sim_run.h"
 #include "status.h"
 #include "troupe/config.h"
@@ -150,7 +153,7 @@ int printEnvironment(const EnvOptions& o) {
 struct Options {
   std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, app;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
-      interruptWhen;
+      interruptWhen, out;
   EnvOptions envOptions;
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000, interruptSeed = 0, restarts = 0;
   int64_t interruptAfterMs = -1;
@@ -196,6 +199,10 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
                   "every instance records spans; the head writes the merged timeline (Chrome "
                   "trace-event JSON, docs/tracing.md) to this file at the end of the job");
   sim->add_flag("--keep", o.keep, "keep the per-instance roots (printed at start)");
+  sim->add_option("--out", o.out,
+                  "where the job's outputs stay: every instance's model/ and output/data/ are "
+                  "copied to DIR/model/ and DIR/output/ when it ends (default: "
+                  "troupe-out/<app>-<UTC time>, made only when an instance wrote something)");
   sim->add_option("--env", o.envArgs,
                   "HOST_OR_GROUP:KEY=VALUE, an extra environment variable for some instances");
   sim->add_option("--hp", o.hpArgs,
@@ -298,6 +305,9 @@ sim::JobSpec jobSpec(Options& o) {
   if (access(o.app[0].c_str(), X_OK) != 0) {
     throw std::invalid_argument("app '" + o.app[0] + "' is not an executable file; build it first");
   }
+  if (!o.out.empty() && fs::exists(o.out) && !fs::is_directory(o.out)) {
+    throw std::invalid_argument("--out '" + o.out + "' is a file; give a folder (made if missing)");
+  }
   if (!o.checkpoints.empty()) {
     spec.checkpoints = fs::absolute(o.checkpoints);
     std::error_code ec;
@@ -317,6 +327,24 @@ sim::JobSpec jobSpec(Options& o) {
   spec.lingerMs = o.lingerMs;
   spec.app = o.app;
   return spec;
+}
+
+// Copies the last run's model/ and output/data/ into the output folder and says where they are.
+void keepOutputs(const Options& o, const sim::RunOutcome& outcome) {
+  fs::path out = o.out.empty() ? sim::defaultOutDir(o.app[0]) : fs::path(o.out);
+  try {
+    auto kept = sim::keepOutputs(outcome.roots, out);
+    if (kept.empty()) {
+      printf("troupe sim: no outputs (no instance wrote to its model/ or output/data/)\n");
+    } else {
+      std::string list;
+      for (auto& f : kept) list += (list.empty() ? "" : ", ") + f.string();
+      printf("troupe sim: outputs in %s/: %s\n", out.c_str(), list.c_str());
+    }
+  } catch (const fs::filesystem_error& e) {
+    fprintf(stderr, "troupe sim: the outputs could not be kept in %s: %s\n", out.c_str(), e.what());
+  }
+  fflush(stdout);
 }
 
 // When each run is interrupted: nothing, or a moment (fixed, or drawn from the seed).
@@ -447,6 +475,7 @@ int runSim(int argc, char* argv[]) {
     }
     // SageMaker starts a job again only when the reclaim cut it short.
     if (!outcome.interrupted || outcome.signalled || outcome.status == 0 || number > o.restarts) {
+      keepOutputs(o, outcome);
       return outcome.status;
     }
     printf(

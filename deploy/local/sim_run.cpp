@@ -461,6 +461,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   outcome.signalled = signals > 0;
 
   outcome.status = jobStatus(instances);
+  for (auto& in : instances) outcome.roots.emplace_back(in.host, in.root);
   instances.clear();
   lab.reset();  // also on the SIGTERM/SIGINT path, which ends here too
   return outcome;

@@ -59,6 +59,7 @@ struct RunOutcome {
   int status = 0;            // the job's: the head's exit code (128 + signal if killed)
   bool interrupted = false;  // the Interruption fired before the job ended
   bool signalled = false;    // the simulator itself got SIGTERM/SIGINT
+  std::vector<std::pair<std::string, std::filesystem::path>> roots;  // host, its root
 };
 
 class Runs {

@@ -9,12 +9,15 @@
 //   place       a placement text: the driver spawns `place_count` (default 1) more Reporters with
 //               it and prints "PLACED <host>" for each (a placement that cannot be met fails the
 //               job with the scheduler's reason)
+//   write_outputs  1: every probe writes model/from-<host>.txt and model/shared.txt (its host),
+//               and the driver writes output/data/report.json (what `troupe sim` keeps)
 //
 // The driver first prints a "NODEINFO" line for every node: what the head knows of it.
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "probe.capnp.h"
@@ -44,6 +47,11 @@ class Reporter final : public troupe::ActorBase<probe::Probe> {
         " type=" + node().instanceType().cStr() + " sm=" + (sm.active() ? "yes" : "no") +
         " epochs=" + std::to_string(sm.getInt("epochs", 1)) + " layers=" + sm.getJson("layers") +
         " name=" + sm.getString("name", "-") + " channels=" + join(sm.channels()));
+    if (sm.getInt("write_outputs", 0) == 1) {
+      std::string host = node().host().cStr();
+      std::ofstream(sm.modelDir() + "/from-" + host + ".txt") << host << "\n";
+      std::ofstream(sm.modelDir() + "/shared.txt") << host << "\n";
+    }
     auto r = call.getResults();
     r.setHost(node().host());
     r.setGroup(node().group());
@@ -90,6 +98,10 @@ kj::Promise<void> job(troupe::Driver& job) {
   auto& sm = troupe::SageMakerEnv::current();
   sm.getInt("epochs", 1);  // a bad value fails the job here, naming the key and the value
   for (auto& n : job.nodes()) say(describe(n));
+  if (sm.getInt("write_outputs", 0) == 1) {
+    std::ofstream(sm.outputDataDir() + "/report.json")
+        << "{\"head\": \"" << job.node().host().cStr() << "\"}\n";
+  }
   auto probes =
       kj::heap(job.spawnEach<probe::Probe>("sm.Reporter", troupe::Placement::any().cpus(0)));
   auto& ref = *probes;

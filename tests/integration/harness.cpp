@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -77,11 +78,14 @@ std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::
 
 Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
   char tmpl[] = "/tmp/troupe-test-XXXXXX";
-  int fd = mkstemp(tmpl);
-  close(fd);
-  outPath_ = tmpl;
+  if (mkdtemp(tmpl) == nullptr)
+    throw std::runtime_error(std::string("mkdtemp: ") + strerror(errno));
+  workDir_ = tmpl;
+  outPath_ = workDir_ + "/output.log";
+  close(open(outPath_.c_str(), O_WRONLY | O_CREAT, 0644));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addchdir_np(&actions, workDir_.c_str());
   posix_spawn_file_actions_addopen(&actions, 1, outPath_.c_str(), O_WRONLY | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -109,7 +113,8 @@ Run::~Run() {
   for (auto pid : pids) {
     if (processExists(pid)) kill(pid, SIGKILL);
   }
-  unlink(outPath_.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(workDir_, ec);
 }
 
 int Run::wait(std::chrono::milliseconds timeout) {

@@ -41,11 +41,14 @@ class Run {
   // Instances of any run that still exist (not reaped, or still running).
   std::string exitLine(const std::string& host) const;
   // The simulator's "HOST (GROUP) exited with N" line for `host`, or "".
+  const std::string& workDir() const { return workDir_; }
+  // The child's working folder, a fresh one removed with the Run (with what `troupe sim` kept
+  // there: troupe-out/). Relative paths in argv are relative to it.
 
  private:
   pid_t pid_ = 0;
   int status_ = -1;
-  std::string outPath_;
+  std::string workDir_, outPath_;
 };
 
 std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app);

@@ -577,7 +577,8 @@ Run runSetup(const Options& o, bool heterogeneous, const fs::path& dir, unsigned
   std::vector<std::string> argv = {o.troupe,  "sim",
                                    "--group", "dnn_group=1:ml.p3.2xlarge",
                                    "--cpus",  "dnn_group=" + std::to_string(o.cpus[0]),
-                                   "--env",   "dnn_group:TROUPE_NODE_TIMEOUT_MS=20000"};
+                                   "--env",   "dnn_group:TROUPE_NODE_TIMEOUT_MS=20000",
+                                   "--out",   (dir / (stem + "-out")).string()};
   if (heterogeneous) {
     for (std::string a : {"--group", "data_group=1:ml.c5.xlarge", "--cpus"}) argv.push_back(a);
     argv.push_back("data_group=" + std::to_string(o.cpus[1]));

@@ -413,7 +413,6 @@ constexpr char kNodeFlag[] = "--troupe-node";
 // First argument of a bench_rpc process that is a troupe node; the next one is the options.
 constexpr char kFiguresMarker[] = "bench_rpc figures: ";
 // The driver prints this, then the figures as JSON, on one line of its stdout.
-constexpr char kEchoActorType[] = "bench.EchoActor";
 
 class EchoActorServer final : public ActorBase<EchoActor> {
  public:
@@ -452,9 +451,8 @@ kj::Promise<void> driveTroupe(Driver& job) {
   auto options = optionsFromJson(nlohmann::json::parse(*(flag + 1)));
 
   // A restart policy makes the reference a local forwarding capability (runtime/src/rebind.cpp).
-  auto echo =
-      job.spawn<EchoActor>(kEchoActorType, Placement::group("b"),
-                           options.restartable ? SpawnOptions().restarts(1) : SpawnOptions());
+  auto echo = job.spawn<EchoActor>(
+      Placement::group("b"), options.restartable ? SpawnOptions().restarts(1) : SpawnOptions());
   KJ_REQUIRE(echo.address().address != job.node().address().cStr(),
              "the echo actor must live on another node than the driver", echo.address().describe());
   auto measurement = kj::heap<Measurement>(
@@ -471,7 +469,7 @@ kj::Promise<void> driveTroupe(Driver& job) {
 /// main() of a bench_rpc process started by `troupe sim` (never returns).
 int runTroupeNode(int argc, char** argv) {
   Registry types;
-  types.add<EchoActorServer>(kEchoActorType);
+  types.add<EchoActorServer>();  // "bench.EchoActor"
   return troupe::run(argc, argv, types, driveTroupe);
 }
 

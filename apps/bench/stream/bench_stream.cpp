@@ -423,8 +423,8 @@ kj::Promise<void> drive(Driver& job) {
   auto flag = std::find(args.begin(), args.end(), kNodeFlag);
   KJ_REQUIRE(flag != args.end() && flag + 1 != args.end(), "no options after --troupe-node");
   auto options = std::make_shared<Options>(fromJson(nlohmann::json::parse(*(flag + 1))));
-  auto producer = job.spawn<Producer>("bench.Producer", Placement::group("a"));
-  auto consumer = job.spawn<Consumer>("bench.Consumer", Placement::group("b"));
+  auto producer = job.spawn<Producer>(Placement::group("a"));
+  auto consumer = job.spawn<Consumer>(Placement::group("b"));
   return measureSizes(job, producer, consumer, options, 0,
                       std::make_shared<nlohmann::json>(nlohmann::json::array()));
 }
@@ -486,8 +486,8 @@ std::vector<Result> runTroupe(const Options& options, bool insecure) {
 
 int runTroupeNode(int argc, char** argv) {
   Registry types;
-  types.add<ProducerActor>("bench.Producer");
-  types.add<ConsumerActor>("bench.Consumer");
+  types.add<ProducerActor>();  // "stream.Producer"
+  types.add<ConsumerActor>();  // "stream.Consumer"
   return troupe::run(argc, argv, types, drive);
 }
 

@@ -36,6 +36,7 @@
 #include "troupe/loop.h"
 #include "troupe/trace.h"
 #include "troupe/sched/placement.h"
+#include "troupe/type_name.h"
 
 namespace troupe {
 
@@ -209,6 +210,16 @@ class ActorContext {
         return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address));
       };
     });
+  }
+
+  // The same, with the type named by its interface (troupe/type_name.h).
+  template <typename T>
+  kj::Promise<Ref<T>> spawn(Placement placement, SpawnOptions options = {}) {
+    return spawn<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
+  }
+  template <typename T>
+  kj::Promise<kj::Array<Ref<T>>> spawnMany(Placement placement, SpawnOptions options = {}) {
+    return spawnMany<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
   }
 
   template <typename T>

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "troupe/actor.h"
+#include "troupe/type_name.h"
 
 namespace troupe {
 
@@ -48,6 +49,21 @@ class Driver {
                               SpawnOptions options = {}) {
     // One actor on every node: spawnMany with the placement made one-per-node.
     return spawnMany<T>(typeName, placement.perNode(1), kj::mv(options));
+  }
+
+  // The same, with the type named by its interface (troupe/type_name.h): spawn<hello::Greeter>
+  // starts the type registered with add<Greeter>(), whose interface is hello::Greeter.
+  template <typename T>
+  Ref<T> spawn(Placement placement, SpawnOptions options = {}) {
+    return spawn<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
+  }
+  template <typename T>
+  kj::Array<Ref<T>> spawnMany(Placement placement, SpawnOptions options = {}) {
+    return spawnMany<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
+  }
+  template <typename T>
+  kj::Array<Ref<T>> spawnEach(Placement placement = Placement::any(), SpawnOptions options = {}) {
+    return spawnEach<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
   }
 
   template <typename T>

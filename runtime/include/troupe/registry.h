@@ -11,15 +11,25 @@
 #include <string>
 
 #include "troupe/actor.h"
+#include "troupe/type_name.h"
 
 namespace troupe {
 
 class Registry {
  public:
   template <typename A>
-  Registry& add(std::string typeName) {
+  Registry& add() {
     // Registers actor class A (an ActorBase<Interface> constructible from ActorContext&) under
-    // `typeName`, the name spawn() uses. Registering a name twice is a bug.
+    // its interface's name (troupe/type_name.h: hello::Greeter is "hello.Greeter"), the name
+    // spawn<hello::Greeter>(placement) uses. Registering a name twice is a bug: two classes
+    // serving one interface take a name each with add<A>(name).
+    return add<A>(actorTypeName<typename A::Iface>());
+  }
+
+  template <typename A>
+  Registry& add(std::string typeName) {
+    // Registers actor class A under `typeName`, for spawns that name the type as a string
+    // (spawn<Interface>(typeName, placement)). Registering a name twice is a bug.
     KJ_REQUIRE(factories_.count(typeName) == 0, "actor type registered twice", typeName);
     factories_.emplace(typeName, [](kj::Own<ActorContext> context) {
       auto actor = kj::heap<A>(*context);

@@ -4,7 +4,7 @@
 //
 //   int main(int argc, char* argv[]) {
 //     troupe::Registry types;
-//     types.add<Greeter>("hello.Greeter");
+//     types.add<Greeter>();  // as "hello.Greeter", its interface's name (troupe/type_name.h)
 //     return troupe::run(argc, argv, types, [](troupe::Driver& job) { ... });
 //   }
 //

@@ -14,3 +14,4 @@
 #include "troupe/run.h"              // troupe::run()
 #include "troupe/sagemaker.h"        // SageMakerEnv: hyperparameters, channels, model dir
 #include "troupe/sched/placement.h"  // Placement: where actors go
+#include "troupe/type_name.h"        // actorTypeName<hello::Greeter>(): "hello.Greeter"
