@@ -217,15 +217,24 @@ kj::Promise<void> Head::checkHeartbeats(kj::TimePoint due) {
   });
 }
 
+void Head::signalled(const char* signal) {
+  if (signalled_) {
+    node_.requestExit(INTERRUPTED, std::string("second ") + signal + "; not waiting any longer");
+    return;
+  }
+  signalled_ = true;
+  if (finishing_) {
+    spdlog::warn("{} on the head: the job is already ending; a second one ends it at once", signal);
+  }
+  finish(INTERRUPTED, std::string(signal) + " on " + nodeLine(node_.info()) + " (the head)");
+}
+
 kj::Promise<void> Head::run() {
-  node_.loop().onSignal(SIGTERM, [this](int) {
-    if (finishing_) node_.requestExit(INTERRUPTED, "second SIGTERM; not waiting any longer");
-    finish(INTERRUPTED, "SIGTERM on " + nodeLine(node_.info()) + " (the head)");
-  });
-  node_.loop().onSignal(SIGINT, [this](int) {
-    if (finishing_) node_.requestExit(INTERRUPTED, "second SIGINT; not waiting any longer");
-    finish(INTERRUPTED, "SIGINT on " + nodeLine(node_.info()) + " (the head)");
-  });
+  // A second signal *to this process* cuts the cascade short; a job already ending for another
+  // reason (a worker's SIGTERM reached the head first, as when SageMaker stops every instance at
+  // once) is not a first one: the cascade goes on, the trainer's checkpoint included.
+  node_.loop().onSignal(SIGTERM, [this](int) { signalled("SIGTERM"); });
+  node_.loop().onSignal(SIGINT, [this](int) { signalled("SIGINT"); });
   spdlog::info("head of {} hosts in groups {}; waiting for {} to join", node_.config().hosts.size(),
                node_.config().groupNames(), view_.getExpectedHosts().size());
   tasks_.add(formCluster().then(

@@ -40,6 +40,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> run();
   // Forms the cluster, runs the driver and ends the job; resolves when every node has been told
   // to exit (node().exitCode() is then the job's status).
+  void signalled(const char* signal);
+  // SIGTERM or SIGINT on the head: end the job (INTERRUPTED); a second one exits at once.
 
   NodeRuntime& node() { return node_; }
 
@@ -141,6 +143,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> driverTask_ = nullptr;
   bool driverRunning_ = false;
   bool finishing_ = false;
+  bool signalled_ = false;  // this process got SIGTERM or SIGINT
   int code_ = 0;
   std::string reason_;
   kj::Own<kj::PromiseFulfiller<void>> finishFulfiller_;

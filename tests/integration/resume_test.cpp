@@ -3,6 +3,8 @@
 // an uninterrupted job of the same seed ends; a process killed inside a checkpoint write leaves
 // the previous checkpoint to resume from; a checkpoint of another job, or a damaged one, is
 // refused before anything starts.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -121,6 +123,40 @@ TEST_CASE(
   double a = train_job::finalAccuracy(j), b = train_job::finalAccuracy(uninterrupted);
   WARN("test accuracy: " << a << " resumed, " << b << " uninterrupted");
   CHECK(std::fabs(a - b) <= 0.01);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE(
+    "SIGTERM reaching a worker before the head: the head's own SIGTERM is its first, and the "
+    "trainer still writes its checkpoint",
+    "[train][resume]") {
+  // SageMaker stops every instance at once; a worker's request to end the job can reach the head
+  // before the head's own SIGTERM does. That SIGTERM is then the head's first, not a second one.
+  Folder checkpoints("sigterm-order");
+  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--checkpoints", checkpoints.path.string()},
+                       job({})));
+  REQUIRE_OUTPUT(run, "progress: epoch 2/3", 90s);
+  pid_t head = 0, worker = 0;
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "dnn_group") {
+      head = i.pid;
+    } else if (worker == 0) {
+      worker = i.pid;
+    }
+  }
+  REQUIRE(kill(worker, SIGTERM) == 0);
+  REQUIRE_OUTPUT(run, "job failed (INTERRUPTED): SIGTERM on", 20s);
+  kill(head, SIGTERM);
+  int code = run.wait(60s);
+  auto out = run.output();
+  INFO(out);
+  // docs/exit-codes.md: only a second signal to the same process cuts the cascade short.
+  CHECK(out.find("second SIGTERM") == std::string::npos);
+  // docs/lifecycle.md: the trainer writes its checkpoint in the cascade of an early end.
+  CHECK(std::regex_search(
+      out, std::regex(R"(checkpoint-\d+\.troupe written \(on stop, before training ended\))")));
+  CHECK(code == 6);  // INTERRUPTED
   CHECK(run.leftovers().empty());
 }
 
