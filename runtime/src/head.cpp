@@ -42,6 +42,9 @@ SpawnRequest SpawnRequest::fromProto(proto::SpawnSpec::Reader spec) {
   r.maxRestarts = spec.getMaxRestarts();
   r.restartWindow = spec.getRestartWindowMs() * kj::MILLISECONDS;
   r.stopTimeout = spec.getStopTimeoutMs() * kj::MILLISECONDS;
+  r.maxConcurrency = spec.getMaxConcurrency();
+  r.failCallOnly = spec.getFailCallOnly();
+  if (spec.getCallDeadlineMs() > 0) r.callDeadline = spec.getCallDeadlineMs() * kj::MILLISECONDS;
   r.index = spec.getIndex();
   r.count = spec.getCount();
   return r;
@@ -57,6 +60,11 @@ void SpawnRequest::toProto(proto::SpawnSpec::Builder spec) const {
   spec.setMaxRestarts(maxRestarts);
   spec.setRestartWindowMs(restartWindow / kj::MILLISECONDS);
   spec.setStopTimeoutMs(stopTimeout / kj::MILLISECONDS);
+  spec.setMaxConcurrency(maxConcurrency);
+  spec.setFailCallOnly(failCallOnly);
+  KJ_IF_MAYBE(d, callDeadline) {
+    spec.setCallDeadlineMs(*d / kj::MILLISECONDS);
+  }
   spec.setIndex(index);
   spec.setCount(count);
 }
@@ -292,6 +300,9 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
     spec.maxRestarts = request.maxRestarts;
     spec.restartWindow = request.restartWindow;
     spec.stopTimeout = request.stopTimeout;
+    spec.maxConcurrency = request.maxConcurrency;
+    spec.failCallOnly = request.failCallOnly;
+    spec.callDeadline = request.callDeadline;
     spec.index = index;
     spec.count = placed.size();
     ++index;
@@ -619,6 +630,15 @@ bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
   spdlog::warn("restarting {} (restart {} of {}) after: {}", entry.address.describe(),
                entry.restarts.size(), entry.spec.maxRestarts, reason.text);
   hostOn(entry);
+  // Monitors hear of every restart (their `down` comes once, at the end); links do not fire: the
+  // actor lives on, linked as before.
+  for (auto& w : entry.watchers) {
+    auto req = w.restartedRequest();
+    req.setId(entry.address.id);
+    req.setIncarnation(incarnation);
+    reason.toProto(req.initReason());
+    tasks_.add(req.send().ignoreResult());
+  }
   return true;
 }
 

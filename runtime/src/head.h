@@ -26,6 +26,9 @@ struct SpawnRequest {
   uint32_t maxRestarts = 0;
   kj::Duration restartWindow = 60 * kj::SECONDS;
   kj::Duration stopTimeout = 5 * kj::SECONDS;
+  uint32_t maxConcurrency = 1;
+  bool failCallOnly = false;
+  kj::Maybe<kj::Duration> callDeadline;
   uint32_t index = 0, count = 1;  // position within a multi-instance spawn
 
   static SpawnRequest fromProto(proto::SpawnSpec::Reader spec);

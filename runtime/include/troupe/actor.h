@@ -14,11 +14,18 @@
 //     }
 //   };
 //
+// Mailbox (as Erlang's, and Ray's default max_concurrency=1): an actor serves one call at a time,
+// in arrival order; a call that awaits holds the actor until it returns. SpawnOptions().
+// maxConcurrency(n) lets n run at once. Methods annotated $Troupe.concurrent, and the Actor
+// interface's own methods (stop, link, monitor, info), never wait in the mailbox.
+//
 // Lifecycle (Erlang/OTP semantics): every actor has a parent (the driver is the root) and by
 // default is linked to it, so an abnormal exit escalates to the parent unless the actor's restart
 // policy restarts it first. Stopping an actor stops its children first, in reverse start order,
 // each with a deadline after which it is killed. Once an actor has exited, calls on it fail with a
 // DISCONNECTED kj::Exception naming the actor and the reason; calls in flight fail the same way.
+// An exception escaping a method fails the actor (as a crash in an Erlang handler does), subject
+// to its restart policy, unless it was spawned with onMethodError(MethodError::FAIL_CALL).
 
 #pragma once
 
@@ -27,6 +34,10 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
+#include <capnp/schema.h>
+
+#include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -71,20 +82,57 @@ struct ActorAddress {
   std::string describe() const;  // "'trainer' (train.Trainer #3) on algo-2 (dnn_group)"
 };
 
+capnp::Capability::Client withDeadline(capnp::Capability::Client target, kj::Duration deadline,
+                                       kj::Timer& timer, capnp::InterfaceSchema schema,
+                                       ActorAddress address);
+// A local capability forwarding every call to `target`, failing (and cancelling) each one that has
+// not returned within `deadline` with an OVERLOADED exception naming the actor and the method.
+
+kj::Exception deadlineExceeded(const ActorAddress& actor, kj::StringPtr method,
+                               kj::Duration deadline, kj::StringPtr where);
+// "call Probe.sleep to 'slow' (probe.Probe #2) on algo-1 (data_group) did not return within
+// 200 ms (<where>)", OVERLOADED.
+
 template <typename T>
 class Ref : public T::Client {
   // A reference to an actor: its capability (call methods on it directly) plus its address (pass
   // that to other actors, which resolve it on a direct connection to the owning node).
  public:
-  Ref(typename T::Client client, ActorAddress address)
+  Ref(typename T::Client client, ActorAddress address, kj::Timer* timer = nullptr)
       // Generated Client classes inherit Capability::Client virtually: the most derived class
       // must initialise it, or the reference would be null.
-      : capnp::Capability::Client(kj::mv(client)), T::Client(nullptr), address_(kj::mv(address)) {}
+      : capnp::Capability::Client(kj::mv(client)),
+        T::Client(nullptr),
+        address_(kj::mv(address)),
+        timer_(timer) {}
   const ActorAddress& address() const { return address_; }
   uint64_t id() const { return address_.id; }
 
+  Ref within(kj::Duration deadline) {
+    // The same actor, with a deadline on every call made through the returned reference: a call
+    // that has not returned `deadline` after it was sent fails at the caller with OVERLOADED
+    // naming the actor and the method. The actor still finishes it (Cap'n Proto 0.9 does not
+    // cancel a call its server has not allowed to be cancelled), holding its mailbox until then;
+    // the default deadline given at spawn (SpawnOptions::callDeadline), which the actor's node
+    // enforces for every caller, does cancel it there. The shorter of the two fails the call.
+    //   auto r = co_await trainer.within(2 * kj::SECONDS).progressRequest().send();
+    KJ_REQUIRE(timer_ != nullptr,
+               "Ref::within() needs a reference made by spawn() (it carries the event loop)",
+               address_.describe());
+    typename T::Client self = *this;
+    auto forwarded =
+        withDeadline(kj::mv(self), deadline, *timer_, capnp::Schema::from<T>(), address_);
+    return Ref(forwarded.template castAs<T>(), address_, timer_);
+  }
+
  private:
   ActorAddress address_;
+  kj::Timer* timer_;
+};
+
+enum class MethodError {
+  FAIL_ACTOR,  // an exception escaping a method fails the actor (the default, as in Erlang)
+  FAIL_CALL,   // it fails only that call; the actor runs on (troupe before mailboxes)
 };
 
 class SpawnOptions {
@@ -108,7 +156,32 @@ class SpawnOptions {
     return *this;
   }
   SpawnOptions& stopTimeout(kj::Duration d) {
+    // How long the actor's onStop() may take when it is stopped before it is killed. Without
+    // this, the --stop-timeout-ms of the instance that spawns it (5000 by default).
     stopDeadline = d;
+    return *this;
+  }
+  SpawnOptions& maxConcurrency(uint32_t n) {
+    // How many of the actor's calls may run at once (Ray's max_concurrency). The default, 1, is
+    // Erlang's mailbox: one call at a time, in arrival order. With n > 1 up to n calls run
+    // interleaved at their co_awaits; later ones wait, in arrival order.
+    KJ_REQUIRE(n >= 1, "maxConcurrency must be at least 1 (1 = one call at a time)", n);
+    concurrency = n;
+    return *this;
+  }
+  SpawnOptions& onMethodError(MethodError what) {
+    // What an exception escaping one of the actor's methods does: fail the actor (the default;
+    // its restart policy then applies) or only that call.
+    methodError = what;
+    return *this;
+  }
+  SpawnOptions& callDeadline(kj::Duration d) {
+    // Every call to the actor must return within `d` of arriving at its node (time waiting in the
+    // mailbox included); past it the call is cancelled and fails with OVERLOADED naming the actor
+    // and the method. Callers can set a shorter deadline per call with Ref::within().
+    KJ_REQUIRE(d > 0 * kj::MILLISECONDS && d / kj::MILLISECONDS <= 0xffffffffll,
+               "a call deadline must be between 1 ms and 2^32 ms", d);
+    deadline = d;
     return *this;
   }
   template <typename S, typename Fill>
@@ -127,8 +200,18 @@ class SpawnOptions {
   bool link = true;
   uint32_t maxRestarts = 0;
   kj::Duration restartWindow = 60 * kj::SECONDS;
-  kj::Duration stopDeadline = 5 * kj::SECONDS;
+  kj::Maybe<kj::Duration> stopDeadline;  // none: the spawning instance's --stop-timeout-ms
+  uint32_t concurrency = 1;
+  MethodError methodError = MethodError::FAIL_ACTOR;
+  kj::Maybe<kj::Duration> deadline;
   std::vector<kj::byte> argBytes;  // a flat Cap'n Proto message
+};
+
+struct CallPolicy {
+  // How an actor serves calls, from its SpawnOptions (carried in proto::SpawnSpec).
+  uint32_t maxConcurrency = 1;
+  bool failCallOnly = false;
+  kj::Maybe<kj::Duration> deadline;
 };
 
 class NodeInfo {
@@ -152,6 +235,14 @@ class NodeInfo {
   bool isHead_ = false;
 };
 
+struct Restarted {
+  // A monitor's notice that an actor exited abnormally and its restart policy started a new
+  // incarnation in its place (Erlang's supervisor reports; monitors see them here).
+  uint64_t id = 0;
+  uint32_t incarnation = 0;  // the new incarnation (2 after the first restart)
+  Exit reason;               // why the previous incarnation ended
+};
+
 class NodeRuntime;
 
 class ActorContext {
@@ -159,9 +250,10 @@ class ActorContext {
   // run CPU work on the pool, and exit. One per actor incarnation, owned by the actor.
  public:
   ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args, uint32_t index = 0,
-               uint32_t count = 1);
+               uint32_t count = 1, CallPolicy policy = {});
 
   const ActorAddress& self() const { return self_; }
+  const CallPolicy& callPolicy() const { return policy_; }
   uint32_t instanceIndex() const { return index_; }
   uint32_t instanceCount() const { return count_; }
   // For actors started together by spawnMany()/spawnEach(): this one's position (0-based) and
@@ -188,17 +280,17 @@ class ActorContext {
   kj::Promise<Ref<T>> spawn(kj::StringPtr typeName, Placement placement,
                             SpawnOptions options = {}) {
     // Starts a child of this actor. The placement is decided by the head's scheduler.
-    return spawnRaw(typeName, placement, kj::mv(options), false).then([](auto refs) {
-      return Ref<T>(refs[0].client.template castAs<T>(), kj::mv(refs[0].address));
+    return spawnRaw(typeName, placement, kj::mv(options), false).then([this](auto refs) {
+      return Ref<T>(refs[0].client.template castAs<T>(), kj::mv(refs[0].address), &timer());
     });
   }
   template <typename T>
   kj::Promise<kj::Array<Ref<T>>> spawnMany(kj::StringPtr typeName, Placement placement,
                                            SpawnOptions options = {}) {
     // Starts one child per instance of a multi-instance placement (onePerNode, perVcpu, ...).
-    return spawnRaw(typeName, placement, kj::mv(options), true).then([](auto refs) {
+    return spawnRaw(typeName, placement, kj::mv(options), true).then([this](auto refs) {
       return KJ_MAP(r, refs) {
-        return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address));
+        return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address), &timer());
       };
     });
   }
@@ -220,7 +312,9 @@ class ActorContext {
   // The current incarnation of an actor (after a restart it lives elsewhere).
 
   kj::Promise<Exit> monitor(uint64_t id);
-  // Resolves once with the reason when the actor `id` exits, also if it already has.
+  // Resolves once with the reason when the actor `id` exits for good, also if it already has.
+  kj::Promise<Exit> monitor(uint64_t id, kj::Function<void(const Restarted&)> onRestart);
+  // The same, calling `onRestart` for each restart of it before then, in order.
   kj::Promise<void> link(uint64_t id);
   // Links this actor with `id`: an abnormal exit of either ends the other with the same reason.
 
@@ -254,6 +348,7 @@ class ActorContext {
   NodeRuntime& node_;
   ActorAddress self_;
   uint32_t index_, count_;
+  CallPolicy policy_;
   kj::Array<kj::byte> argBytes_;
   kj::Array<capnp::word> argWords_;
   kj::Own<capnp::FlatArrayMessageReader> argReader_;
@@ -271,6 +366,11 @@ class ActorCore {
 
   virtual kj::Promise<void> onStart() { return kj::READY_NOW; }
   virtual kj::Promise<void> onStop() { return kj::READY_NOW; }
+  virtual bool failsActor(kj::StringPtr method, const kj::Exception& error) const;
+  // Whether an exception that escaped `method` ("Augmenter.produce") fails this actor. By
+  // default it does (its restart policy then applies), unless the actor was spawned with
+  // MethodError::FAIL_CALL or the method is one it does not implement. Override it to keep errors
+  // that belong to the caller (a consumer that went away mid-stream) from failing the actor.
 
   ActorContext& context() { return *context_; }
   const NodeInfo& node() const { return context_->node(); }
@@ -287,12 +387,32 @@ class ActorCore {
   // the runtime calls it from a later turn.
   bool exited() const { return exited_ != nullptr; }
 
+  size_t mailboxDepth() const { return depth_; }
+  // Calls that arrived through the mailbox and have not returned yet: the one(s) running plus
+  // those waiting for their turn. ($concurrent methods and the Actor interface's are not counted.)
+  uint32_t mailboxRunning() const { return running_; }
+  // Of those, how many run now (at most maxConcurrency).
+
  protected:
+  struct MethodInfo {
+    std::string name;  // "Probe.sleep"
+    bool concurrent = false;
+    bool streaming = false;  // declared `-> stream`
+  };
+  using MethodTable = std::map<std::pair<uint64_t, uint16_t>, MethodInfo>;
+  static MethodTable methodTable(capnp::InterfaceSchema schema);
+  // Every method of the interface and the interfaces it extends, with its $concurrent annotation.
+
   void checkAlive() const;
-  kj::Promise<void> guard(kj::Promise<void> call);
+  kj::Promise<void> guard(kj::Promise<void> call, const MethodInfo& method);
   // A user method's promise as the caller sees it: cancelled by cancelCalls(), and failing with
   // the exit reason if the actor failed while the method ran (even if the method then returned
-  // normally).
+  // normally). An exception escaping the method fails the actor unless its policy is FAIL_CALL.
+  kj::Promise<void> throughMailbox(kj::Function<kj::Promise<void>()> dispatch);
+  // Runs `dispatch` when the mailbox has room (at once if it has), holding a place until the
+  // promise it returns completes or is cancelled.
+  kj::Promise<void> withDeadline(kj::Promise<void> call, const MethodInfo& method);
+  // The call under the actor's default deadline (SpawnOptions::callDeadline), if it has one.
 
   kj::Promise<void> stopImpl();
   kj::Promise<void> linkImpl(uint64_t other);
@@ -300,8 +420,16 @@ class ActorCore {
   void infoImpl(proto::ActorAddress::Builder out) const { self().toProto(out); }
 
  private:
+  class Slot;
+  kj::Promise<kj::Own<Slot>> enterMailbox();
+  void leaveMailbox();
+
   ActorContext* context_;
   kj::Own<ActorContext> ownedContext_;
+  // The mailbox, declared before canceler_: cancelling the calls releases their places in it.
+  uint32_t running_ = 0;
+  size_t depth_ = 0;
+  std::deque<kj::Own<kj::PromiseFulfiller<kj::Own<Slot>>>> waiting_;
   kj::Canceler canceler_;
   kj::Maybe<Exit> exited_;
 };
@@ -320,12 +448,28 @@ class ActorBase : public Interface::Server, public ActorCore {
       uint64_t interfaceId, uint16_t methodId,
       capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> call) override {
     checkAlive();
-    auto result = Server::dispatchCall(interfaceId, methodId, call);
     // The Actor interface's own methods (stop, link, ...) are control calls: they must be able to
-    // finish while the actor is being stopped.
-    if (interfaceId != capnp::typeId<proto::Actor>())
-      result.promise = guard(kj::mv(result.promise));
-    return result;
+    // finish while the actor is being stopped, and never wait in its mailbox.
+    if (interfaceId == capnp::typeId<proto::Actor>()) {
+      return Server::dispatchCall(interfaceId, methodId, call);
+    }
+    static const MethodTable table = methodTable(capnp::Schema::from<Interface>());
+    static const MethodInfo unknown{"(unknown method)", false};
+    auto it = table.find({interfaceId, methodId});
+    const MethodInfo& method = it == table.end() ? unknown : it->second;
+    if (method.concurrent || it == table.end()) {
+      auto result = Server::dispatchCall(interfaceId, methodId, call);
+      result.promise = withDeadline(guard(kj::mv(result.promise), method), method);
+      return result;
+    }
+    // Through the mailbox; a `-> stream` method too. For those Cap'n Proto holds back every later
+    // call to this actor until the stream call has returned (isStreaming), so they keep their
+    // order whatever maxConcurrency is, and their flow control: the caller's window counts the
+    // time a call waits in the mailbox.
+    auto promise = throughMailbox([this, interfaceId, methodId, call]() mutable {
+      return Server::dispatchCall(interfaceId, methodId, call).promise;
+    });
+    return {withDeadline(guard(kj::mv(promise), method), method), method.streaming};
   }
 
   kj::Promise<void> stop(proto::Actor::Server::StopContext) override { return stopImpl(); }

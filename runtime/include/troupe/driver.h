@@ -30,7 +30,7 @@ class Driver {
     // ("no node in group 'dnn_group' has 1 free gpu: ..."). Calls on the returned ref queue until
     // the actor has started.
     auto spawned = spawnRaw(typeName, placement, kj::mv(options), false);
-    return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address));
+    return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address), &timer());
   }
 
   template <typename T>
@@ -39,7 +39,7 @@ class Driver {
     // Starts every instance of a multi-instance placement (perVcpu, perNode, onePerNode).
     auto spawned = spawnRaw(typeName, placement, kj::mv(options), true);
     return KJ_MAP(s, spawned) {
-      return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address));
+      return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address), &timer());
     };
   }
 
@@ -58,7 +58,9 @@ class Driver {
   kj::Promise<void> stop(uint64_t actorId);
   // Stops an actor and its children (the cascade); resolves when they are gone.
   kj::Promise<Exit> monitor(uint64_t actorId);
-  // Resolves once with the reason when the actor exits, also if it already has.
+  // Resolves once with the reason when the actor exits for good, also if it already has.
+  kj::Promise<Exit> monitor(uint64_t actorId, kj::Function<void(const Restarted&)> onRestart);
+  // The same, calling `onRestart` for each restart of it before then, in order.
   kj::Maybe<ActorAddress> lookup(kj::StringPtr name);
   kj::Maybe<ActorAddress> current(uint64_t actorId);
 
