@@ -78,6 +78,9 @@ struct SpawnSpec {
   callDeadlineMs @13 :UInt32;
   # Each call must return within this long of arriving (mailbox wait included), else it is
   # cancelled and fails with OVERLOADED naming the actor and the method. 0: no deadline.
+  waitForCapacityMs @14 :UInt32;
+  # A spawn that does not fit now waits up to this long for capacity (an actor exiting, a node
+  # joining) instead of failing at once. 0: fail at once.
 }
 
 annotation concurrent @0xd6a4c2e1f3b50917 (method) :Void;

@@ -178,6 +178,7 @@ kj::Promise<kj::Array<ActorContext::Spawned>> ActorContext::spawnRaw(kj::StringP
   spec.maxConcurrency = options.concurrency;
   spec.failCallOnly = options.methodError == MethodError::FAIL_CALL;
   spec.callDeadline = options.deadline;
+  spec.waitForCapacity = options.capacityWait;
   spec.toProto(req.initSpec());
   return req.send().then([this](auto response) {
     auto list = response.getActors();
@@ -497,9 +498,8 @@ Registry::Created Registry::create(const std::string& typeName,
 
 Driver::Driver(Head& head, std::vector<std::string> args) : head_(head), args_(kj::mv(args)) {}
 
-kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
-                                                  const Placement& placement, SpawnOptions options,
-                                                  bool many) {
+static SpawnRequest driverRequest(Head& head, kj::StringPtr typeName, const Placement& placement,
+                                  SpawnOptions& options) {
   SpawnRequest spec;
   spec.typeName = typeName.cStr();
   spec.name = options.name;
@@ -509,13 +509,49 @@ kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
   spec.link = options.link;
   spec.maxRestarts = options.maxRestarts;
   spec.restartWindow = options.restartWindow;
-  spec.stopTimeout = stopDeadlineOf(options, head_.node().options());
+  spec.stopTimeout = stopDeadlineOf(options, head.node().options());
   spec.maxConcurrency = options.concurrency;
   spec.failCallOnly = options.methodError == MethodError::FAIL_CALL;
   spec.callDeadline = options.deadline;
+  spec.waitForCapacity = options.capacityWait;
+  return spec;
+}
+
+kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
+                                                  const Placement& placement, SpawnOptions options,
+                                                  bool many) {
+  KJ_REQUIRE(options.capacityWait == nullptr,
+             "SpawnOptions::waitForCapacity needs job.spawnAsync<T>() or spawnManyAsync<T>(): "
+             "spawn() decides at once",
+             typeName);
+  auto spec = driverRequest(head_, typeName, placement, options);
   auto spawned = head_.spawn(kj::mv(spec), many);
   for (auto& s : spawned) s.client = rebinding(head_.node(), s.address, kj::mv(s.client));
   return spawned;
+}
+
+kj::Promise<kj::Array<ActorContext::Spawned>> Driver::spawnRawAsync(kj::StringPtr typeName,
+                                                                    const Placement& placement,
+                                                                    SpawnOptions options,
+                                                                    bool many) {
+  auto spec = driverRequest(head_, typeName, placement, options);
+  return head_.spawnWhenPlaced(kj::mv(spec), many)
+      .then([this](kj::Array<ActorContext::Spawned> spawned) {
+        for (auto& s : spawned) s.client = rebinding(head_.node(), s.address, kj::mv(s.client));
+        return kj::mv(spawned);
+      });
+}
+
+Gang Driver::spawnGang(kj::ArrayPtr<GangMember> members) {
+  auto requests = KJ_MAP(m, members) {
+    KJ_REQUIRE(!m.placement.isMultiInstance(),
+               "a gang member is one actor; a multi-instance placement cannot be one",
+               m.placement.describe());
+    return driverRequest(head_, m.typeName, m.placement, m.options);
+  };
+  auto spawned = head_.spawnGang(kj::mv(requests));
+  for (auto& s : spawned) s.client = rebinding(head_.node(), s.address, kj::mv(s.client));
+  return Gang(kj::mv(spawned), timer());
 }
 
 proto::Actor::Client Driver::resolveRaw(const ActorAddress& address) {

@@ -500,3 +500,46 @@ TEST_CASE("a stop waits the instance's --stop-timeout-ms for onStop() when the s
   CHECK(fast.leftovers().empty());
   CHECK(slow.leftovers().empty());
 }
+
+TEST_CASE("a spawn waits for capacity that frees up, and fails with the reason when none does",
+          "[cluster][capacity]") {
+  Run run(harness::sim(kThree, probe("capacity-wait")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  // SpawnOptions::waitForCapacity + job.spawnAsync: the second one-GPU actor waited until the
+  // first was stopped (600 ms later), then started on the GPU node.
+  CHECK(out.find("waiting up to 10000 ms for capacity") != std::string::npos);
+  auto waited = numberAfter(out, "G2 PLACED after ");
+  CHECK(waited >= 600);
+  CHECK(waited < 5000);
+  CHECK(out.find("G2 PLACED") > out.find("STOPPING g1"));
+  // A wait that ends with the GPU still taken fails OVERLOADED with why it did not fit.
+  CHECK(out.find("G3 OVERLOADED after ") != std::string::npos);
+  CHECK(numberAfter(out, "G3 OVERLOADED after ") >= 400);
+  CHECK(out.find("cannot place 'probe.Probe' within 400 ms (SpawnOptions::waitForCapacity): no "
+                 "node in group 'dnn_group' has 1 free gpu") != std::string::npos);
+  CHECK(out.find("G3 PLACED") == std::string::npos);
+  // A placement no node could ever take does not wait.
+  CHECK(out.find("G64 FAILED after 0 ms: cannot place 'probe.Probe': no node in group "
+                 "'dnn_group' has 64 free gpus") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a gang spawn that cannot fully place places none", "[cluster][capacity]") {
+  Run run(harness::sim(kThree, probe("gang")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  // Driver::spawnGang: the third member (a second one-GPU actor for the one GPU) does not fit ...
+  CHECK(
+      out.find("GANG1 FAILED cannot place the gang of 3 (none was started): gang member 2 of 3") !=
+      std::string::npos);
+  // ... so neither the first nor the second was started or named.
+  CHECK(out.find("started 'd1'") == std::string::npos);
+  CHECK(out.find("started 't1'") == std::string::npos);
+  CHECK(out.find("NAMES LEFT 00") != std::string::npos);
+  // Nothing was reserved either: a gang needing that GPU fits right after, every member started.
+  CHECK(out.find("GANG2 PLACED 2 on data_group and dnn_group") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}

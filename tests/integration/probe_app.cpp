@@ -582,6 +582,73 @@ troupe::Co<void> stopTimeout(Job& job) {
   say("STOP TOOK " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) + " ms");
 }
 
+// Waiting for capacity: the dnn node has one GPU. A second GPU actor waits until the first is
+// stopped; a third gives up after its wait, with the reason; one that could never fit fails at
+// once.
+troupe::Co<void> capacityWait(Job& job) {
+  auto gpu = troupe::Placement::group("dnn_group").cpus(0).gpus(1);
+  auto first = job.spawn<probe::Probe>("probe.Probe", gpu, labelled("g1"));
+  co_await first.pingRequest().send();
+  auto started = job.timer().now();
+  auto second = job.spawnAsync<probe::Probe>("probe.Probe", gpu,
+                                             labelled("g2").waitForCapacity(10 * kj::SECONDS));
+  co_await job.timer().afterDelay(600 * kj::MILLISECONDS);
+  say("STOPPING g1");
+  co_await job.stop(first.id());
+  auto g2 = co_await kj::mv(second);
+  auto where = co_await g2.pingRequest().send();
+  say("G2 PLACED after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+      " ms on " + where.getHost().cStr());
+  started = job.timer().now();
+  try {
+    co_await job.spawnAsync<probe::Probe>("probe.Probe", gpu,
+                                          labelled("g3").waitForCapacity(400 * kj::MILLISECONDS));
+    say("G3 PLACED");
+  } catch (const kj::Exception& e) {
+    say(std::string("G3 ") +
+        (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") + " after " +
+        std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+        " ms: " + e.getDescription().cStr());
+  }
+  started = job.timer().now();
+  try {
+    co_await job.spawnAsync<probe::Probe>("probe.Probe",
+                                          troupe::Placement::group("dnn_group").gpus(64),
+                                          labelled("g64").waitForCapacity(5 * kj::SECONDS));
+    say("G64 PLACED");
+  } catch (const kj::Exception& e) {
+    say("G64 FAILED after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+        " ms: " + e.getDescription().cStr());
+  }
+}
+
+// Gangs: all or nothing. Two one-GPU members cannot both fit on the one GPU node: neither starts
+// (the GPU stays free for the next spawn). A gang that fits starts every member.
+troupe::Co<void> gang(Job& job) {
+  auto gpu = troupe::Placement::group("dnn_group").cpus(0).gpus(1);
+  auto data = troupe::Placement::group("data_group").cpus(1);
+  try {
+    auto members =
+        kj::heapArray<troupe::GangMember>({troupe::GangMember{"probe.Probe", data, labelled("d1")},
+                                           troupe::GangMember{"probe.Probe", gpu, labelled("t1")},
+                                           troupe::GangMember{"probe.Probe", gpu, labelled("t2")}});
+    job.spawnGang(members);
+    say("GANG1 PLACED");
+  } catch (const kj::Exception& e) {
+    say(std::string("GANG1 FAILED ") + e.getDescription().cStr());
+  }
+  say("NAMES LEFT " + std::to_string(job.lookup("d1") != nullptr) +
+      std::to_string(job.lookup("t1") != nullptr));
+  auto members =
+      kj::heapArray<troupe::GangMember>({troupe::GangMember{"probe.Probe", data, labelled("d2")},
+                                         troupe::GangMember{"probe.Probe", gpu, labelled("t3")}});
+  auto g = job.spawnGang(members);
+  auto a = co_await g.get<probe::Probe>(0).pingRequest().send();
+  auto b = co_await g.get<probe::Probe>(1).pingRequest().send();
+  say(std::string("GANG2 PLACED ") + std::to_string(g.size()) + " on " + a.getGroup().cStr() +
+      " and " + b.getGroup().cStr());
+}
+
 Scenario find(const std::string& name) {
   if (name == "normal") return normal;
   if (name == "hold") return hold;
@@ -603,6 +670,9 @@ Scenario find(const std::string& name) {
     return [](Job& job) -> kj::Promise<void> { return restartNotices(job); };
   if (name == "fail-call-only")
     return [](Job& job) -> kj::Promise<void> { return failCallOnly(job); };
+  if (name == "capacity-wait")
+    return [](Job& job) -> kj::Promise<void> { return capacityWait(job); };
+  if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
   return nullptr;

@@ -175,6 +175,17 @@ class SpawnOptions {
     methodError = what;
     return *this;
   }
+  SpawnOptions& waitForCapacity(kj::Duration d) {
+    // A spawn that does not fit now (the nodes that could take it are busy, or have not joined
+    // yet) waits up to `d` for capacity instead of failing at once: it is retried, in request
+    // order, whenever an actor releases resources or a node joins. Past `d` it fails OVERLOADED
+    // with the reason it did not fit. One that could never fit (no node has that much in total)
+    // fails at once. Honoured by context().spawn*() and job.spawnAsync()/spawnManyAsync().
+    KJ_REQUIRE(d > 0 * kj::MILLISECONDS && d / kj::MILLISECONDS <= 0xffffffffll,
+               "a capacity wait must be between 1 ms and 2^32 ms", d);
+    capacityWait = d;
+    return *this;
+  }
   SpawnOptions& callDeadline(kj::Duration d) {
     // Every call to the actor must return within `d` of arriving at its node (time waiting in the
     // mailbox included); past it the call is cancelled and fails with OVERLOADED naming the actor
@@ -204,6 +215,7 @@ class SpawnOptions {
   uint32_t concurrency = 1;
   MethodError methodError = MethodError::FAIL_ACTOR;
   kj::Maybe<kj::Duration> deadline;
+  kj::Maybe<kj::Duration> capacityWait;
   std::vector<kj::byte> argBytes;  // a flat Cap'n Proto message
 };
 

@@ -20,6 +20,30 @@ namespace troupe {
 
 class Head;
 
+struct GangMember {
+  // One actor of a gang (Driver::spawnGang): a single-instance placement.
+  std::string typeName;
+  Placement placement;
+  SpawnOptions options = {};
+};
+
+class Gang {
+  // The actors of a gang, in the order they were asked for.
+ public:
+  Gang(kj::Array<ActorContext::Spawned> members, kj::Timer& timer)
+      : members_(kj::mv(members)), timer_(&timer) {}
+  size_t size() const { return members_.size(); }
+  template <typename T>
+  Ref<T> get(size_t i) {
+    KJ_REQUIRE(i < members_.size(), "no such gang member", i, members_.size());
+    return Ref<T>(members_[i].client.template castAs<T>(), members_[i].address, timer_);
+  }
+
+ private:
+  kj::Array<ActorContext::Spawned> members_;
+  kj::Timer* timer_;
+};
+
 class Driver {
  public:
   explicit Driver(Head& head, std::vector<std::string> args);
@@ -42,6 +66,31 @@ class Driver {
       return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address), &timer());
     };
   }
+
+  template <typename T>
+  kj::Promise<Ref<T>> spawnAsync(kj::StringPtr typeName, Placement placement,
+                                 SpawnOptions options = {}) {
+    // spawn() that honours SpawnOptions::waitForCapacity: when the placement does not fit now it
+    // waits for capacity (up to that long) instead of throwing; past it, fails with the reason.
+    // Without waitForCapacity it decides at once, as spawn() does.
+    return spawnRawAsync(typeName, placement, kj::mv(options), false).then([this](auto spawned) {
+      return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address), &timer());
+    });
+  }
+  template <typename T>
+  kj::Promise<kj::Array<Ref<T>>> spawnManyAsync(kj::StringPtr typeName, Placement placement,
+                                                SpawnOptions options = {}) {
+    return spawnRawAsync(typeName, placement, kj::mv(options), true).then([this](auto spawned) {
+      return KJ_MAP(s, spawned) {
+        return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address), &timer());
+      };
+    });
+  }
+
+  Gang spawnGang(kj::ArrayPtr<GangMember> members);
+  // All-or-nothing: places every member together (each decided after the capacity the earlier
+  // ones take, so a spread gang really spreads) and starts them all, or starts none and throws
+  // with the reason and the member that did not fit. Get the references with gang.get<T>(i).
 
   template <typename T>
   kj::Array<Ref<T>> spawnEach(kj::StringPtr typeName, Placement placement = Placement::any(),
@@ -75,6 +124,9 @@ class Driver {
  private:
   kj::Array<ActorContext::Spawned> spawnRaw(kj::StringPtr typeName, const Placement& placement,
                                             SpawnOptions options, bool many);
+  kj::Promise<kj::Array<ActorContext::Spawned>> spawnRawAsync(kj::StringPtr typeName,
+                                                              const Placement& placement,
+                                                              SpawnOptions options, bool many);
   proto::Actor::Client resolveRaw(const ActorAddress& address);
 
   Head& head_;
