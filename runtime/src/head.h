@@ -11,30 +11,11 @@
 #include <vector>
 
 #include "node.h"
+#include "spawn_request.h"
 #include "troupe/driver.h"
 #include "troupe/sched/cluster_view.h"
 
 namespace troupe {
-
-struct SpawnRequest {
-  std::string typeName;
-  std::string name;
-  kj::Array<kj::byte> args;
-  Placement placement;
-  uint64_t parent = 0;  // 0 = the driver
-  bool link = true;
-  uint32_t maxRestarts = 0;
-  kj::Duration restartWindow = 60 * kj::SECONDS;
-  kj::Duration stopTimeout = 5 * kj::SECONDS;
-  uint32_t maxConcurrency = 1;
-  bool failCallOnly = false;
-  kj::Maybe<kj::Duration> callDeadline;
-  kj::Maybe<kj::Duration> waitForCapacity;
-  uint32_t index = 0, count = 1;  // position within a multi-instance spawn
-
-  static SpawnRequest fromProto(proto::SpawnSpec::Reader spec);
-  void toProto(proto::SpawnSpec::Builder spec) const;
-};
 
 class Head final : private kj::TaskSet::ErrorHandler {
  public:

@@ -255,13 +255,13 @@ struct Restarted {
   Exit reason;               // why the previous incarnation ended
 };
 
-class NodeRuntime;
+class ActorHost;  // the node hosting the actor (private to the runtime)
 
 class ActorContext {
   // What an actor can do besides serving calls: spawn children, resolve and monitor other actors,
   // run CPU work on the pool, and exit. One per actor incarnation, owned by the actor.
  public:
-  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args, uint32_t index = 0,
+  ActorContext(ActorHost& node, ActorAddress self, kj::Array<kj::byte> args, uint32_t index = 0,
                uint32_t count = 1, CallPolicy policy = {});
 
   const ActorAddress& self() const { return self_; }
@@ -345,7 +345,8 @@ class ActorContext {
   // escalates through links (to the parent by default) unless the restart policy restarts it.
   void fail(std::string text) { exit(Exit::failed(kj::mv(text))); }
 
-  NodeRuntime& runtime() { return node_; }
+  ActorHost& host() { return node_; }
+  // -- used by the runtime --
 
   struct Spawned {
     proto::Actor::Client client;
@@ -357,7 +358,7 @@ class ActorContext {
                                            SpawnOptions options, bool many);
   proto::Actor::Client resolveRaw(const ActorAddress& address);
 
-  NodeRuntime& node_;
+  ActorHost& node_;
   ActorAddress self_;
   uint32_t index_, count_;
   CallPolicy policy_;
