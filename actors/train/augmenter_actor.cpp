@@ -100,6 +100,13 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   });
 }
 
+bool AugmenterActor::failsActor(kj::StringPtr method, const kj::Exception& error) const {
+  if (method == "Augmenter.produce" && error.getType() == kj::Exception::Type::DISCONNECTED) {
+    return false;
+  }
+  return ActorBase::failsActor(method, error);
+}
+
 kj::Promise<void> AugmenterActor::grant(GrantContext call) {
   auto p = call.getParams();
   for (auto& [shard, stream] : streams_) {

@@ -24,6 +24,9 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   kj::Promise<void> onStart() override;
   kj::Promise<void> produce(ProduceContext call) override;
   kj::Promise<void> grant(GrantContext call) override;
+  bool failsActor(kj::StringPtr method, const kj::Exception& error) const override;
+  // A produce() that ends DISCONNECTED lost its consumer (the trainer, or a newer session that
+  // replaced it): the caller's failure, not the augmenter's.
 
   static AugmentConfig configFrom(hetero::AugmentSettings::Reader settings);
 

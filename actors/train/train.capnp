@@ -42,12 +42,14 @@ interface BatchSink {
 
 interface Augmenter extends(Troupe.Actor) {
   produce @0 (session :UInt64, epoch :UInt32, from :UInt64, credits :UInt32, sink :BatchSink,
-              shard :UInt32) -> (end :UInt64, samples :UInt64);
+              shard :UInt32) -> (end :UInt64, samples :UInt64) $Troupe.concurrent;
   # Streams the batches of `shard` for `epoch` from position `from` into `sink`, at most `credits`
   # ahead of what grant() has returned; resolves when the last batch was pushed. `shard` is
   # normally the augmenter's own (its instanceIndex); another one when the trainer hands it the
   # shard of an augmenter that is gone for good. One stream per shard: a new produce() for a shard
-  # replaces that shard's previous stream.
+  # replaces that shard's previous stream (a restarted trainer's new session; the old call, whose
+  # sink is gone, ends). $concurrent: it lasts the whole epoch, and grant() must reach the
+  # augmenter meanwhile through its mailbox; several shards' streams run at once.
   grant @1 (session :UInt64, credits :UInt32);
   # The trainer consumed batches of that session's stream: send that many more.
 }
@@ -114,7 +116,8 @@ interface Trainer extends(Troupe.Actor) {
   # acknowledged position.
   progress @1 () -> (epoch :UInt32, steps :UInt64, samples :UInt64, waitSeconds :Float64,
                      seconds :Float64, plannedSteps :UInt64, resumedSteps :UInt64,
-                     resumedSamples :UInt64);
+                     resumedSamples :UInt64) $Troupe.concurrent;
   # steps and samples count every run of the job; seconds and waitSeconds this run's, which did
-  # all but resumedSteps and resumedSamples.
+  # all but resumedSteps and resumedSamples. $concurrent: a read-only query answered while train()
+  # holds the trainer (train() goes through the mailbox: a second train() waits for the first).
 }

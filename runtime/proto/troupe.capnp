@@ -79,7 +79,25 @@ struct SpawnSpec {
   stopTimeoutMs @8 :UInt32 = 5000;  # after this, a stopping actor is killed
   index @9 :UInt32;         # which instance of a multi-instance spawn (0-based) ...
   count @10 :UInt32 = 1;    # ... out of how many
+  maxConcurrency @11 :UInt32 = 1;
+  # The actor's mailbox: how many of its calls may run at once (1: one at a time, in arrival
+  # order; 0: no limit). Methods annotated $concurrent and the Actor interface's own methods
+  # never wait in it.
+  failCallOnly @12 :Bool;
+  # An exception escaping a method fails only that call (the actor runs on); by default it fails
+  # the actor, subject to its restart policy.
+  callDeadlineMs @13 :UInt32;
+  # Each call must return within this long of arriving (mailbox wait included), else it is
+  # cancelled and fails with OVERLOADED naming the actor and the method. 0: no deadline.
+  waitForCapacityMs @14 :UInt32;
+  # A spawn that does not fit now waits up to this long for capacity (an actor exiting, a node
+  # joining) instead of failing at once. 0: fail at once.
 }
+
+annotation concurrent @0xd6a4c2e1f3b50917 (method) :Void;
+# On a method of an actor interface: its calls do not wait in the actor's mailbox and do not hold
+# it; they run at once, beside whatever call holds the actor (a query such as progress(), or a
+# long-lived call that other calls must reach the actor during, such as a producer's stream).
 
 struct NodeLoad {
   # What a node reports with each heartbeat (the head measures its own on the same schedule): how
@@ -220,4 +238,7 @@ interface Actor {
 interface Watcher {
   down @0 (id :UInt64, reason :ExitReason);
   # Exactly once per monitor, also when monitoring started after the death.
+  restarted @1 (id :UInt64, incarnation :UInt32, reason :ExitReason);
+  # The actor exited abnormally and its restart policy started incarnation `incarnation` in its
+  # place; `reason` is why the previous one ended. Sent before any later `down`.
 }

@@ -2,12 +2,16 @@
 
 #include <unistd.h>
 
-#include "head.h"
-#include "node.h"
+#include "actor_host.h"
 #include "rebind.h"
+#include "spawn_request.h"
+#include "troupe/registry.h"
 #include "troupe/exit_codes.h"
 
 namespace troupe {
+
+// The id of troupe.capnp's `concurrent` annotation (fixed there with @0x...).
+constexpr uint64_t kConcurrentAnnotationId = 0xd6a4c2e1f3b50917ull;
 
 // =======================================================================================
 // Exit, ActorAddress
@@ -103,33 +107,59 @@ namespace {
 
 class PromiseWatcher final : public proto::Watcher::Server {
  public:
-  explicit PromiseWatcher(kj::Own<kj::PromiseFulfiller<Exit>> fulfiller)
-      : fulfiller_(kj::mv(fulfiller)) {}
+  PromiseWatcher(kj::Own<kj::PromiseFulfiller<Exit>> fulfiller,
+                 kj::Maybe<kj::Function<void(const Restarted&)>> onRestart)
+      : fulfiller_(kj::mv(fulfiller)), onRestart_(kj::mv(onRestart)) {}
   kj::Promise<void> down(DownContext call) override {
     fulfiller_->fulfill(Exit::fromProto(call.getParams().getReason()));
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> restarted(RestartedContext call) override {
+    auto p = call.getParams();
+    KJ_IF_MAYBE(f, onRestart_) {
+      if (fulfiller_->isWaiting()) {
+        (*f)(Restarted{p.getId(), p.getIncarnation(), Exit::fromProto(p.getReason())});
+      }
+    }
     return kj::READY_NOW;
   }
 
  private:
   kj::Own<kj::PromiseFulfiller<Exit>> fulfiller_;
+  kj::Maybe<kj::Function<void(const Restarted&)>> onRestart_;
 };
 
-kj::Promise<Exit> monitorThrough(proto::Cluster::Client cluster, uint64_t id) {
+}  // namespace
+
+kj::Promise<Exit> monitorThrough(proto::Cluster::Client cluster, uint64_t id,
+                                 kj::Maybe<kj::Function<void(const Restarted&)>> onRestart) {
   auto paf = kj::newPromiseAndFulfiller<Exit>();
   auto req = cluster.monitorRequest();
   req.setTarget(id);
-  req.setWatcher(kj::heap<PromiseWatcher>(kj::mv(paf.fulfiller)));
+  req.setWatcher(kj::heap<PromiseWatcher>(kj::mv(paf.fulfiller), kj::mv(onRestart)));
   return req.send().then([p = kj::mv(paf.promise)](auto&&) mutable { return kj::mv(p); });
 }
 
-}  // namespace
+namespace {}  // namespace
 
 // =======================================================================================
 // ActorContext
 
-ActorContext::ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args,
-                           uint32_t index, uint32_t count)
-    : node_(node), self_(kj::mv(self)), index_(index), count_(count), argBytes_(kj::mv(args)) {}
+kj::Duration stopDeadlineOf(const SpawnOptions& options, const RunOptions& run) {
+  KJ_IF_MAYBE(d, options.stopDeadline) {
+    return *d;
+  }
+  return run.stopTimeoutMs * kj::MILLISECONDS;
+}
+
+ActorContext::ActorContext(ActorHost& node, ActorAddress self, kj::Array<kj::byte> args,
+                           uint32_t index, uint32_t count, CallPolicy policy)
+    : node_(node),
+      self_(kj::mv(self)),
+      index_(index),
+      count_(count),
+      policy_(kj::mv(policy)),
+      argBytes_(kj::mv(args)) {}
 
 const NodeInfo& ActorContext::node() const {
   return node_.info();
@@ -154,7 +184,11 @@ kj::Promise<kj::Array<ActorContext::Spawned>> ActorContext::spawnRaw(kj::StringP
   spec.link = options.link;
   spec.maxRestarts = options.maxRestarts;
   spec.restartWindow = options.restartWindow;
-  spec.stopTimeout = options.stopDeadline;
+  spec.stopTimeout = stopDeadlineOf(options, node_.options());
+  spec.maxConcurrency = options.concurrency;
+  spec.failCallOnly = options.methodError == MethodError::FAIL_CALL;
+  spec.callDeadline = options.deadline;
+  spec.waitForCapacity = options.capacityWait;
   spec.toProto(req.initSpec());
   return req.send().then([this](auto response) {
     auto list = response.getActors();
@@ -188,6 +222,10 @@ kj::Promise<ActorAddress> ActorContext::current(uint64_t id) {
 kj::Promise<Exit> ActorContext::monitor(uint64_t id) {
   return monitorThrough(node_.cluster(), id);
 }
+kj::Promise<Exit> ActorContext::monitor(uint64_t id,
+                                        kj::Function<void(const Restarted&)> onRestart) {
+  return monitorThrough(node_.cluster(), id, kj::mv(onRestart));
+}
 
 kj::Promise<void> ActorContext::link(uint64_t id) {
   auto req = node_.cluster().linkRequest();
@@ -211,6 +249,166 @@ ActorCore::ActorCore(ActorContext& context) : context_(&context) {
   }
 }
 ActorCore::~ActorCore() noexcept(false) {}
+
+ActorCore::MethodTable ActorCore::methodTable(capnp::InterfaceSchema schema) {
+  MethodTable table;
+  auto add = [&table](capnp::InterfaceSchema iface, auto& self) -> void {
+    if (iface.getProto().getId() == capnp::typeId<proto::Actor>()) return;
+    std::string prefix = iface.getShortDisplayName().cStr();
+    for (auto m : iface.getMethods()) {
+      MethodInfo info;
+      info.name = prefix + "." + m.getProto().getName().cStr();
+      info.streaming = m.isStreaming();
+      for (auto a : m.getProto().getAnnotations()) {
+        if (a.getId() == kConcurrentAnnotationId) info.concurrent = true;
+      }
+      table.emplace(std::make_pair(iface.getProto().getId(), m.getOrdinal()), kj::mv(info));
+    }
+    for (auto super : iface.getSuperclasses()) self(super, self);
+  };
+  add(schema, add);
+  return table;
+}
+
+class ActorCore::Slot {
+  // A place in the mailbox, held while a call runs; given to the next caller when released.
+ public:
+  explicit Slot(ActorCore& core) : core_(core) {}
+  ~Slot() { core_.leaveMailbox(); }
+  KJ_DISALLOW_COPY(Slot);
+
+ private:
+  ActorCore& core_;
+};
+
+kj::Promise<kj::Own<ActorCore::Slot>> ActorCore::enterMailbox() {
+  uint32_t limit = kj::max(context_->callPolicy().maxConcurrency, 1u);
+  if (running_ < limit && waiting_.empty()) {
+    ++running_;
+    return kj::heap<Slot>(*this);
+  }
+  auto paf = kj::newPromiseAndFulfiller<kj::Own<Slot>>();
+  waiting_.push_back(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void ActorCore::leaveMailbox() {
+  // The place goes to the first caller still waiting (callers that gave up are skipped); it stays
+  // counted in running_ meanwhile.
+  while (!waiting_.empty()) {
+    auto next = kj::mv(waiting_.front());
+    waiting_.pop_front();
+    if (next->isWaiting()) {
+      next->fulfill(kj::heap<Slot>(*this));
+      return;
+    }
+  }
+  --running_;
+}
+
+kj::Promise<void> ActorCore::throughMailbox(kj::Function<kj::Promise<void>()> dispatch) {
+  ++depth_;
+  return enterMailbox()
+      .then([dispatch = kj::mv(dispatch)](kj::Own<Slot> slot) mutable {
+        return dispatch().attach(kj::mv(slot));
+      })
+      .attach(kj::defer([this]() { --depth_; }));
+}
+
+kj::Promise<void> ActorCore::withDeadline(kj::Promise<void> call, const MethodInfo& method) {
+  KJ_IF_MAYBE(d, context_->callPolicy().deadline) {
+    auto deadline = *d;
+    return call.exclusiveJoin(context_->timer().afterDelay(deadline).then(
+        [this, deadline, name = method.name]() -> kj::Promise<void> {
+          return deadlineExceeded(self(), name, deadline,
+                                  "the actor's call deadline, SpawnOptions::callDeadline; it was "
+                                  "cancelled there");
+        }));
+  }
+  return kj::mv(call);
+}
+
+kj::Exception deadlineExceeded(const ActorAddress& actor, kj::StringPtr method,
+                               kj::Duration deadline, kj::StringPtr where) {
+  return KJ_EXCEPTION(OVERLOADED,
+                      kj::str("call ", method, " to ", actor.describe(), " did not return within ",
+                              deadline / kj::MILLISECONDS, " ms (", where, ")"));
+}
+
+namespace {
+
+class DeadlineForwarder final : public capnp::Capability::Server {
+  // Ref::within(): forwards each call, failing it past the deadline.
+ public:
+  DeadlineForwarder(capnp::Capability::Client target, kj::Duration deadline, kj::Timer& timer,
+                    capnp::InterfaceSchema schema, ActorAddress address)
+      : target_(kj::mv(target)),
+        deadline_(deadline),
+        timer_(timer),
+        schema_(schema),
+        address_(kj::mv(address)) {}
+
+  DispatchCallResult dispatchCall(
+      uint64_t interfaceId, uint16_t methodId,
+      capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
+    auto params = context.getParams();
+    auto req = target_.typelessRequest(interfaceId, methodId, params.targetSize());
+    req.set(params);
+    context.releaseParams();
+    auto name = methodName(interfaceId, methodId);
+    auto call = req.send().then([context](capnp::Response<capnp::AnyPointer> r) mutable {
+      context.getResults(r.targetSize()).set(r);
+    });
+    auto late =
+        timer_.afterDelay(deadline_).then([this, name = kj::mv(name)]() -> kj::Promise<void> {
+          return deadlineExceeded(address_, name, deadline_, "the caller's deadline, Ref::within");
+        });
+    return {call.exclusiveJoin(kj::mv(late)), false};
+  }
+
+ private:
+  std::string methodName(uint64_t interfaceId, uint16_t methodId) {
+    auto find = [&](capnp::InterfaceSchema iface, auto& self) -> kj::Maybe<std::string> {
+      if (iface.getProto().getId() == interfaceId) {
+        auto methods = iface.getMethods();
+        if (methodId < methods.size()) {
+          return std::string(iface.getShortDisplayName().cStr()) + "." +
+                 methods[methodId].getProto().getName().cStr();
+        }
+        return nullptr;
+      }
+      for (auto super : iface.getSuperclasses()) {
+        KJ_IF_MAYBE(n, self(super, self)) {
+          return kj::mv(*n);
+        }
+      }
+      return nullptr;
+    };
+    KJ_IF_MAYBE(n, find(schema_, find)) {
+      return kj::mv(*n);
+    }
+    return "#" + std::to_string(methodId);
+  }
+
+  capnp::Capability::Client target_;
+  kj::Duration deadline_;
+  kj::Timer& timer_;
+  capnp::InterfaceSchema schema_;
+  ActorAddress address_;
+};
+
+}  // namespace
+
+capnp::Capability::Client withDeadline(capnp::Capability::Client target, kj::Duration deadline,
+                                       kj::Timer& timer, capnp::InterfaceSchema schema,
+                                       ActorAddress address) {
+  return kj::heap<DeadlineForwarder>(kj::mv(target), deadline, timer, schema, kj::mv(address));
+}
+
+bool ActorCore::failsActor(kj::StringPtr, const kj::Exception& error) const {
+  return !context_->callPolicy().failCallOnly &&
+         error.getType() != kj::Exception::Type::UNIMPLEMENTED;
+}
 
 void ActorCore::checkAlive() const {
   KJ_IF_MAYBE(e, exited_) {
@@ -241,8 +439,9 @@ void ActorCore::cancelCalls() {
   }
 }
 
-kj::Promise<void> ActorCore::guard(kj::Promise<void> call) {
+kj::Promise<void> ActorCore::guard(kj::Promise<void> call, const MethodInfo& method) {
   // The continuations run while the call's context (and so this server) is alive.
+  kj::StringPtr name = method.name.c_str();
   return canceler_.wrap(kj::mv(call))
       .then(
           [this]() -> kj::Promise<void> {
@@ -252,11 +451,19 @@ kj::Promise<void> ActorCore::guard(kj::Promise<void> call) {
             }
             return kj::READY_NOW;
           },
-          [this](kj::Exception&& error) -> kj::Promise<void> {
+          [this, name](kj::Exception&& error) -> kj::Promise<void> {
             KJ_IF_MAYBE(e, exited_) {
               if (error.getType() != kj::Exception::Type::DISCONNECTED) {
                 return exitedDuringCall(self(), *e);
               }
+              return kj::mv(error);
+            }
+            // An exception escaped the method: as in Erlang, that fails the actor (its restart
+            // policy applies), unless it was spawned with MethodError::FAIL_CALL. A method the
+            // actor does not implement is the caller's mistake, not the actor's.
+            if (failsActor(name, error)) {
+              context_->exit(Exit::failed(
+                  kj::str("method ", name, " threw: ", error.getDescription()).cStr()));
             }
             return kj::mv(error);
           });
@@ -276,7 +483,7 @@ kj::Promise<void> ActorCore::traceCall(kj::Promise<void> call, capnp::InterfaceS
 }
 
 kj::Promise<void> ActorCore::stopImpl() {
-  auto req = context_->runtime().cluster().stopRequest();
+  auto req = context_->host().cluster().stopRequest();
   req.setId(self().id);
   return req.send().ignoreResult();
 }
@@ -286,7 +493,7 @@ kj::Promise<void> ActorCore::linkImpl(uint64_t other) {
 }
 
 kj::Promise<void> ActorCore::monitorImpl(proto::Watcher::Client watcher) {
-  auto req = context_->runtime().cluster().monitorRequest();
+  auto req = context_->host().cluster().monitorRequest();
   req.setTarget(self().id);
   req.setWatcher(kj::mv(watcher));
   return req.send().ignoreResult();
@@ -313,59 +520,6 @@ Registry::Created Registry::create(const std::string& typeName,
         kj::str("actor type '", typeName, "' is not registered; registered types: ", names())));
   }
   return it->second(kj::mv(context));
-}
-
-// =======================================================================================
-// Driver
-
-Driver::Driver(Head& head, std::vector<std::string> args) : head_(head), args_(kj::mv(args)) {}
-
-kj::Array<ActorContext::Spawned> Driver::spawnRaw(kj::StringPtr typeName,
-                                                  const Placement& placement, SpawnOptions options,
-                                                  bool many) {
-  SpawnRequest spec;
-  spec.typeName = typeName.cStr();
-  spec.name = options.name;
-  spec.args = kj::heapArray<kj::byte>(options.argBytes.data(), options.argBytes.size());
-  spec.placement = placement;
-  spec.parent = 0;
-  spec.link = options.link;
-  spec.maxRestarts = options.maxRestarts;
-  spec.restartWindow = options.restartWindow;
-  spec.stopTimeout = options.stopDeadline;
-  auto spawned = head_.spawn(kj::mv(spec), many);
-  for (auto& s : spawned) s.client = rebinding(head_.node(), s.address, kj::mv(s.client));
-  return spawned;
-}
-
-proto::Actor::Client Driver::resolveRaw(const ActorAddress& address) {
-  auto req = head_.node().peerNode(address.address).resolveRequest();
-  req.setId(address.id);
-  return rebinding(head_.node(), address, req.send().getActor());
-}
-
-kj::Promise<void> Driver::stop(uint64_t actorId) {
-  return head_.stop(actorId);
-}
-
-kj::Promise<Exit> Driver::monitor(uint64_t actorId) {
-  return monitorThrough(head_.node().cluster(), actorId);
-}
-
-kj::Maybe<ActorAddress> Driver::lookup(kj::StringPtr name) {
-  return head_.lookup(name);
-}
-kj::Maybe<ActorAddress> Driver::current(uint64_t actorId) {
-  return head_.resolve(actorId);
-}
-const NodeInfo& Driver::node() const {
-  return head_.node().info();
-}
-std::vector<NodeInfo> Driver::nodes() const {
-  return head_.nodes();
-}
-EventLoop& Driver::loop() {
-  return head_.node().loop();
 }
 
 // =======================================================================================

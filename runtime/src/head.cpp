@@ -54,6 +54,11 @@ SpawnRequest SpawnRequest::fromProto(proto::SpawnSpec::Reader spec) {
   r.maxRestarts = spec.getMaxRestarts();
   r.restartWindow = spec.getRestartWindowMs() * kj::MILLISECONDS;
   r.stopTimeout = spec.getStopTimeoutMs() * kj::MILLISECONDS;
+  r.maxConcurrency = spec.getMaxConcurrency();
+  r.failCallOnly = spec.getFailCallOnly();
+  if (spec.getCallDeadlineMs() > 0) r.callDeadline = spec.getCallDeadlineMs() * kj::MILLISECONDS;
+  if (spec.getWaitForCapacityMs() > 0)
+    r.waitForCapacity = spec.getWaitForCapacityMs() * kj::MILLISECONDS;
   r.index = spec.getIndex();
   r.count = spec.getCount();
   return r;
@@ -69,6 +74,14 @@ void SpawnRequest::toProto(proto::SpawnSpec::Builder spec) const {
   spec.setMaxRestarts(maxRestarts);
   spec.setRestartWindowMs(restartWindow / kj::MILLISECONDS);
   spec.setStopTimeoutMs(stopTimeout / kj::MILLISECONDS);
+  spec.setMaxConcurrency(maxConcurrency);
+  spec.setFailCallOnly(failCallOnly);
+  KJ_IF_MAYBE(d, callDeadline) {
+    spec.setCallDeadlineMs(*d / kj::MILLISECONDS);
+  }
+  KJ_IF_MAYBE(w, waitForCapacity) {
+    spec.setWaitForCapacityMs(*w / kj::MILLISECONDS);
+  }
   spec.setIndex(index);
   spec.setCount(count);
 }
@@ -132,6 +145,7 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
                  describeNode(info), view_.getExpectedHosts().size());
   }
   if (view_.getExpectedHosts().empty() && formed_.get() != nullptr) formed_->fulfill();
+  capacityChanged();
   return id;
 }
 
@@ -288,7 +302,7 @@ ActorAddress Head::addressFor(uint64_t id, uint32_t incarnation, uint32_t nodeId
   return a;
 }
 
-kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
+void Head::checkSpawn(const SpawnRequest& request, bool many) {
   KJ_REQUIRE(!finishing_, "the job is ending; not starting more actors");
   if (!node_.registry().has(request.typeName)) {
     kj::throwFatalException(KJ_EXCEPTION(
@@ -309,6 +323,28 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
   }
   KJ_REQUIRE(many || !request.placement.isMultiInstance(),
              "a multi-instance placement needs spawnMany()", request.placement.describe());
+}
+
+namespace {
+
+// Why a decision placed nothing, and whether freed capacity (or a node joining) could change it.
+std::string whyNot(const sched::ManyDecision& decision, bool& mayFitLater) {
+  if (auto* u = std::get_if<sched::Unschedulable>(&decision)) {
+    mayFitLater = u->fitsWhenFree;
+    return u->reason;
+  }
+  if (auto* w = std::get_if<sched::Wait>(&decision)) {
+    mayFitLater = true;
+    return "not yet: " + w->reason;
+  }
+  mayFitLater = true;
+  return "";
+}
+
+}  // namespace
+
+kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
+  checkSpawn(request, many);
   warnUnknownPreferences(request.placement);
   auto decision = sched::placeMany(view_, request.placement);
   if (auto* u = std::get_if<sched::Unschedulable>(&decision)) {
@@ -319,7 +355,110 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
     kj::throwFatalException(KJ_EXCEPTION(
         FAILED, kj::str("cannot place '", request.typeName, "' yet: ", w->reason.c_str())));
   }
-  auto& placed = std::get<sched::PlacedMany>(decision).nodeIds;
+  return commit(request, std::get<sched::PlacedMany>(decision).nodeIds);
+}
+
+kj::Promise<kj::Array<ActorContext::Spawned>> Head::spawnWhenPlaced(SpawnRequest request,
+                                                                    bool many) {
+  checkSpawn(request, many);
+  warnUnknownPreferences(request.placement);
+  auto decision = sched::placeMany(view_, request.placement);
+  if (auto* p = std::get_if<sched::PlacedMany>(&decision)) return commit(request, p->nodeIds);
+  bool mayFitLater = false;
+  auto why = whyNot(decision, mayFitLater);
+  auto wait = request.waitForCapacity;
+  if (wait == nullptr || !mayFitLater) {
+    // At once, with the reason (no wait asked for, or it could never fit).
+    return spawn(kj::mv(request), many);
+  }
+  auto ms = KJ_ASSERT_NONNULL(wait) / kj::MILLISECONDS;
+  spdlog::info("'{}' does not fit now ({}); waiting up to {} ms for capacity", request.typeName,
+               why, ms);
+  auto paf = kj::newPromiseAndFulfiller<kj::Array<ActorContext::Spawned>>();
+  auto serial = nextWaiting_++;
+  waiting_.emplace(serial, Waiting{kj::mv(request), many, kj::mv(paf.fulfiller), why});
+  tasks_.add(node_.loop().timer().afterDelay(KJ_ASSERT_NONNULL(wait)).then([this, serial, ms]() {
+    auto it = waiting_.find(serial);
+    if (it == waiting_.end()) return;
+    auto& w = it->second;
+    w.fulfiller->reject(
+        KJ_EXCEPTION(OVERLOADED, kj::str("cannot place '", w.request.typeName, "' within ", ms,
+                                         " ms (SpawnOptions::waitForCapacity): ", w.why.c_str())));
+    waiting_.erase(it);
+  }));
+  return kj::mv(paf.promise);
+}
+
+void Head::capacityChanged() {
+  // Retried once per turn, after whatever freed the capacity has finished.
+  if (retryScheduled_ || waiting_.empty()) return;
+  retryScheduled_ = true;
+  tasks_.add(kj::evalLater([this]() {
+    retryScheduled_ = false;
+    retryWaiting();
+  }));
+}
+
+void Head::retryWaiting() {
+  // In request order; a later request that fits goes ahead of an earlier one that still does not.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    auto& w = it->second;
+    if (!w.fulfiller->isWaiting()) {
+      it = waiting_.erase(it);
+      continue;
+    }
+    if (finishing_) {
+      w.fulfiller->reject(KJ_EXCEPTION(
+          FAILED, kj::str("cannot place '", w.request.typeName, "': the job is ending")));
+      it = waiting_.erase(it);
+      continue;
+    }
+    auto decision = sched::placeMany(view_, w.request.placement);
+    if (auto* p = std::get_if<sched::PlacedMany>(&decision)) {
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    // The parent may have exited, or the name been taken, meanwhile.
+                    checkSpawn(w.request, w.many);
+                    w.fulfiller->fulfill(commit(w.request, p->nodeIds));
+                  })) {
+        w.fulfiller->reject(kj::mv(*e));
+      }
+      it = waiting_.erase(it);
+      continue;
+    }
+    bool mayFitLater = false;
+    w.why = whyNot(decision, mayFitLater);
+    ++it;
+  }
+}
+
+kj::Array<ActorContext::Spawned> Head::spawnGang(kj::Array<SpawnRequest> members) {
+  std::vector<Placement> placements;
+  for (auto& m : members) {
+    checkSpawn(m, false);
+    warnUnknownPreferences(m.placement);
+    placements.push_back(m.placement);
+  }
+  auto decision = sched::gang(view_, placements);
+  bool mayFitLater = false;
+  auto why = whyNot(decision, mayFitLater);
+  if (!why.empty()) {
+    kj::throwFatalException(
+        KJ_EXCEPTION(FAILED, kj::str("cannot place the gang of ", members.size(),
+                                     " (none was started): ", why.c_str())));
+  }
+  auto& nodeIds = std::get<sched::PlacedMany>(decision).nodeIds;
+  KJ_ASSERT(nodeIds.size() == members.size());
+  auto out = kj::heapArrayBuilder<ActorContext::Spawned>(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    std::vector<uint32_t> one = {nodeIds[i]};
+    auto spawned = commit(members[i], one);
+    out.add(kj::mv(spawned[0]));
+  }
+  return out.finish();
+}
+
+kj::Array<ActorContext::Spawned> Head::commit(SpawnRequest& request,
+                                              const std::vector<uint32_t>& placed) {
   auto out = kj::heapArrayBuilder<ActorContext::Spawned>(placed.size());
   size_t index = 0;
   for (auto nodeId : placed) {
@@ -336,6 +475,10 @@ kj::Array<ActorContext::Spawned> Head::spawn(SpawnRequest request, bool many) {
     spec.maxRestarts = request.maxRestarts;
     spec.restartWindow = request.restartWindow;
     spec.stopTimeout = request.stopTimeout;
+    spec.maxConcurrency = request.maxConcurrency;
+    spec.failCallOnly = request.failCallOnly;
+    spec.callDeadline = request.callDeadline;
+    spec.waitForCapacity = request.waitForCapacity;
     spec.index = index;
     spec.count = placed.size();
     ++index;
@@ -627,6 +770,7 @@ void Head::releaseResources(ActorEntry& entry) {
   if (view_.findNode(entry.address.nodeId) != nullptr) {
     view_.release(entry.address.nodeId, entry.spec.placement.getResources());
   }
+  capacityChanged();
 }
 
 bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
@@ -663,6 +807,15 @@ bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
   spdlog::warn("restarting {} (restart {} of {}) after: {}", entry.address.describe(),
                entry.restarts.size(), entry.spec.maxRestarts, reason.text);
   hostOn(entry);
+  // Monitors hear of every restart (their `down` comes once, at the end); links do not fire: the
+  // actor lives on, linked as before.
+  for (auto& w : entry.watchers) {
+    auto req = w.restartedRequest();
+    req.setId(entry.address.id);
+    req.setIncarnation(incarnation);
+    reason.toProto(req.initReason());
+    tasks_.add(req.send().ignoreResult());
+  }
   return true;
 }
 
@@ -824,15 +977,17 @@ kj::Promise<void> ClusterSession::spawn(SpawnContext call) {
   auto spec = call.getParams().getSpec();
   auto request = SpawnRequest::fromProto(spec);
   bool many = request.placement.isMultiInstance();
-  auto spawned = head_.spawn(kj::mv(request), many);
-  auto list = call.getResults().initActors(spawned.size());
-  auto started = kj::heapArrayBuilder<kj::Promise<void>>(spawned.size());
-  for (size_t i = 0; i < spawned.size(); ++i) {
-    spawned[i].address.toProto(list[i]);
-    started.add(head_.whenStarted(spawned[i].address.id));
-  }
-  // Reply once every instance runs, so the caller can resolve the addresses at once.
-  return kj::joinPromises(started.finish());
+  return head_.spawnWhenPlaced(kj::mv(request), many)
+      .then([this, call](kj::Array<ActorContext::Spawned> spawned) mutable {
+        auto list = call.getResults().initActors(spawned.size());
+        auto started = kj::heapArrayBuilder<kj::Promise<void>>(spawned.size());
+        for (size_t i = 0; i < spawned.size(); ++i) {
+          spawned[i].address.toProto(list[i]);
+          started.add(head_.whenStarted(spawned[i].address.id));
+        }
+        // Reply once every instance runs, so the caller can resolve the addresses at once.
+        return kj::joinPromises(started.finish());
+      });
 }
 
 kj::Promise<void> ClusterSession::resolve(ResolveContext call) {

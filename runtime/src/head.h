@@ -11,26 +11,11 @@
 #include <vector>
 
 #include "node.h"
+#include "spawn_request.h"
 #include "troupe/driver.h"
 #include "troupe/sched/cluster_view.h"
 
 namespace troupe {
-
-struct SpawnRequest {
-  std::string typeName;
-  std::string name;
-  kj::Array<kj::byte> args;
-  Placement placement;
-  uint64_t parent = 0;  // 0 = the driver
-  bool link = true;
-  uint32_t maxRestarts = 0;
-  kj::Duration restartWindow = 60 * kj::SECONDS;
-  kj::Duration stopTimeout = 5 * kj::SECONDS;
-  uint32_t index = 0, count = 1;  // position within a multi-instance spawn
-
-  static SpawnRequest fromProto(proto::SpawnSpec::Reader spec);
-  void toProto(proto::SpawnSpec::Builder spec) const;
-};
 
 class Head final : private kj::TaskSet::ErrorHandler {
  public:
@@ -52,6 +37,13 @@ class Head final : private kj::TaskSet::ErrorHandler {
   // Records a heartbeat and the load it carries; returns why the node was fenced if the head has
   // declared it lost.
   kj::Array<ActorContext::Spawned> spawn(SpawnRequest request, bool many);
+  // Places and starts now, or throws with the reason.
+  kj::Promise<kj::Array<ActorContext::Spawned>> spawnWhenPlaced(SpawnRequest request, bool many);
+  // The same, but a request with waitForCapacity that does not fit now (and could once capacity
+  // frees up or an expected node joins) waits up to that long, retried whenever capacity changes;
+  // past it, fails OVERLOADED with the last reason.
+  kj::Array<ActorContext::Spawned> spawnGang(kj::Array<SpawnRequest> members);
+  // All members placed together (sched::gang), or none and a throw with the reason.
   kj::Promise<void> whenStarted(uint64_t id);
   kj::Maybe<ActorAddress> resolve(uint64_t id);
   kj::Maybe<const Exit&> exitOf(uint64_t id) const;
@@ -98,9 +90,21 @@ class Head final : private kj::TaskSet::ErrorHandler {
     kj::Maybe<kj::ForkedPromise<void>> started;
   };
 
+  struct Waiting {
+    SpawnRequest request;
+    bool many;
+    kj::Own<kj::PromiseFulfiller<kj::Array<ActorContext::Spawned>>> fulfiller;
+    std::string why;  // the latest reason it did not fit
+  };
+
   void taskFailed(kj::Exception&& exception) override;
   void recordLoad(NodeEntry& node, proto::NodeLoad::Reader load);
   void recordOwnLoad();
+  void checkSpawn(const SpawnRequest& request, bool many);
+  kj::Array<ActorContext::Spawned> commit(SpawnRequest& request,
+                                          const std::vector<uint32_t>& nodeIds);
+  void capacityChanged();
+  void retryWaiting();
   kj::Promise<void> formCluster();
   kj::Promise<void> checkHeartbeats(kj::TimePoint due);
   void startDriver();
@@ -139,6 +143,9 @@ class Head final : private kj::TaskSet::ErrorHandler {
   std::set<std::string> warnedPreferences_;
   std::map<std::string, uint64_t> names_;
   uint64_t nextActorId_ = 1;
+  std::map<uint64_t, Waiting> waiting_;  // spawns waiting for capacity, in request order
+  uint64_t nextWaiting_ = 0;
+  bool retryScheduled_ = false;
   kj::Own<kj::PromiseFulfiller<void>> formed_;
   kj::Promise<void> driverTask_ = nullptr;
   bool driverRunning_ = false;

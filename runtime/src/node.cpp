@@ -572,8 +572,12 @@ proto::Actor::Client NodeRuntime::host(proto::SpawnSpec::Reader spec, ActorAddre
   }
   auto id = address.id;
   KJ_REQUIRE(actors_.count(id) == 0, "actor already hosted here", id);
+  CallPolicy policy;
+  policy.maxConcurrency = kj::max(spec.getMaxConcurrency(), 1u);
+  policy.failCallOnly = spec.getFailCallOnly();
+  if (spec.getCallDeadlineMs() > 0) policy.deadline = spec.getCallDeadlineMs() * kj::MILLISECONDS;
   auto context = kj::heap<ActorContext>(*this, address, kj::heapArray(spec.getArgs()),
-                                        spec.getIndex(), spec.getCount());
+                                        spec.getIndex(), spec.getCount(), kj::mv(policy));
   auto created = registry_.create(type, kj::mv(context));
   Hosted hosted{address, created.client, &created.core, spec.getStopTimeoutMs() * kj::MILLISECONDS};
   auto& core = created.core;
@@ -664,7 +668,7 @@ void NodeRuntime::reportLoad(proto::NodeLoad::Builder load) {
   for (auto& [id, hosted] : actors_) {
     list[i].setId(id);
     list[i].setIncarnation(hosted.address.incarnation);
-    list[i].setCalls(hosted.core->callsInMailbox());
+    list[i].setCalls(static_cast<uint32_t>(hosted.core->mailboxDepth()));
     ++i;
   }
 }

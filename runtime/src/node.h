@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actor_host.h"
 #include "coalescing_stream.h"
 #include "cpu_meter.h"
 #include "message_stream.h"
@@ -73,15 +74,15 @@ class Connection {
   std::string peerHost_;
 };
 
-class NodeRuntime final : private kj::TaskSet::ErrorHandler {
+class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
  public:
   NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions options, ClusterConfig config,
               HostMap hosts);
   ~NodeRuntime() noexcept(false);
 
-  EventLoop& loop() { return loop_; }
-  const NodeInfo& info() const { return info_; }
-  const RunOptions& options() const { return options_; }
+  EventLoop& loop() override { return loop_; }
+  const NodeInfo& info() const override { return info_; }
+  const RunOptions& options() const override { return options_; }
   const ClusterConfig& config() const { return config_; }
   const HostMap& hosts() const { return hosts_; }
   const Registry& registry() const { return registry_; }
@@ -94,7 +95,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   kj::Promise<kj::Own<Connection>> connect(const std::string& address);
   // A client connection to another node's port (no login yet).
   proto::Node::Client selfClient() { return self_; }
-  proto::Node::Client peerNode(const std::string& address);
+  proto::Node::Client peerNode(const std::string& address) override;
   // The Node capability of the node listening at `address`, over a direct connection cached per
   // peer (or this node itself).
 
@@ -102,7 +103,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   // Drops every connection to and from `host` (listening at `address`): the head declared it
   // lost. Calls in flight to it fail with DISCONNECTED; a later peerNode(address) connects anew.
 
-  proto::Cluster::Client cluster();
+  proto::Cluster::Client cluster() override;
   // The head's Cluster capability (local on the head).
   void setCluster(proto::Cluster::Client cluster) { cluster_ = kj::mv(cluster); }
   void setHead(Head& head) { head_ = head; }
@@ -116,7 +117,7 @@ class NodeRuntime final : private kj::TaskSet::ErrorHandler {
   void killActor(uint64_t id, Exit reason);
   kj::Promise<void> stopAll(Exit reason);
   // Stops every hosted actor, newest first.
-  void actorExited(uint64_t id, Exit reason);
+  void actorExited(uint64_t id, Exit reason) override;
   // The actor ended by itself (ActorContext::exit, or its onStart() failed): tell the head.
   size_t hostedCount() const { return actors_.size(); }
   void reportLoad(proto::NodeLoad::Builder load);

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "node.h"
+#include "actor_host.h"
 
 namespace troupe {
 
@@ -10,7 +10,7 @@ namespace {
 
 class Rebinder final : public capnp::Capability::Server {
  public:
-  Rebinder(NodeRuntime& node, ActorAddress address, proto::Actor::Client direct)
+  Rebinder(ActorHost& node, ActorAddress address, proto::Actor::Client direct)
       : node_(node), address_(kj::mv(address)), target_(kj::mv(direct)) {}
 
   DispatchCallResult dispatchCall(
@@ -72,7 +72,7 @@ class Rebinder final : public capnp::Capability::Server {
     return branch;
   }
 
-  NodeRuntime& node_;
+  ActorHost& node_;
   ActorAddress address_;
   proto::Actor::Client target_;
   bool stale_ = false;
@@ -82,8 +82,7 @@ class Rebinder final : public capnp::Capability::Server {
 
 }  // namespace
 
-proto::Actor::Client rebinding(NodeRuntime& node, ActorAddress address,
-                               proto::Actor::Client direct) {
+proto::Actor::Client rebinding(ActorHost& node, ActorAddress address, proto::Actor::Client direct) {
   if (!address.restartable) return direct;
   auto proxy = kj::heap<Rebinder>(node, kj::mv(address), kj::mv(direct));
   return capnp::Capability::Client(kj::mv(proxy)).castAs<proto::Actor>();

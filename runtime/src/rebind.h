@@ -11,10 +11,9 @@
 
 namespace troupe {
 
-class NodeRuntime;
+class ActorHost;
 
-proto::Actor::Client rebinding(NodeRuntime& node, ActorAddress address,
-                               proto::Actor::Client direct);
+proto::Actor::Client rebinding(ActorHost& node, ActorAddress address, proto::Actor::Client direct);
 // `direct` is the capability of `address`'s incarnation. Returns `direct` itself when the actor
 // has no restart policy (address.restartable is false).
 

@@ -20,6 +20,13 @@ interface Probe extends(Troupe.Actor) {
   echo @4 (payload :Data) -> (payload :Data);
   failWhen @5 (when :FailPoint, why :Text) -> (value :UInt32);
   # Calls context().fail(why) at that point of the method, then returns value 42 if it can.
+  hold @6 (ms :UInt32, tag :Text) -> (peak :UInt32, log :Text);
+  # Stays in the call for `ms` (awaiting a timer); `peak`: the most hold() calls running at once
+  # on this actor while this one ran; `log`: this actor's enter/leave events so far ("+a -a +b").
+  depth @7 () -> (depth :UInt64, running :UInt32) $Troupe.concurrent;
+  # The actor's mailbox: calls arrived and not returned, and of those how many run now.
+  throwNow @8 (why :Text);
+  # An exception escapes the method.
 }
 
 enum FailPoint {

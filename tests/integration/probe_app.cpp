@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "probe.capnp.h"
@@ -88,6 +89,16 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     }
     KJ_UNREACHABLE;
   }
+  kj::Promise<void> hold(HoldContext call) override { return holdCo(call); }
+  kj::Promise<void> depth(DepthContext call) override {
+    call.getResults().setDepth(mailboxDepth());
+    call.getResults().setRunning(mailboxRunning());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> throwNow(ThrowNowContext call) override {
+    kj::throwFatalException(
+        KJ_EXCEPTION(FAILED, kj::str("thrown on purpose: ", call.getParams().getWhy())));
+  }
   kj::Promise<void> onStop() override {
     say("STOPPED " + label_);
     if (hangOnStop_) return kj::NEVER_DONE;
@@ -101,8 +112,27 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     call.getResults().setValue(42);
   }
 
+  troupe::Co<void> holdCo(HoldContext call) {
+    std::string tag = call.getParams().getTag();
+    auto ms = call.getParams().getMs();
+    ++inHold_;
+    uint32_t peak = inHold_;
+    peakOf_[tag] = peak;
+    for (auto& [t, p] : peakOf_) p = std::max(p, inHold_);
+    log_ += (log_.empty() ? "+" : " +") + tag;
+    co_await context().timer().afterDelay(ms * kj::MILLISECONDS);
+    --inHold_;
+    log_ += " -" + tag;
+    call.getResults().setPeak(peakOf_[tag]);
+    call.getResults().setLog(log_);
+    peakOf_.erase(tag);
+  }
+
   std::string label_;
   bool hangOnStop_ = false;
+  uint32_t inHold_ = 0;
+  std::map<std::string, uint32_t> peakOf_;  // running hold() calls: the most at once seen
+  std::string log_;
 };
 
 troupe::SpawnOptions labelled(const std::string& label, bool hang = false) {
@@ -400,6 +430,225 @@ troupe::Co<void> failAnywhere(Job& job) {
   }
 }
 
+// The mailbox: two calls sent at once to a default actor run one after the other, in arrival order;
+// meanwhile its mailbox holds both, one running.
+troupe::Co<void> mailbox(Job& job) {
+  auto m = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("m"));
+  co_await m.pingRequest().send();
+  auto a = m.holdRequest();
+  a.setMs(400);
+  a.setTag("a");
+  auto b = m.holdRequest();
+  b.setMs(400);
+  b.setTag("b");
+  auto ra = a.send();
+  auto rb = b.send();
+  co_await job.timer().afterDelay(150 * kj::MILLISECONDS);
+  auto d = co_await m.depthRequest().send();
+  say("DEPTH " + std::to_string(d.getDepth()) + " RUNNING " + std::to_string(d.getRunning()));
+  auto first = co_await kj::mv(ra);
+  auto second = co_await kj::mv(rb);
+  say("MAILBOX a peak " + std::to_string(first.getPeak()) + " b peak " +
+      std::to_string(second.getPeak()) + " log " + second.getLog().cStr());
+}
+
+// maxConcurrency(4): five calls sent at once, four run together, the fifth once one returned.
+troupe::Co<void> concurrency(Job& job) {
+  auto c = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("c").maxConcurrency(4));
+  co_await c.pingRequest().send();
+  auto calls = kj::heapArrayBuilder<kj::Promise<capnp::Response<probe::Probe::HoldResults>>>(5);
+  for (int i = 0; i < 5; ++i) {
+    auto req = c.holdRequest();
+    req.setMs(600);
+    req.setTag("c" + std::to_string(i));
+    calls.add(req.send());
+  }
+  co_await job.timer().afterDelay(250 * kj::MILLISECONDS);
+  auto d = co_await c.depthRequest().send();
+  say("DEPTH " + std::to_string(d.getDepth()) + " RUNNING " + std::to_string(d.getRunning()));
+  uint32_t peak = 0;
+  std::string log;
+  for (auto& call : calls.finish()) {
+    auto r = co_await kj::mv(call);
+    peak = std::max(peak, r.getPeak());
+    log = r.getLog().cStr();
+  }
+  say("CONCURRENCY peak " + std::to_string(peak) + " log " + log);
+}
+
+// A supervisor's view: a monitor hears of each restart, then one down.
+troupe::Co<void> restartNotices(Job& job) {
+  auto r = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("r").restarts(2, 60 * kj::SECONDS).unlinked());
+  auto down = job.monitor(r.id(), [](const troupe::Restarted& n) {
+    say("RESTARTED #" + std::to_string(n.id) + " incarnation " + std::to_string(n.incarnation) +
+        " after " + n.reason.describe());
+  });
+  for (uint32_t want = 1; want <= 3; ++want) {
+    for (;;) {  // until the reference reaches incarnation `want`
+      try {
+        auto ping = r.pingRequest();
+        auto p = co_await ping.send();
+        if (p.getIncarnation() == want) break;
+      } catch (const kj::Exception&) {
+      }
+      co_await job.timer().afterDelay(30 * kj::MILLISECONDS);
+    }
+    try {
+      auto t = r.throwNowRequest();
+      t.setWhy("throw " + std::to_string(want));
+      co_await t.send();
+      say("THROW RETURNED");
+    } catch (const kj::Exception& e) {
+      say(std::string("THROW FAILED ") + e.getDescription().cStr());
+    }
+  }
+  auto why = co_await kj::mv(down);
+  say("DOWN " + why.describe());
+}
+
+// MethodError::FAIL_CALL: the exception fails the call; the actor runs on.
+troupe::Co<void> failCallOnly(Job& job) {
+  auto k = job.spawn<probe::Probe>(
+      "probe.Probe", troupe::Placement::any().cpus(0),
+      labelled("k").unlinked().onMethodError(troupe::MethodError::FAIL_CALL));
+  try {
+    auto t = k.throwNowRequest();
+    t.setWhy("keep running");
+    co_await t.send();
+    say("THROW RETURNED");
+  } catch (const kj::Exception& e) {
+    say(std::string("THROW FAILED ") + e.getDescription().cStr());
+  }
+  auto p = co_await k.pingRequest().send();
+  say("ALIVE incarnation " + std::to_string(p.getIncarnation()));
+}
+
+// Deadlines: the actor's default (SpawnOptions::callDeadline) and a caller's (Ref::within).
+troupe::Co<void> deadlines(Job& job) {
+  auto slow = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                      labelled("slow").callDeadline(300 * kj::MILLISECONDS));
+  auto started = job.timer().now();
+  try {
+    auto h = slow.holdRequest();
+    h.setMs(3000);
+    h.setTag("x");
+    co_await h.send();
+    say("DEFAULT RETURNED");
+  } catch (const kj::Exception& e) {
+    auto ms = (job.timer().now() - started) / kj::MILLISECONDS;
+    say(std::string("DEFAULT ") +
+        (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") + " after " +
+        std::to_string(ms) + " ms: " + e.getDescription().cStr());
+  }
+  // The cancelled call gave its place in the mailbox back.
+  auto quick = slow.holdRequest();
+  quick.setMs(10);
+  quick.setTag("y");
+  co_await quick.send();
+  say("AFTER DEADLINE OK");
+
+  auto free =
+      job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("free"));
+  started = job.timer().now();
+  try {
+    auto h = free.within(200 * kj::MILLISECONDS).holdRequest();
+    h.setMs(3000);
+    h.setTag("z");
+    co_await h.send();
+    say("PERCALL RETURNED");
+  } catch (const kj::Exception& e) {
+    auto ms = (job.timer().now() - started) / kj::MILLISECONDS;
+    say(std::string("PERCALL ") +
+        (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") + " after " +
+        std::to_string(ms) + " ms: " + e.getDescription().cStr());
+  }
+  auto h = free.within(5 * kj::SECONDS).holdRequest();
+  h.setMs(50);
+  h.setTag("w");
+  auto r = co_await h.send();
+  say(std::string("WITHIN OK log ") + r.getLog().cStr());
+}
+
+// --stop-timeout-ms: an actor whose onStop() never finishes, spawned without stopTimeout(), is
+// killed after the instance's --stop-timeout-ms.
+troupe::Co<void> stopTimeout(Job& job) {
+  auto s = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
+                                   labelled("stuck", true));
+  co_await s.pingRequest().send();
+  auto started = job.timer().now();
+  co_await job.stop(s.id());
+  say("STOP TOOK " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) + " ms");
+}
+
+// Waiting for capacity: the dnn node has one GPU. A second GPU actor waits until the first is
+// stopped; a third gives up after its wait, with the reason; one that could never fit fails at
+// once.
+troupe::Co<void> capacityWait(Job& job) {
+  auto gpu = troupe::Placement::group("dnn_group").cpus(0).gpus(1);
+  auto first = job.spawn<probe::Probe>("probe.Probe", gpu, labelled("g1"));
+  co_await first.pingRequest().send();
+  auto started = job.timer().now();
+  auto second = job.spawnAsync<probe::Probe>("probe.Probe", gpu,
+                                             labelled("g2").waitForCapacity(10 * kj::SECONDS));
+  co_await job.timer().afterDelay(600 * kj::MILLISECONDS);
+  say("STOPPING g1");
+  co_await job.stop(first.id());
+  auto g2 = co_await kj::mv(second);
+  auto where = co_await g2.pingRequest().send();
+  say("G2 PLACED after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+      " ms on " + where.getHost().cStr());
+  started = job.timer().now();
+  try {
+    co_await job.spawnAsync<probe::Probe>("probe.Probe", gpu,
+                                          labelled("g3").waitForCapacity(400 * kj::MILLISECONDS));
+    say("G3 PLACED");
+  } catch (const kj::Exception& e) {
+    say(std::string("G3 ") +
+        (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") + " after " +
+        std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+        " ms: " + e.getDescription().cStr());
+  }
+  started = job.timer().now();
+  try {
+    co_await job.spawnAsync<probe::Probe>("probe.Probe",
+                                          troupe::Placement::group("dnn_group").gpus(64),
+                                          labelled("g64").waitForCapacity(5 * kj::SECONDS));
+    say("G64 PLACED");
+  } catch (const kj::Exception& e) {
+    say("G64 FAILED after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+        " ms: " + e.getDescription().cStr());
+  }
+}
+
+// Gangs: all or nothing. Two one-GPU members cannot both fit on the one GPU node: neither starts
+// (the GPU stays free for the next spawn). A gang that fits starts every member.
+troupe::Co<void> gang(Job& job) {
+  auto gpu = troupe::Placement::group("dnn_group").cpus(0).gpus(1);
+  auto data = troupe::Placement::group("data_group").cpus(1);
+  try {
+    auto members =
+        kj::heapArray<troupe::GangMember>({troupe::GangMember{"probe.Probe", data, labelled("d1")},
+                                           troupe::GangMember{"probe.Probe", gpu, labelled("t1")},
+                                           troupe::GangMember{"probe.Probe", gpu, labelled("t2")}});
+    job.spawnGang(members);
+    say("GANG1 PLACED");
+  } catch (const kj::Exception& e) {
+    say(std::string("GANG1 FAILED ") + e.getDescription().cStr());
+  }
+  say("NAMES LEFT " + std::to_string(job.lookup("d1") != nullptr) +
+      std::to_string(job.lookup("t1") != nullptr));
+  auto members =
+      kj::heapArray<troupe::GangMember>({troupe::GangMember{"probe.Probe", data, labelled("d2")},
+                                         troupe::GangMember{"probe.Probe", gpu, labelled("t3")}});
+  auto g = job.spawnGang(members);
+  auto a = co_await g.get<probe::Probe>(0).pingRequest().send();
+  auto b = co_await g.get<probe::Probe>(1).pingRequest().send();
+  say(std::string("GANG2 PLACED ") + std::to_string(g.size()) + " on " + a.getGroup().cStr() +
+      " and " + b.getGroup().cStr());
+}
+
 Scenario find(const std::string& name) {
   if (name == "normal") return normal;
   if (name == "hold") return hold;
@@ -415,6 +664,17 @@ Scenario find(const std::string& name) {
   if (name == "unregistered") return unregistered;
   if (name == "prefer-unknown") return preferUnknown;
   if (name == "unplaceable") return unplaceable;
+  if (name == "mailbox") return [](Job& job) -> kj::Promise<void> { return mailbox(job); };
+  if (name == "concurrency") return [](Job& job) -> kj::Promise<void> { return concurrency(job); };
+  if (name == "restart-notices")
+    return [](Job& job) -> kj::Promise<void> { return restartNotices(job); };
+  if (name == "fail-call-only")
+    return [](Job& job) -> kj::Promise<void> { return failCallOnly(job); };
+  if (name == "capacity-wait")
+    return [](Job& job) -> kj::Promise<void> { return capacityWait(job); };
+  if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
+  if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
+  if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
   return nullptr;
 }
 

@@ -24,9 +24,10 @@ struct Figures {
 
 interface Producer extends(Troupe.Actor) {
   produce @0 (sink :Sink, batches :UInt32, batchBytes :UInt64, credits :UInt32)
-      -> (cpuSeconds :Float64);
+      -> (cpuSeconds :Float64) $Troupe.concurrent;
   # Pushes `batches` batches into `sink`, at most `credits` ahead of grant(), as an augmenter
-  # does; returns the CPU time its process used meanwhile.
+  # does; returns the CPU time its process used meanwhile. $concurrent, as the augmenter's: grant()
+  # must reach the producer while it runs.
   grant @1 (credits :UInt32);
 }
 

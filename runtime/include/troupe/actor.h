@@ -14,11 +14,18 @@
 //     }
 //   };
 //
+// Mailbox (as Erlang's, and Ray's default max_concurrency=1): an actor serves one call at a time,
+// in arrival order; a call that awaits holds the actor until it returns. SpawnOptions().
+// maxConcurrency(n) lets n run at once. Methods annotated $Troupe.concurrent, and the Actor
+// interface's own methods (stop, link, monitor, info), never wait in the mailbox.
+//
 // Lifecycle (Erlang/OTP semantics): every actor has a parent (the driver is the root) and by
 // default is linked to it, so an abnormal exit escalates to the parent unless the actor's restart
 // policy restarts it first. Stopping an actor stops its children first, in reverse start order,
 // each with a deadline after which it is killed. Once an actor has exited, calls on it fail with a
 // DISCONNECTED kj::Exception naming the actor and the reason; calls in flight fail the same way.
+// An exception escaping a method fails the actor (as a crash in an Erlang handler does), subject
+// to its restart policy, unless it was spawned with onMethodError(MethodError::FAIL_CALL).
 
 #pragma once
 
@@ -28,6 +35,9 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
+#include <capnp/schema.h>
+
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -75,20 +85,57 @@ struct ActorAddress {
   std::string describe() const;  // "'trainer' (train.Trainer #3) on algo-2 (dnn_group)"
 };
 
+capnp::Capability::Client withDeadline(capnp::Capability::Client target, kj::Duration deadline,
+                                       kj::Timer& timer, capnp::InterfaceSchema schema,
+                                       ActorAddress address);
+// A local capability forwarding every call to `target`, failing (and cancelling) each one that has
+// not returned within `deadline` with an OVERLOADED exception naming the actor and the method.
+
+kj::Exception deadlineExceeded(const ActorAddress& actor, kj::StringPtr method,
+                               kj::Duration deadline, kj::StringPtr where);
+// "call Probe.sleep to 'slow' (probe.Probe #2) on algo-1 (data_group) did not return within
+// 200 ms (<where>)", OVERLOADED.
+
 template <typename T>
 class Ref : public T::Client {
   // A reference to an actor: its capability (call methods on it directly) plus its address (pass
   // that to other actors, which resolve it on a direct connection to the owning node).
  public:
-  Ref(typename T::Client client, ActorAddress address)
+  Ref(typename T::Client client, ActorAddress address, kj::Timer* timer = nullptr)
       // Generated Client classes inherit Capability::Client virtually: the most derived class
       // must initialise it, or the reference would be null.
-      : capnp::Capability::Client(kj::mv(client)), T::Client(nullptr), address_(kj::mv(address)) {}
+      : capnp::Capability::Client(kj::mv(client)),
+        T::Client(nullptr),
+        address_(kj::mv(address)),
+        timer_(timer) {}
   const ActorAddress& address() const { return address_; }
   uint64_t id() const { return address_.id; }
 
+  Ref within(kj::Duration deadline) {
+    // The same actor, with a deadline on every call made through the returned reference: a call
+    // that has not returned `deadline` after it was sent fails at the caller with OVERLOADED
+    // naming the actor and the method. The actor still finishes it (Cap'n Proto 0.9 does not
+    // cancel a call its server has not allowed to be cancelled), holding its mailbox until then;
+    // the default deadline given at spawn (SpawnOptions::callDeadline), which the actor's node
+    // enforces for every caller, does cancel it there. The shorter of the two fails the call.
+    //   auto r = co_await trainer.within(2 * kj::SECONDS).progressRequest().send();
+    KJ_REQUIRE(timer_ != nullptr,
+               "Ref::within() needs a reference made by spawn() (it carries the event loop)",
+               address_.describe());
+    typename T::Client self = *this;
+    auto forwarded =
+        withDeadline(kj::mv(self), deadline, *timer_, capnp::Schema::from<T>(), address_);
+    return Ref(forwarded.template castAs<T>(), address_, timer_);
+  }
+
  private:
   ActorAddress address_;
+  kj::Timer* timer_;
+};
+
+enum class MethodError {
+  FAIL_ACTOR,  // an exception escaping a method fails the actor (the default, as in Erlang)
+  FAIL_CALL,   // it fails only that call; the actor runs on (troupe before mailboxes)
 };
 
 class SpawnOptions {
@@ -112,7 +159,43 @@ class SpawnOptions {
     return *this;
   }
   SpawnOptions& stopTimeout(kj::Duration d) {
+    // How long the actor's onStop() may take when it is stopped before it is killed. Without
+    // this, the --stop-timeout-ms of the instance that spawns it (5000 by default).
     stopDeadline = d;
+    return *this;
+  }
+  SpawnOptions& maxConcurrency(uint32_t n) {
+    // How many of the actor's calls may run at once (Ray's max_concurrency). The default, 1, is
+    // Erlang's mailbox: one call at a time, in arrival order. With n > 1 up to n calls run
+    // interleaved at their co_awaits; later ones wait, in arrival order.
+    KJ_REQUIRE(n >= 1, "maxConcurrency must be at least 1 (1 = one call at a time)", n);
+    concurrency = n;
+    return *this;
+  }
+  SpawnOptions& onMethodError(MethodError what) {
+    // What an exception escaping one of the actor's methods does: fail the actor (the default;
+    // its restart policy then applies) or only that call.
+    methodError = what;
+    return *this;
+  }
+  SpawnOptions& waitForCapacity(kj::Duration d) {
+    // A spawn that does not fit now (the nodes that could take it are busy, or have not joined
+    // yet) waits up to `d` for capacity instead of failing at once: it is retried, in request
+    // order, whenever an actor releases resources or a node joins. Past `d` it fails OVERLOADED
+    // with the reason it did not fit. One that could never fit (no node has that much in total)
+    // fails at once. Honoured by context().spawn*() and job.spawnAsync()/spawnManyAsync().
+    KJ_REQUIRE(d > 0 * kj::MILLISECONDS && d / kj::MILLISECONDS <= 0xffffffffll,
+               "a capacity wait must be between 1 ms and 2^32 ms", d);
+    capacityWait = d;
+    return *this;
+  }
+  SpawnOptions& callDeadline(kj::Duration d) {
+    // Every call to the actor must return within `d` of arriving at its node (time waiting in the
+    // mailbox included); past it the call is cancelled and fails with OVERLOADED naming the actor
+    // and the method. Callers can set a shorter deadline per call with Ref::within().
+    KJ_REQUIRE(d > 0 * kj::MILLISECONDS && d / kj::MILLISECONDS <= 0xffffffffll,
+               "a call deadline must be between 1 ms and 2^32 ms", d);
+    deadline = d;
     return *this;
   }
   template <typename S, typename Fill>
@@ -131,8 +214,19 @@ class SpawnOptions {
   bool link = true;
   uint32_t maxRestarts = 0;
   kj::Duration restartWindow = 60 * kj::SECONDS;
-  kj::Duration stopDeadline = 5 * kj::SECONDS;
+  kj::Maybe<kj::Duration> stopDeadline;  // none: the spawning instance's --stop-timeout-ms
+  uint32_t concurrency = 1;
+  MethodError methodError = MethodError::FAIL_ACTOR;
+  kj::Maybe<kj::Duration> deadline;
+  kj::Maybe<kj::Duration> capacityWait;
   std::vector<kj::byte> argBytes;  // a flat Cap'n Proto message
+};
+
+struct CallPolicy {
+  // How an actor serves calls, from its SpawnOptions (carried in proto::SpawnSpec).
+  uint32_t maxConcurrency = 1;
+  bool failCallOnly = false;
+  kj::Maybe<kj::Duration> deadline;
 };
 
 class NodeInfo {
@@ -161,16 +255,25 @@ class NodeInfo {
   bool isHead_ = false;
 };
 
-class NodeRuntime;
+struct Restarted {
+  // A monitor's notice that an actor exited abnormally and its restart policy started a new
+  // incarnation in its place (Erlang's supervisor reports; monitors see them here).
+  uint64_t id = 0;
+  uint32_t incarnation = 0;  // the new incarnation (2 after the first restart)
+  Exit reason;               // why the previous incarnation ended
+};
+
+class ActorHost;  // the node hosting the actor (private to the runtime)
 
 class ActorContext {
   // What an actor can do besides serving calls: spawn children, resolve and monitor other actors,
   // run CPU work on the pool, and exit. One per actor incarnation, owned by the actor.
  public:
-  ActorContext(NodeRuntime& node, ActorAddress self, kj::Array<kj::byte> args, uint32_t index = 0,
-               uint32_t count = 1);
+  ActorContext(ActorHost& node, ActorAddress self, kj::Array<kj::byte> args, uint32_t index = 0,
+               uint32_t count = 1, CallPolicy policy = {});
 
   const ActorAddress& self() const { return self_; }
+  const CallPolicy& callPolicy() const { return policy_; }
   uint32_t instanceIndex() const { return index_; }
   uint32_t instanceCount() const { return count_; }
   // For actors started together by spawnMany()/spawnEach(): this one's position (0-based) and
@@ -197,17 +300,17 @@ class ActorContext {
   kj::Promise<Ref<T>> spawn(kj::StringPtr typeName, Placement placement,
                             SpawnOptions options = {}) {
     // Starts a child of this actor. The placement is decided by the head's scheduler.
-    return spawnRaw(typeName, placement, kj::mv(options), false).then([](auto refs) {
-      return Ref<T>(refs[0].client.template castAs<T>(), kj::mv(refs[0].address));
+    return spawnRaw(typeName, placement, kj::mv(options), false).then([this](auto refs) {
+      return Ref<T>(refs[0].client.template castAs<T>(), kj::mv(refs[0].address), &timer());
     });
   }
   template <typename T>
   kj::Promise<kj::Array<Ref<T>>> spawnMany(kj::StringPtr typeName, Placement placement,
                                            SpawnOptions options = {}) {
     // Starts one child per instance of a multi-instance placement (onePerNode, perVcpu, ...).
-    return spawnRaw(typeName, placement, kj::mv(options), true).then([](auto refs) {
+    return spawnRaw(typeName, placement, kj::mv(options), true).then([this](auto refs) {
       return KJ_MAP(r, refs) {
-        return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address));
+        return Ref<T>(r.client.template castAs<T>(), kj::mv(r.address), &timer());
       };
     });
   }
@@ -239,7 +342,9 @@ class ActorContext {
   // The current incarnation of an actor (after a restart it lives elsewhere).
 
   kj::Promise<Exit> monitor(uint64_t id);
-  // Resolves once with the reason when the actor `id` exits, also if it already has.
+  // Resolves once with the reason when the actor `id` exits for good, also if it already has.
+  kj::Promise<Exit> monitor(uint64_t id, kj::Function<void(const Restarted&)> onRestart);
+  // The same, calling `onRestart` for each restart of it before then, in order.
   kj::Promise<void> link(uint64_t id);
   // Links this actor with `id`: an abnormal exit of either ends the other with the same reason.
 
@@ -258,7 +363,8 @@ class ActorContext {
   // escalates through links (to the parent by default) unless the restart policy restarts it.
   void fail(std::string text) { exit(Exit::failed(kj::mv(text))); }
 
-  NodeRuntime& runtime() { return node_; }
+  ActorHost& host() { return node_; }
+  // -- used by the runtime --
 
   struct Spawned {
     proto::Actor::Client client;
@@ -270,9 +376,10 @@ class ActorContext {
                                            SpawnOptions options, bool many);
   proto::Actor::Client resolveRaw(const ActorAddress& address);
 
-  NodeRuntime& node_;
+  ActorHost& node_;
   ActorAddress self_;
   uint32_t index_, count_;
+  CallPolicy policy_;
   kj::Array<kj::byte> argBytes_;
   kj::Array<capnp::word> argWords_;
   kj::Own<capnp::FlatArrayMessageReader> argReader_;
@@ -290,6 +397,11 @@ class ActorCore {
 
   virtual kj::Promise<void> onStart() { return kj::READY_NOW; }
   virtual kj::Promise<void> onStop() { return kj::READY_NOW; }
+  virtual bool failsActor(kj::StringPtr method, const kj::Exception& error) const;
+  // Whether an exception that escaped `method` ("Augmenter.produce") fails this actor. By
+  // default it does (its restart policy then applies), unless the actor was spawned with
+  // MethodError::FAIL_CALL or the method is one it does not implement. Override it to keep errors
+  // that belong to the caller (a consumer that went away mid-stream) from failing the actor.
 
   ActorContext& context() { return *context_; }
   const NodeInfo& node() const { return context_->node(); }
@@ -305,22 +417,33 @@ class ActorCore {
   // Cancels the calls still in flight (with the exit reason). Must not run inside one of them:
   // the runtime calls it from a later turn.
   bool exited() const { return exited_ != nullptr; }
-  uint32_t callsInMailbox() const { return calls_; }
-  // Calls that have arrived and not yet returned, queued or running: the mailbox depth that the
-  // node reports with its heartbeats (`troupe status`).
+  size_t mailboxDepth() const { return depth_; }
+  // Calls that arrived through the mailbox and have not returned yet: the one(s) running plus
+  // those waiting for their turn ($concurrent methods and the Actor interface's are not counted).
+  // The node reports it with its heartbeats (`troupe status`).
+  uint32_t mailboxRunning() const { return running_; }
+  // Of those, how many run now (at most maxConcurrency).
 
  protected:
+  struct MethodInfo {
+    std::string name;  // "Probe.sleep"
+    bool concurrent = false;
+    bool streaming = false;  // declared `-> stream`
+  };
+  using MethodTable = std::map<std::pair<uint64_t, uint16_t>, MethodInfo>;
+  static MethodTable methodTable(capnp::InterfaceSchema schema);
+  // Every method of the interface and the interfaces it extends, with its $concurrent annotation.
+
   void checkAlive() const;
-  auto countCall() {
-    // Counts one call in the mailbox until what it returns is destroyed: attach it to the call's
-    // promise, so a call that completes, fails or is cancelled leaves the count.
-    ++calls_;
-    return kj::defer([this]() { --calls_; });
-  }
-  kj::Promise<void> guard(kj::Promise<void> call);
+  kj::Promise<void> guard(kj::Promise<void> call, const MethodInfo& method);
   // A user method's promise as the caller sees it: cancelled by cancelCalls(), and failing with
   // the exit reason if the actor failed while the method ran (even if the method then returned
-  // normally).
+  // normally). An exception escaping the method fails the actor unless its policy is FAIL_CALL.
+  kj::Promise<void> throughMailbox(kj::Function<kj::Promise<void>()> dispatch);
+  // Runs `dispatch` when the mailbox has room (at once if it has), holding a place until the
+  // promise it returns completes or is cancelled.
+  kj::Promise<void> withDeadline(kj::Promise<void> call, const MethodInfo& method);
+  // The call under the actor's default deadline (SpawnOptions::callDeadline), if it has one.
 
   kj::Promise<void> stopImpl();
   kj::Promise<void> linkImpl(uint64_t other);
@@ -331,11 +454,18 @@ class ActorCore {
   // With --trace: the call as a span on this actor's row, named after the method.
 
  private:
+  class Slot;
+  kj::Promise<kj::Own<Slot>> enterMailbox();
+  void leaveMailbox();
+
   ActorContext* context_;
   kj::Own<ActorContext> ownedContext_;
+  // The mailbox, declared before canceler_: cancelling the calls releases their places in it.
+  uint32_t running_ = 0;
+  size_t depth_ = 0;
+  std::deque<kj::Own<kj::PromiseFulfiller<kj::Own<Slot>>>> waiting_;
   kj::Canceler canceler_;
   kj::Maybe<Exit> exited_;
-  uint32_t calls_ = 0;
 };
 
 template <typename Interface>
@@ -352,19 +482,39 @@ class ActorBase : public Interface::Server, public ActorCore {
       uint64_t interfaceId, uint16_t methodId,
       capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> call) override {
     checkAlive();
-    auto inMailbox = countCall();
-    int64_t traced = trace::enabled() ? trace::now() : -1;
-    auto result = Server::dispatchCall(interfaceId, methodId, call);
     // The Actor interface's own methods (stop, link, ...) are control calls: they must be able to
-    // finish while the actor is being stopped.
-    if (interfaceId != capnp::typeId<proto::Actor>())
-      result.promise = guard(kj::mv(result.promise));
-    result.promise = result.promise.attach(kj::mv(inMailbox));
-    if (traced >= 0) {
-      result.promise = traceCall(kj::mv(result.promise), capnp::Schema::from<Interface>(),
-                                 interfaceId, methodId, traced);
+    // finish while the actor is being stopped, and never wait in its mailbox.
+    if (interfaceId == capnp::typeId<proto::Actor>()) {
+      return Server::dispatchCall(interfaceId, methodId, call);
     }
-    return result;
+    int64_t traced = trace::enabled() ? trace::now() : -1;
+    static const MethodTable table = methodTable(capnp::Schema::from<Interface>());
+    static const MethodInfo unknown{"(unknown method)", false};
+    auto it = table.find({interfaceId, methodId});
+    const MethodInfo& method = it == table.end() ? unknown : it->second;
+    kj::Promise<void> promise = nullptr;
+    bool streaming = method.streaming;
+    if (method.concurrent || it == table.end()) {
+      auto result = Server::dispatchCall(interfaceId, methodId, call);
+      streaming = result.isStreaming;
+      promise = withDeadline(guard(kj::mv(result.promise), method), method);
+    } else {
+      // Through the mailbox; a `-> stream` method too. For those Cap'n Proto holds back every
+      // later call to this actor until the stream call has returned (isStreaming), so they keep
+      // their order whatever maxConcurrency is, and their flow control: the caller's window
+      // counts the time a call waits in the mailbox.
+      promise = withDeadline(guard(throughMailbox([this, interfaceId, methodId, call]() mutable {
+                                     return Server::dispatchCall(interfaceId, methodId, call)
+                                         .promise;
+                                   }),
+                                   method),
+                             method);
+    }
+    if (traced >= 0) {
+      promise = traceCall(kj::mv(promise), capnp::Schema::from<Interface>(), interfaceId, methodId,
+                          traced);
+    }
+    return {kj::mv(promise), streaming};
   }
 
   kj::Promise<void> stop(proto::Actor::Server::StopContext) override { return stopImpl(); }

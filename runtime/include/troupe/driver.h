@@ -21,6 +21,30 @@ namespace troupe {
 
 class Head;
 
+struct GangMember {
+  // One actor of a gang (Driver::spawnGang): a single-instance placement.
+  std::string typeName;
+  Placement placement;
+  SpawnOptions options = {};
+};
+
+class Gang {
+  // The actors of a gang, in the order they were asked for.
+ public:
+  Gang(kj::Array<ActorContext::Spawned> members, kj::Timer& timer)
+      : members_(kj::mv(members)), timer_(&timer) {}
+  size_t size() const { return members_.size(); }
+  template <typename T>
+  Ref<T> get(size_t i) {
+    KJ_REQUIRE(i < members_.size(), "no such gang member", i, members_.size());
+    return Ref<T>(members_[i].client.template castAs<T>(), members_[i].address, timer_);
+  }
+
+ private:
+  kj::Array<ActorContext::Spawned> members_;
+  kj::Timer* timer_;
+};
+
 class Driver {
  public:
   explicit Driver(Head& head, std::vector<std::string> args);
@@ -31,7 +55,7 @@ class Driver {
     // ("no node in group 'dnn_group' has 1 free gpu: ..."). Calls on the returned ref queue until
     // the actor has started.
     auto spawned = spawnRaw(typeName, placement, kj::mv(options), false);
-    return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address));
+    return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address), &timer());
   }
 
   template <typename T>
@@ -40,9 +64,34 @@ class Driver {
     // Starts every instance of a multi-instance placement (perVcpu, perNode, onePerNode).
     auto spawned = spawnRaw(typeName, placement, kj::mv(options), true);
     return KJ_MAP(s, spawned) {
-      return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address));
+      return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address), &timer());
     };
   }
+
+  template <typename T>
+  kj::Promise<Ref<T>> spawnAsync(kj::StringPtr typeName, Placement placement,
+                                 SpawnOptions options = {}) {
+    // spawn() that honours SpawnOptions::waitForCapacity: when the placement does not fit now it
+    // waits for capacity (up to that long) instead of throwing; past it, fails with the reason.
+    // Without waitForCapacity it decides at once, as spawn() does.
+    return spawnRawAsync(typeName, placement, kj::mv(options), false).then([this](auto spawned) {
+      return Ref<T>(spawned[0].client.template castAs<T>(), kj::mv(spawned[0].address), &timer());
+    });
+  }
+  template <typename T>
+  kj::Promise<kj::Array<Ref<T>>> spawnManyAsync(kj::StringPtr typeName, Placement placement,
+                                                SpawnOptions options = {}) {
+    return spawnRawAsync(typeName, placement, kj::mv(options), true).then([this](auto spawned) {
+      return KJ_MAP(s, spawned) {
+        return Ref<T>(s.client.template castAs<T>(), kj::mv(s.address), &timer());
+      };
+    });
+  }
+
+  Gang spawnGang(kj::ArrayPtr<GangMember> members);
+  // All-or-nothing: places every member together (each decided after the capacity the earlier
+  // ones take, so a spread gang really spreads) and starts them all, or starts none and throws
+  // with the reason and the member that did not fit. Get the references with gang.get<T>(i).
 
   template <typename T>
   kj::Array<Ref<T>> spawnEach(kj::StringPtr typeName, Placement placement = Placement::any(),
@@ -74,7 +123,9 @@ class Driver {
   kj::Promise<void> stop(uint64_t actorId);
   // Stops an actor and its children (the cascade); resolves when they are gone.
   kj::Promise<Exit> monitor(uint64_t actorId);
-  // Resolves once with the reason when the actor exits, also if it already has.
+  // Resolves once with the reason when the actor exits for good, also if it already has.
+  kj::Promise<Exit> monitor(uint64_t actorId, kj::Function<void(const Restarted&)> onRestart);
+  // The same, calling `onRestart` for each restart of it before then, in order.
   kj::Maybe<ActorAddress> lookup(kj::StringPtr name);
   kj::Maybe<ActorAddress> current(uint64_t actorId);
 
@@ -89,6 +140,9 @@ class Driver {
  private:
   kj::Array<ActorContext::Spawned> spawnRaw(kj::StringPtr typeName, const Placement& placement,
                                             SpawnOptions options, bool many);
+  kj::Promise<kj::Array<ActorContext::Spawned>> spawnRawAsync(kj::StringPtr typeName,
+                                                              const Placement& placement,
+                                                              SpawnOptions options, bool many);
   proto::Actor::Client resolveRaw(const ActorAddress& address);
 
   Head& head_;

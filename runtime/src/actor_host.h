@@ -1,0 +1,40 @@
+// What an actor's context needs from the node that hosts it: the narrow interface between the
+// actor code (actor.cpp) and the node (node.cpp), which implements it, so that neither includes
+// the other's private header. Private to the runtime.
+
+#pragma once
+
+#include <string>
+
+#include "troupe.capnp.h"
+#include "troupe/actor.h"
+#include "troupe/run.h"
+
+namespace troupe {
+
+class ActorHost {
+ public:
+  virtual const NodeInfo& info() const = 0;
+  virtual EventLoop& loop() = 0;
+  virtual const RunOptions& options() const = 0;
+  virtual proto::Cluster::Client cluster() = 0;
+  // The head's Cluster capability (local on the head).
+  virtual proto::Node::Client peerNode(const std::string& address) = 0;
+  // The Node capability of the node listening at `address` (or this node itself).
+  virtual void actorExited(uint64_t id, Exit reason) = 0;
+  // The actor ended by itself: tell the head.
+
+ protected:
+  ~ActorHost() = default;
+};
+
+kj::Promise<Exit> monitorThrough(
+    proto::Cluster::Client cluster, uint64_t id,
+    kj::Maybe<kj::Function<void(const Restarted&)>> onRestart = nullptr);
+// Monitors `id` through the head with a local Watcher: resolves with the final exit, calling
+// `onRestart` for each restart before it.
+
+kj::Duration stopDeadlineOf(const SpawnOptions& options, const RunOptions& run);
+// The options' stop deadline, else the instance's --stop-timeout-ms.
+
+}  // namespace troupe
