@@ -91,9 +91,10 @@ TEST_CASE(
   // Long enough to outlast the test, which ends it with SIGTERM.
   Run job(harness::sim(train_job::kCluster,
                        train_job::train({"--epochs", "1000", "--train-samples", "12000",
-                                         "--augmenters-per-node", "2", "--progress-every", "1"})),
+                                         "--augmenters-per-node", "2", "--progress-every", "0.2"})),
           {"TMPDIR=" + tmp.path()});
-  REQUIRE_OUTPUT(job, "progress: epoch 1/1000", 90s);
+  // Training is under way (an epoch can end before the first progress line: wait for any).
+  REQUIRE_OUTPUT(job, "progress: epoch ", 90s);
   auto instances = job.instances();
   REQUIRE(instances.size() == 3);
   auto dnn = harness::instanceIn(job, "dnn_group");
@@ -214,10 +215,10 @@ TEST_CASE("status clients connecting and disconnecting many times leave the job 
   auto report = train_job::tempPath("status-report.json");
   Run job(harness::sim(train_job::kCluster,
                        train_job::train({"--epochs", "6", "--train-samples", "12000",
-                                         "--augmenters-per-node", "2", "--progress-every", "1",
+                                         "--augmenters-per-node", "2", "--progress-every", "0.2",
                                          "--report", report})),
           {"TMPDIR=" + tmp.path()});
-  REQUIRE_OUTPUT(job, "progress: epoch 1/6", 90s);
+  REQUIRE_OUTPUT(job, "progress: epoch ", 90s);
   auto dnn = harness::instanceIn(job, "dnn_group");
   auto wrong = tmp / "wrong-secret";
   roots::writeSecretFile(wrong, "another-job-secret-0123456789abcdef");
