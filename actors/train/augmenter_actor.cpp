@@ -4,12 +4,25 @@
 
 #include "troupe/log.h"
 
+#include <time.h>
+
 #include <algorithm>
+#include <tuple>
 
 #include "troupe/dataset/epoch.h"
 #include "troupe/trace.h"
 
 namespace troupe::train {
+
+namespace {
+
+double threadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+}  // namespace
 
 AugmentConfig AugmenterActor::configFrom(hetero::AugmentSettings::Reader s) {
   AugmentConfig c;
@@ -127,6 +140,15 @@ kj::Promise<void> AugmenterActor::creditAvailable(Stream& stream) {
   return trace::around(kj::mv(paf.promise), "credit wait", "stream", trace::actorRow(self().id));
 }
 
+kj::Promise<void> AugmenterActor::stats(StatsContext call) {
+  auto r = call.getResults();
+  r.setImages(images_);
+  r.setAugmentSeconds(augmentSeconds_);
+  r.setBatches(batches_);
+  r.setBytes(bytes_);
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_t epoch,
                                        std::shared_ptr<const Shard> data,
                                        std::shared_ptr<std::vector<uint32_t>> order,
@@ -152,8 +174,9 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
         std::copy(img.begin(), img.end(), raw.begin() + i * pixels);
         labels[i] = images.labels[at];
       }
+      auto cpu = threadCpuSeconds();
       auto out = augmenter->augment(raw, images.rows, images.cols, batchSeed);
-      return std::make_pair(kj::mv(out), kj::mv(labels));
+      return std::make_tuple(kj::mv(out), kj::mv(labels), threadCpuSeconds() - cpu);
     };
     return context()
         .offload(kj::mv(work))
@@ -167,10 +190,14 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           b.setBegin(position);
           auto list = b.initSampleIds(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
-          b.setLabels(kj::arrayPtr(result.second.data(), result.second.size()));
-          b.setImages(kj::arrayPtr(reinterpret_cast<const kj::byte*>(result.first.data()),
-                                   result.first.size() * sizeof(float)));
+          b.setLabels(kj::arrayPtr(std::get<1>(result).data(), std::get<1>(result).size()));
+          b.setImages(kj::arrayPtr(reinterpret_cast<const kj::byte*>(std::get<0>(result).data()),
+                                   std::get<0>(result).size() * sizeof(float)));
           current(shard, session).produced += ids.size();
+          images_ += ids.size();
+          batches_ += 1;
+          bytes_ += std::get<0>(result).size() * sizeof(float);
+          augmentSeconds_ += std::get<2>(result);
           // A streaming call: resolves at once while within the flow-control window.
           return trace::around(req.send(), "push", "stream", trace::actorRow(self().id))
               .then([this, shard, session, epoch, data, order, end, sink]() mutable {

@@ -24,6 +24,7 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   kj::Promise<void> onStart() override;
   kj::Promise<void> produce(ProduceContext call) override;
   kj::Promise<void> grant(GrantContext call) override;
+  kj::Promise<void> stats(StatsContext call) override;
   bool failsActor(kj::StringPtr method, const kj::Exception& error) const override;
   // A produce() that ends DISCONNECTED lost its consumer (the trainer, or a newer session that
   // replaced it): the caller's failure, not the augmenter's.
@@ -59,6 +60,9 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   std::shared_ptr<const Augmenter> augmenter_;
   std::map<uint32_t, kj::ForkedPromise<std::shared_ptr<const Shard>>> loaded_;
   std::map<uint32_t, Stream> streams_;  // by shard
+  // For stats(): what this incarnation augmented and pushed.
+  uint64_t images_ = 0, batches_ = 0, bytes_ = 0;
+  double augmentSeconds_ = 0;
 };
 
 }  // namespace troupe::train

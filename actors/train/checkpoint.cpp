@@ -77,6 +77,7 @@ json recordJson(const EpochRecord& r) {
           {"rejected", r.rejected},
           {"steps", r.steps},
           {"step_seconds", r.stepSeconds},
+          {"step_cpu_seconds", r.stepCpuSeconds},
           {"wait_seconds", r.waitSeconds},
           {"seconds", r.seconds},
           {"loss", r.loss},
@@ -92,6 +93,7 @@ EpochRecord recordFrom(const json& j) {
   r.rejected = j.at("rejected");
   r.steps = j.at("steps");
   r.stepSeconds = j.at("step_seconds");
+  r.stepCpuSeconds = j.value("step_cpu_seconds", 0.0);  // absent in older checkpoints
   r.waitSeconds = j.at("wait_seconds");
   r.seconds = j.at("seconds");
   r.loss = j.at("loss");

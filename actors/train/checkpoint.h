@@ -65,6 +65,9 @@ struct JobIdentity {
 struct EpochRecord {
   uint64_t samples = 0, duplicates = 0, missing = 0, rejected = 0, steps = 0;
   double stepSeconds = 0, waitSeconds = 0, seconds = 0, loss = 0, accuracy = 0;
+  /// CPU seconds of the steps' pool thread (the CPU trainer's compute, without time other
+  /// threads of the instance took from it).
+  double stepCpuSeconds = 0;
   /// Samples of this epoch trained on by earlier runs of the job, before the resume that
   /// continued it (0 for an epoch a single run did).
   uint64_t fromCheckpoint = 0;

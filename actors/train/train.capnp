@@ -52,6 +52,10 @@ interface Augmenter extends(Troupe.Actor) {
   # augmenter meanwhile through its mailbox; several shards' streams run at once.
   grant @1 (session :UInt64, credits :UInt32);
   # The trainer consumed batches of that session's stream: send that many more.
+  stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64);
+  # What this incarnation of the augmenter augmented and pushed: images, the CPU seconds its
+  # augmentation took (thread CPU time on the pool), batches and their image bytes. The sizing
+  # advisor's augmentation rate per vCPU is images / augmentSeconds.
 }
 
 struct TrainerArgs {
@@ -86,6 +90,7 @@ struct EpochReport {
   waitSeconds @9 :Float64;        # time waiting for data
   loss @10 :Float64;
   fromCheckpoint @11 :UInt64;     # samples of this epoch trained on before this run resumed it
+  stepCpuSeconds @12 :Float64;    # CPU time of the steps' pool thread (the CPU trainer's compute)
 }
 
 struct TrainerCpu {

@@ -1,6 +1,9 @@
 #include "trainer_actor.h"
 
 #include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <utility>
 
 #include "troupe/log.h"
 
@@ -183,6 +186,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
           e.setSeconds(h.seconds);
           e.setSteps(h.steps);
           e.setStepSeconds(h.stepSeconds);
+          e.setStepCpuSeconds(h.stepCpuSeconds);
           e.setWaitSeconds(h.waitSeconds);
           e.setLoss(h.loss);
           e.setFromCheckpoint(h.fromCheckpoint);
@@ -479,12 +483,18 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
       .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr, done]() {
         trace::Span span("step", "train");
         model->setLearningRate(std::max(lr, 1e-5f));
+        timespec before{}, after{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
         float loss = model->trainStep(images.as<float>(), labels);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
         done->store(true);
-        return loss;
+        double cpu = double(after.tv_sec - before.tv_sec) + 1e-9 * double(after.tv_nsec - before.tv_nsec);
+        return std::make_pair(loss, cpu);
       })
-      .then([this, epoch, stepStart](float loss) {
+      .then([this, epoch, stepStart](std::pair<float, double> result) {
+        auto [loss, cpu] = result;
         stats_.stepSeconds += seconds(context().timer().now() - stepStart);
+        stats_.stepCpuSeconds += cpu;
         stats_.loss = loss;
         stepInFlight_ = nullptr;
         if (due())

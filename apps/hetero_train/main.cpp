@@ -17,6 +17,7 @@
 #include "train.capnp.h"
 #include "augmenter_actor.h"
 #include "checkpoint.h"
+#include "advise.h"
 #include "prices.h"
 #include "trainer_actor.h"
 #include "troupe/cli11.h"
@@ -271,7 +272,15 @@ class Job {
     req.setTrainSamples(samples_);
     auto sources = req.initSources(augmenters.size());
     for (size_t i = 0; i < augmenters.size(); ++i) augmenters[i].address().toProto(sources[i]);
-    auto done = req.send().then([this](auto r) { report(r); });
+    // After training, each augmenter's stats(): the advisor's augmentation rate per vCPU.
+    std::vector<troupe::Ref<hetero::Augmenter>> refs(augmenters.begin(), augmenters.end());
+    auto done = req.send().then(
+        [this, refs = kj::mv(refs)](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
+          auto results = kj::heap(kj::mv(r));
+          auto stats = gatherStats(kj::mv(refs));
+          return kj::Promise<AugmentStats>(kj::mv(stats))
+              .then([this, results = kj::mv(results)](AugmentStats st) mutable { report(*results, st); });
+        });
     return done.exclusiveJoin(progressLoop(trainer)).attach(kj::mv(augmenters));
   }
 
@@ -309,12 +318,36 @@ class Job {
     }
   }
 
-  void report(capnp::Response<hetero::Trainer::TrainResults>& r) {
+  struct AugmentStats {
+    uint64_t images = 0, batches = 0, bytes = 0;
+    double seconds = 0;
+    unsigned answered = 0, lost = 0;
+  };
+
+  // Each augmenter's stats(); one gone for good (its restarts spent) is counted as lost.
+  troupe::Co<AugmentStats> gatherStats(std::vector<troupe::Ref<hetero::Augmenter>> refs) {
+    AugmentStats st;
+    for (auto& a : refs) {
+      try {
+        auto r = co_await a.statsRequest().send();
+        st.images += r.getImages();
+        st.batches += r.getBatches();
+        st.bytes += r.getBytes();
+        st.seconds += r.getAugmentSeconds();
+        ++st.answered;
+      } catch (const kj::Exception&) {
+        ++st.lost;
+      }
+    }
+    co_return st;
+  }
+
+  void report(capnp::Response<hetero::Trainer::TrainResults>& r, const AugmentStats& st) {
     if (live_) printf("\n");  // end the live progress line
     printf("\ntrainer device: %s\n\n", r.getDevice().cStr());
     printf("%5s %9s %10s %8s %9s %9s %8s\n", "epoch", "samples", "duplicates", "missing",
            "rejected", "accuracy", "seconds");
-    double seconds = 0, wait = 0;
+    double seconds = 0, wait = 0, stepSeconds = 0, stepCpuSeconds = 0;
     uint64_t steps = 0, samples = 0;
     nlohmann::json epochs = nlohmann::json::array();
     for (auto e : r.getEpochs()) {
@@ -324,6 +357,8 @@ class Job {
              e.getSeconds());
       seconds += e.getSeconds();
       wait += e.getWaitSeconds();
+      stepSeconds += e.getStepSeconds();
+      stepCpuSeconds += e.getStepCpuSeconds();
       steps += e.getSteps();
       samples += e.getSamples();
       epochs.push_back({{"epoch", e.getEpoch() + 1},
@@ -362,7 +397,8 @@ class Job {
       if (!price) unpriced.push_back(n.instanceType().cStr());
       instances.push_back({{"host", n.host().cStr()},
                            {"group", n.group().cStr()},
-                           {"instance_type", n.instanceType().cStr()}});
+                           {"instance_type", n.instanceType().cStr()},
+                           {"vcpus", n.vcpus()}});
     }
     double stepMs = steps ? 1000 * seconds / steps : 0;
     double rate = seconds > 0 ? samples / seconds : 0;
@@ -384,6 +420,62 @@ class Job {
            (fmt("%.3f", cpu.getLoopSeconds() * perBatch) + " ms receiving, " +
             fmt("%.2f", cpu.getProcessSeconds() * perBatch) + " ms in all")
                .c_str());
+
+    // The sizing advisor's inputs (advise.h), and its recommendation from them.
+    nlohmann::json rates = nullptr;
+    std::string noAdvice;
+    if (steps == 0 || stepSeconds <= 0) {
+      noAdvice = "no training steps were measured";
+    } else if (st.seconds <= 0 || st.images == 0) {
+      noAdvice = "no augmenter answered stats() with augmentation time";
+    } else {
+      double bytesPerBatch = st.batches ? double(st.bytes) / st.batches : 0;
+      // The CPU trainer's compute is its step thread's CPU time: its wall time also holds what
+      // augmenters on the same CPUs took from it (no data group). A GPU trainer's is wall time.
+      bool onCpu = std::string(r.getDevice().cStr()).find("using CPU") == 0;
+      double computeSeconds = onCpu && stepCpuSeconds > 0 ? stepCpuSeconds : stepSeconds;
+      rates = {{"augment_images_per_vcpu_second", st.images / st.seconds},
+               {"augmented_images", st.images},
+               {"augmenters_answered", st.answered},
+               {"augmenters_lost", st.lost},
+               {"compute_step_ms", 1000 * computeSeconds / steps},
+               {"step_wall_ms", 1000 * stepSeconds / steps},
+               {"other_ms_per_step",
+                std::max(0.0, 1000 * (seconds - stepSeconds - wait) / steps)},
+               {"stream_bytes_per_s", seconds > 0 ? steps * bytesPerBatch / seconds : 0},
+               {"bytes_per_batch", bytesPerBatch},
+               {"batch_size", s_.batchSize},
+               {"trainer_on_cpu", onCpu},
+               {"augmenters_per_node", s_.perNode},
+               {"dnn_group", s_.dnnGroup},
+               {"data_group", s_.dataGroup}};
+    }
+    nlohmann::json advice = nullptr;
+    if (!rates.is_null()) {
+      nlohmann::json partial = {{"rates", rates},
+                                {"instances", instances},
+                                {"mean_step_ms", stepMs},
+                                {"data_wait_fraction", waitShare},
+                                {"pricing", s_.pricing}};
+      try {
+        namespace adv = hetero_train::advise;
+        auto m = adv::fromReport(partial);
+        std::vector<std::string> types = {"ml.c5.xlarge", "ml.c5.2xlarge", "ml.c5.4xlarge",
+                                          "ml.c5.9xlarge", "ml.c5.18xlarge"};
+        if (!m.dataType.empty() &&
+            std::find(types.begin(), types.end(), m.dataType) == types.end() &&
+            troupe::sched::findInstanceType(m.dataType)) {
+          types.push_back(m.dataType);
+        }
+        auto a = adv::recommend(m, adv::candidates(types, std::max(4u, m.dataCount)), s_.prices);
+        printf("\nsizing advice (troupe advise REPORT.json for other types and counts):\n%s",
+               adv::table(a).c_str());
+        advice = adv::toJson(a);
+      } catch (const hetero_train::advise::AdviseError& e) {
+        noAdvice = e.what();
+      }
+    }
+    if (!noAdvice.empty()) printf("\nno sizing advice: %s\n", noAdvice.c_str());
     fflush(stdout);
     if (!s_.report.empty()) {
       nlohmann::json placements = nlohmann::json::array();
@@ -409,6 +501,8 @@ class Job {
                             {"copied_batches", cpu.getCopiedBatches()},
                             {"receive_ms_per_batch", cpu.getLoopSeconds() * perBatch},
                             {"process_ms_per_batch", cpu.getProcessSeconds() * perBatch}}},
+                          {"rates", rates},
+                          {"advice", advice},
                           {"exit_status", 0}};
       std::ofstream(s_.report) << j.dump(2) << "\n";
     }

@@ -40,6 +40,7 @@
 #include <optional>
 #include <random>
 
+#include "advise_cmd.h"
 #include "job_file.h"
 #include "netns.h"
 #include "outputs.h"
@@ -160,6 +161,8 @@ struct Options {
   bool keep = false, pin = false, netns = false, interruptHard = false, env = false;
   sim::StatusOptions status;
   bool statusCommand = false;
+  bool advise = false;
+  AdviseOptions adviseOptions;
 };
 
 // Parses argv; a non-empty result is the exit code (help, or a parse error).
@@ -185,6 +188,11 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   envCmd->add_option("--resources", e.node.resources, "as the app's --resources: NAME=AMOUNT[,...]")
       ->envname("TROUPE_RESOURCES");
   auto* statusCmd = sim::addStatusCommand(cli, o.status);
+  auto* adviseCmd = cli.add_subcommand(
+      "advise",
+      "size the data group from a hetero_train --report: predicted step time, data wait and cost "
+      "per 1,000 steps for each data-group instance type and count (docs/advisor.md)");
+  addAdviseOptions(*adviseCmd, o.adviseOptions);
   sim->add_option("--group", o.groupArgs, "NAME=COUNT[:INSTANCE_TYPE], repeatable")
       ->default_str("data_group=2:ml.c5.xlarge dnn_group=1:ml.p3.2xlarge");
   sim->add_option("--head-group", o.headGroup, "the group whose first host is the head");
@@ -259,6 +267,7 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   }
   o.env = envCmd->parsed();
   o.statusCommand = statusCmd->parsed();
+  o.advise = adviseCmd->parsed();
   if (cliArgc == argc) o.app = sim->remaining();
   return std::nullopt;
 }
@@ -413,6 +422,7 @@ int runSim(int argc, char* argv[]) {
   if (auto code = parseOptions(argc, argv, o)) return *code;
   if (o.env) return printEnvironment(o.envOptions);
   if (o.statusCommand) return sim::runStatus(o.status);
+  if (o.advise) return runAdvise(o.adviseOptions);
   sim::JobSpec spec;
   std::optional<InterruptPlan> plan;
   try {

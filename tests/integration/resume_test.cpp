@@ -172,7 +172,7 @@ TEST_CASE(
                          "--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=2000"},
                         train(extra));
   };
-  // Priced at spot rates from a price file (apps/hetero_train/prices.h).
+  // Priced at spot rates from a price file (deploy/advise/prices.h).
   auto prices = tempPath("prices.csv");
   std::ofstream(prices) << "# test prices\ninstance_type,on_demand_usd_per_hour,spot_usd_per_hour\n"
                            "ml.c5.xlarge,0.204,0.07\nml.p3.2xlarge,3.825,1.2\n";

@@ -60,6 +60,7 @@
 #include <thread>
 #include <vector>
 
+#include "advise.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/trainer/device.h"
@@ -81,7 +82,11 @@ struct Options {
   unsigned prefetch = 4;
   unsigned perNode = 1;
   float lr = 0.05f;
-  std::vector<unsigned> cpus;  // {dnn CPU, data CPU}; default: the first two this process may use
+  std::vector<unsigned> cpus;  // {dnn CPU, data CPU, ...}; default: those this process may use
+  // Sweeps (--sweep-blur, --sweep-data-instances): one setup per (blur, data instances); the
+  // advisor predicts each from the setup with the fewest data instances of the same blur.
+  std::vector<int> sweepBlur;
+  std::vector<unsigned> sweepData;
   unsigned rounds = 3;
   bool simUnpinned = false;
   int nice = 0;  // of every child (negative needs root); inherited by the instances  // start
@@ -529,7 +534,9 @@ std::map<unsigned, double> cpuBusySeconds() {
 // The two setups.
 
 struct Run {
-  std::string setup;  // "homogeneous" or "heterogeneous"
+  std::string setup;  // "homogeneous" or "heterogeneous"; in a sweep "blur B, N data"
+  int blur = 0;
+  unsigned dataCount = 0;  // data_group instances (0: homogeneous)
   unsigned round = 0, attempt = 0;
   bool restarted = false;  // an instance was lost and an actor restarted: not a valid sample
   double wallSeconds = 0;
@@ -538,7 +545,7 @@ struct Run {
   json cpus;  // per bench CPU: busy, used by the instances, used by other processes
 };
 
-std::vector<std::string> appArgs(const Options& o, const std::string& reportPath) {
+std::vector<std::string> appArgs(const Options& o, int blur, const std::string& reportPath) {
   return {o.app,
           "--epochs",
           std::to_string(o.epochs),
@@ -549,7 +556,7 @@ std::vector<std::string> appArgs(const Options& o, const std::string& reportPath
           "--prefetch",
           std::to_string(o.prefetch),
           "--blur",
-          std::to_string(o.blur),
+          std::to_string(blur),
           "--train-samples",
           std::to_string(o.samples),
           "--augmenters-per-node",
@@ -562,13 +569,31 @@ std::vector<std::string> appArgs(const Options& o, const std::string& reportPath
           reportPath};
 }
 
-Run runSetup(const Options& o, bool heterogeneous, const fs::path& dir, unsigned round,
+std::string setupName(const Options& o, int blur, unsigned dataCount) {
+  if (!o.sweepBlur.empty() || !o.sweepData.empty()) {
+    return "blur " + std::to_string(blur) + ", " + std::to_string(dataCount) + " data";
+  }
+  return dataCount ? "heterogeneous" : "homogeneous";
+}
+
+// The data instances' CPUs: one each, after the dnn CPU.
+std::string dataCpus(const Options& o, unsigned dataCount) {
+  std::string list;
+  for (unsigned i = 1; i <= dataCount; ++i) list += (i > 1 ? "," : "") + std::to_string(o.cpus.at(i));
+  return list;
+}
+
+Run runSetup(const Options& o, int blur, unsigned dataCount, const fs::path& dir, unsigned round,
              unsigned attempt) {
   Run r;
-  r.setup = heterogeneous ? "heterogeneous" : "homogeneous";
+  bool heterogeneous = dataCount > 0;
+  r.setup = setupName(o, blur, dataCount);
+  r.blur = blur;
+  r.dataCount = dataCount;
   r.round = round;
   r.attempt = attempt;
-  std::string stem = r.setup + "-" + std::to_string(round) + "-" + std::to_string(attempt);
+  std::string stem = "blur" + std::to_string(blur) + "-data" + std::to_string(dataCount) + "-" +
+                     std::to_string(round) + "-" + std::to_string(attempt);
   auto reportPath = (dir / (stem + ".json")).string();
   auto logPath = (dir / (stem + ".log")).string();
   // The head's loop can stall for seconds on this loaded machine (the driver loads the training
@@ -580,13 +605,15 @@ Run runSetup(const Options& o, bool heterogeneous, const fs::path& dir, unsigned
                                    "--env",   "dnn_group:TROUPE_NODE_TIMEOUT_MS=20000",
                                    "--out",   (dir / (stem + "-out")).string()};
   if (heterogeneous) {
-    for (std::string a : {"--group", "data_group=1:ml.c5.xlarge", "--cpus"}) argv.push_back(a);
-    argv.push_back("data_group=" + std::to_string(o.cpus[1]));
+    argv.push_back("--group");
+    argv.push_back("data_group=" + std::to_string(dataCount) + ":ml.c5.xlarge");
+    argv.push_back("--cpus");
+    argv.push_back("data_group=" + dataCpus(o, dataCount));
     argv.push_back("--env");
     argv.push_back("data_group:TROUPE_HEAD_TIMEOUT_MS=20000");
   }
   argv.push_back("--");
-  auto app = appArgs(o, reportPath);
+  auto app = appArgs(o, blur, reportPath);
   argv.insert(argv.end(), app.begin(), app.end());
 
   fprintf(stderr, "bench_pipeline: %s, round %u%s ...\n", r.setup.c_str(), round + 1,
@@ -623,7 +650,7 @@ Run runSetup(const Options& o, bool heterogeneous, const fs::path& dir, unsigned
   r.pinning = watch.report();
   // Other engineers' processes share these CPUs: how much of each they took during the run.
   r.cpus = json::array();
-  for (unsigned i = 0; i < (heterogeneous ? 2u : 1u); ++i) {
+  for (unsigned i = 0; i <= dataCount; ++i) {
     unsigned cpu = o.cpus[i];
     double busy = busyAfter[cpu] - busyBefore[cpu], mine = 0;
     for (auto& p : r.pinning) {
@@ -687,6 +714,7 @@ json probe(const Options& o, const std::string& kind, const fs::path& dir, const
 
 struct Summary {
   json best;  // the run with the lowest mean step time
+  json report;  // its hetero_train report
   std::vector<double> steps;
 };
 
@@ -699,6 +727,7 @@ Summary summarize(const std::vector<Run>& runs, const std::string& setup) {
     s.steps.push_back(ms);
     if (ms < bestMs) {
       bestMs = ms;
+      s.report = r.report;
       s.best = {{"round", r.round + 1},
                 {"mean_step_ms", ms},
                 {"samples_per_s", r.report.at("samples_per_s")},
@@ -714,10 +743,143 @@ Summary summarize(const std::vector<Run>& runs, const std::string& setup) {
   return s;
 }
 
+// The sizing advisor (deploy/advise/advise.h) on `base`, a report of one of this bench's runs,
+// for `dataCount` data instances. The bench pins every instance to one CPU, so each has one vCPU
+// here, not its instance type's.
+hetero_train::advise::Row predictSetup(const json& base, unsigned dataCount) {
+  namespace adv = hetero_train::advise;
+  auto m = adv::fromReport(base);
+  m.dnnVcpus = 1;
+  m.dataVcpus = 1;
+  return adv::predict(m, {"ml.c5.xlarge", dataCount, 1.0}, hetero_train::Prices());
+}
+
+// Runs one setup once (again, up to --attempts, when an instance was lost).
+void runRounds(const Options& o, int blur, unsigned dataCount, const fs::path& dir,
+               std::vector<Run>& runs, unsigned round) {
+  for (unsigned attempt = 0;; ++attempt) {
+    runs.push_back(runSetup(o, blur, dataCount, dir, round, attempt));
+    if (!runs.back().restarted) return;
+    fprintf(stderr, "bench_pipeline: an instance was lost and an actor restarted; %s\n",
+            attempt + 1 < o.attempts ? "running it again" : "giving up");
+    if (attempt + 1 >= o.attempts) {
+      throw std::runtime_error("the " + runs.back().setup + " run lost an instance " +
+                               std::to_string(o.attempts) + " times");
+    }
+  }
+}
+
 double loadAverage() {
   double l = 0;
   std::ifstream("/proc/loadavg") >> l;
   return l;
+}
+
+// --sweep-blur / --sweep-data-instances: every (blur, data instances) setup, best of --rounds; the
+// advisor predicts each from the same blur's setup with the fewest data instances (one run, as a
+// user has), and its recommendation (the cheapest at the instance table's prices) is held against
+// the fastest measured.
+int runSweep(const Options& o, const fs::path& dir) {
+  std::vector<int> blurs = o.sweepBlur.empty() ? std::vector<int>{o.blur} : o.sweepBlur;
+  std::vector<unsigned> counts = o.sweepData.empty() ? std::vector<unsigned>{0, 1} : o.sweepData;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  double loadBefore = loadAverage();
+  std::vector<Run> runs;
+  for (unsigned round = 0; round < o.rounds; ++round) {
+    for (int blur : blurs) {
+      for (unsigned n : counts) runRounds(o, blur, n, dir, runs, round);
+    }
+  }
+  double loadAfter = loadAverage();
+  const double targetError = 0.15;
+  bool met = true;
+  json setups = json::array(), perBlur = json::array();
+  for (int blur : blurs) {
+    auto base = summarize(runs, setupName(o, blur, counts.front()));
+    double bestMs = INFINITY, cheapest = INFINITY;
+    unsigned bestCount = 0, recommended = 0;
+    for (unsigned n : counts) {
+      auto s = summarize(runs, setupName(o, blur, n));
+      auto p = predictSetup(base.report, n);
+      double measured = s.best.at("mean_step_ms").get<double>();
+      double error = p.stepMs / measured - 1;
+      met = met && std::fabs(error) <= targetError;
+      if (measured < bestMs) bestMs = measured, bestCount = n;
+      if (p.costPer1000 < cheapest) cheapest = p.costPer1000, recommended = n;
+      setups.push_back({{"blur", blur},
+                        {"data_instances", n},
+                        {"measured_step_ms", measured},
+                        {"predicted_step_ms", p.stepMs},
+                        {"error", error},
+                        {"measured_data_wait_fraction", s.best.at("data_wait_fraction")},
+                        {"predicted_data_wait_fraction", p.waitShare},
+                        {"predicted_cost_per_1000_steps_usd", p.costPer1000},
+                        {"predicted_from_data_instances", counts.front()},
+                        {"rates", s.report.at("rates")},
+                        {"round", s.best.at("round")}});
+    }
+    unsigned apart = recommended > bestCount ? recommended - bestCount : bestCount - recommended;
+    met = met && apart <= 1;
+    perBlur.push_back({{"blur", blur},
+                       {"best_measured_data_instances", bestCount},
+                       {"recommended_data_instances", recommended},
+                       {"within_one", apart <= 1}});
+  }
+  json out = {{"bench", "pipeline"},
+              {"mode", "sweep"},
+              {"settings",
+               {{"blurs", blurs},
+                {"data_instances", counts},
+                {"batch_size", o.batchSize},
+                {"epochs", o.epochs},
+                {"train_samples", o.samples},
+                {"prefetch", o.prefetch},
+                {"augmenters_per_node", o.perNode},
+                {"cpus", o.cpus},
+                {"rounds", o.rounds}}},
+              {"load_average", {{"before", loadBefore}, {"after", loadAfter}}},
+              {"setups", setups},
+              {"per_blur", perBlur},
+              {"target_error", targetError},
+              {"targets_met", met}};
+  if (!o.keep.empty()) out["kept"] = dir.string();
+  if (o.json) {
+    printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  printf(
+      "bench_pipeline sweep: hetero_train --batch-size %u --train-samples %lu --epochs %u "
+      "--augmenters-per-node %u; one CPU per instance (dnn CPU %u); best of %u rounds; load "
+      "average %.1f -> %.1f\n",
+      o.batchSize, (unsigned long)o.samples, o.epochs, o.perNode, o.cpus[0], o.rounds, loadBefore,
+      loadAfter);
+  printf(
+      "predicted: the sizing advisor (docs/advisor.md) from the same blur's run with %u data "
+      "instances\n\n",
+      counts.front());
+  printf("%5s %5s %12s %12s %8s %10s %10s\n", "blur", "data", "measured ms", "predicted ms",
+         "error", "wait meas", "wait pred");
+  for (auto& r : setups) {
+    printf("%5d %5u %12.1f %12.1f %+7.1f%% %9.1f%% %9.1f%%%s\n", r.at("blur").get<int>(),
+           r.at("data_instances").get<unsigned>(), r.at("measured_step_ms").get<double>(),
+           r.at("predicted_step_ms").get<double>(), 100 * r.at("error").get<double>(),
+           100 * r.at("measured_data_wait_fraction").get<double>(),
+           100 * r.at("predicted_data_wait_fraction").get<double>(),
+           std::fabs(r.at("error").get<double>()) <= targetError ? "" : "  (outside 15%)");
+  }
+  printf("\n%5s %22s %22s\n", "blur", "fastest measured data", "recommended data");
+  for (auto& b : perBlur) {
+    printf("%5d %22u %22u%s\n", b.at("blur").get<int>(),
+           b.at("best_measured_data_instances").get<unsigned>(),
+           b.at("recommended_data_instances").get<unsigned>(),
+           b.at("within_one").get<bool>() ? "" : "  (more than one apart)");
+  }
+  printf(
+      "\ntargets (every prediction within 15%%, every recommendation within one instance): %s\n",
+      met ? "MET" : "NOT MET");
+  if (!o.keep.empty()) printf("logs and reports: %s\n", dir.c_str());
+  return 0;
 }
 
 int runBench(const Options& o, const char* self) {
@@ -738,6 +900,7 @@ int runBench(const Options& o, const char* self) {
       if (!keep) fs::remove_all(dir, ec);
     }
   } cleanup{dir, !o.keep.empty()};
+  if (!o.sweepBlur.empty() || !o.sweepData.empty()) return runSweep(o, dir);
 
   double loadBefore = loadAverage();
   // The costs are measured once per round, before its runs, and the lowest of each counts, as
@@ -755,24 +918,33 @@ int runBench(const Options& o, const char* self) {
       double& best = costs[key].get_ref<double&>();
       best = key.find("per_s") != std::string::npos ? std::max(best, v) : std::min(best, v);
     }
-    for (bool het : {false, true}) {
-      for (unsigned attempt = 0;; ++attempt) {
-        runs.push_back(runSetup(o, het, dir, round, attempt));
-        if (!runs.back().restarted) break;
-        fprintf(stderr, "bench_pipeline: an instance was lost and an actor restarted; %s\n",
-                attempt + 1 < o.attempts ? "running it again" : "giving up");
-        if (attempt + 1 >= o.attempts) {
-          throw std::runtime_error("the " + runs.back().setup + " run lost an instance " +
-                                   std::to_string(o.attempts) + " times");
-        }
-      }
-    }
+    for (unsigned dataCount : {0u, 1u}) runRounds(o, o.blur, dataCount, dir, runs, round);
   }
   double loadAfter = loadAverage();
 
   auto hom = summarize(runs, "homogeneous");
   auto het = summarize(runs, "heterogeneous");
   double homMs = hom.best.at("mean_step_ms"), hetMs = het.best.at("mean_step_ms");
+  // The advisor's predictions for both setups from the homogeneous run's report alone.
+  auto homPredicted = predictSetup(hom.report, 0), hetPredicted = predictSetup(hom.report, 1);
+  hom.best["predicted_step_ms"] = homPredicted.stepMs;
+  het.best["predicted_step_ms"] = hetPredicted.stepMs;
+  hom.best["predicted_data_wait_fraction"] = homPredicted.waitShare;
+  het.best["predicted_data_wait_fraction"] = hetPredicted.waitShare;
+  json advisor = {
+      {"predicted_from", "homogeneous"},
+      {"rates", hom.report.at("rates")},
+      {"homogeneous",
+       {{"predicted_step_ms", homPredicted.stepMs},
+        {"measured_step_ms", homMs},
+        {"error", homPredicted.stepMs / homMs - 1}}},
+      {"heterogeneous",
+       {{"predicted_step_ms", hetPredicted.stepMs},
+        {"measured_step_ms", hetMs},
+        {"error", hetPredicted.stepMs / hetMs - 1}}},
+      {"target_error", 0.15},
+      {"target_met", std::fabs(homPredicted.stepMs / homMs - 1) <= 0.15 &&
+                         std::fabs(hetPredicted.stepMs / hetMs - 1) <= 0.15}};
   double aug = costs.at("augment_batch_ms"), train = costs.at("train_step_ms");
   double speedup = homMs / hetMs;
   double idealCpu = 2.0;  // two pinned CPUs against one
@@ -836,6 +1008,7 @@ int runBench(const Options& o, const char* self) {
         {"openblas_threads", costs.at("openblas_threads")}}},
       {"homogeneous", hom.best},
       {"heterogeneous", het.best},
+      {"advisor", advisor},
       {"cpu_ms_per_step_in_runs", inRuns},
       {"model_step_ms", {{"homogeneous", aug + train}, {"heterogeneous", std::max(aug, train)}}},
       {"speedup", speedup},
@@ -891,16 +1064,22 @@ int runBench(const Options& o, const char* self) {
          "while the other CPU augments", augBusy, trainBusy, 100 * (augBusy / aug - 1),
          100 * (trainBusy / train - 1));
 
-  printf("%-14s %5s %13s %13s %10s %10s %10s\n", "setup", "CPUs", "mean step ms", "model ms",
-         "samples/s", "data wait", "accuracy");
+  printf("%-14s %5s %13s %13s %15s %10s %10s %10s\n", "setup", "CPUs", "mean step ms",
+         "model ms", "advisor ms", "samples/s", "data wait", "accuracy");
   auto row = [&](const char* name, int cpus, const json& b, double model, const char* how) {
-    printf("%-14s %5d %13.1f %13.1f %10.0f %9.1f%% %10.4f  model: %s\n", name, cpus,
-           b.at("mean_step_ms").get<double>(), model, b.at("samples_per_s").get<double>(),
-           100 * b.at("data_wait_fraction").get<double>(), b.at("test_accuracy").get<double>(),
-           how);
+    double predicted = b.at("predicted_step_ms").get<double>();
+    printf("%-14s %5d %13.1f %13.1f %7.1f (%+4.0f%%) %10.0f %9.1f%% %10.4f  model: %s\n", name,
+           cpus, b.at("mean_step_ms").get<double>(), model, predicted,
+           100 * (predicted / b.at("mean_step_ms").get<double>() - 1),
+           b.at("samples_per_s").get<double>(), 100 * b.at("data_wait_fraction").get<double>(),
+           b.at("test_accuracy").get<double>(), how);
   };
   row("homogeneous", 1, hom.best, aug + train, "aug + train");
   row("heterogeneous", 2, het.best, std::max(aug, train), "max(aug, train)");
+  printf(
+      "%-14s the sizing advisor's step (docs/advisor.md) for both setups from the homogeneous "
+      "run's report alone; within 15%%: %s\n",
+      "advisor ms", advisor.at("target_met").get<bool>() ? "MET" : "NOT MET");
   printf(
       "%-14s CPU time per step, startup included: homogeneous dnn %.1f ms; heterogeneous "
       "dnn %.1f ms, data %.1f ms\n",
@@ -964,7 +1143,17 @@ int main(int argc, char* argv[]) {
       ->check(CLI::Range(1u, 64u));
   cli.add_option("--augmenters-per-node", o.perNode)->check(CLI::Range(1u, 64u));
   cli.add_option("--lr", o.lr);
-  cli.add_option("--cpus", cpus, "DNN_CPU,DATA_CPU (default: the first two this process may use)");
+  cli.add_option("--cpus", cpus,
+                 "DNN_CPU,DATA_CPU[,DATA_CPU...]: one per instance (default: those this process "
+                 "may use)");
+  cli.add_option("--sweep-blur", o.sweepBlur,
+                 "blur kernels to sweep, e.g. 0,9,31 (0 = off), each held against the sizing "
+                 "advisor's prediction")
+      ->delimiter(',');
+  cli.add_option("--sweep-data-instances", o.sweepData,
+                 "data-group sizes to sweep, e.g. 0,1,2 (one CPU each; default with --sweep-blur: "
+                 "0,1)")
+      ->delimiter(',');
   cli.add_option("--rounds", o.rounds, "runs of each setup; the fastest of each counts")
       ->check(CLI::Range(1u, 20u));
   cli.add_flag("--sim-unpinned", o.simUnpinned,
@@ -988,20 +1177,49 @@ int main(int argc, char* argv[]) {
     fprintf(stderr, "bench_pipeline: --blur must be odd\n");
     return 2;
   }
+  for (int b : o.sweepBlur) {
+    if (b != 0 && (b < 3 || b > 99 || b % 2 == 0)) {
+      fprintf(stderr, "bench_pipeline: --sweep-blur %d: a blur is 0 (off) or odd 3..99\n", b);
+      return 2;
+    }
+  }
   if (cpus.empty()) {
-    auto mine = allowedCpus();
-    if (mine.size() < 2) {
-      fprintf(stderr, "bench_pipeline: needs two CPUs, this process may use %zu\n", mine.size());
+    o.cpus = allowedCpus();
+    if (o.cpus.size() < 2) {
+      fprintf(stderr, "bench_pipeline: needs two CPUs, this process may use %zu\n",
+              o.cpus.size());
       return 2;
     }
-    o.cpus = {mine[0], mine[1]};
   } else {
-    unsigned a = 0, b = 0;
-    if (sscanf(cpus.c_str(), "%u,%u", &a, &b) != 2 || a == b) {
-      fprintf(stderr, "bench_pipeline: --cpus wants two different CPUs, e.g. 0,1\n");
+    std::stringstream list(cpus);
+    std::string item;
+    std::set<unsigned> seen;
+    while (std::getline(list, item, ',')) {
+      char* end = nullptr;
+      unsigned long c = strtoul(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || !seen.insert(unsigned(c)).second) {
+        fprintf(stderr,
+                "bench_pipeline: --cpus '%s': wants different CPU numbers, e.g. 0,1 (the dnn "
+                "CPU first)\n",
+                cpus.c_str());
+        return 2;
+      }
+      o.cpus.push_back(unsigned(c));
+    }
+    if (o.cpus.size() < 2) {
+      fprintf(stderr, "bench_pipeline: --cpus '%s': wants at least two CPUs, e.g. 0,1\n",
+              cpus.c_str());
       return 2;
     }
-    o.cpus = {a, b};
+  }
+  for (unsigned n : o.sweepData) {
+    if (n + 1 > o.cpus.size()) {
+      fprintf(stderr,
+              "bench_pipeline: --sweep-data-instances %u needs %u CPUs (one for the dnn instance, "
+              "one per data instance); there are %zu (--cpus, or this process's CPUs)\n",
+              n, n + 1, o.cpus.size());
+      return 2;
+    }
   }
 
   if (!o.probe.empty()) {
