@@ -164,6 +164,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     auto batchSeed = data::mixSeed(seed_, epoch, position);
     auto work = [data, augmenter = augmenter_, ids, batchSeed]() {
       trace::Span span("augment", "train");
+      auto cpu = threadCpuSeconds();  // gathering and augmenting: the pool's part of a batch
       auto& images = data->images;
       size_t n = ids.size(), pixels = images.imageSize();
       std::vector<uint8_t> raw(n * pixels);
@@ -174,7 +175,6 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
         std::copy(img.begin(), img.end(), raw.begin() + i * pixels);
         labels[i] = images.labels[at];
       }
-      auto cpu = threadCpuSeconds();
       auto out = augmenter->augment(raw, images.rows, images.cols, batchSeed);
       return std::make_tuple(kj::mv(out), kj::mv(labels), threadCpuSeconds() - cpu);
     };
@@ -182,6 +182,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
         .offload(kj::mv(work))
         .then([this, shard, session, epoch, data, order, position, end, sink,
                ids = kj::mv(ids)](auto result) mutable {
+          auto loopCpu = threadCpuSeconds();  // building and sending it: the loop's part
           auto req = sink.pushRequest();
           auto b = req.initBatch();
           b.setSession(session);
@@ -197,10 +198,10 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           images_ += ids.size();
           batches_ += 1;
           bytes_ += std::get<0>(result).size() * sizeof(float);
-          augmentSeconds_ += std::get<2>(result);
           // A streaming call: resolves at once while within the flow-control window.
-          return trace::around(req.send(), "push", "stream", trace::actorRow(self().id))
-              .then([this, shard, session, epoch, data, order, end, sink]() mutable {
+          auto sent = trace::around(req.send(), "push", "stream", trace::actorRow(self().id));
+          augmentSeconds_ += std::get<2>(result) + (threadCpuSeconds() - loopCpu);
+          return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
                 return pump(shard, session, epoch, data, order, end, sink);
               });
         });

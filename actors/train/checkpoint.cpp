@@ -78,6 +78,7 @@ json recordJson(const EpochRecord& r) {
           {"steps", r.steps},
           {"step_seconds", r.stepSeconds},
           {"step_cpu_seconds", r.stepCpuSeconds},
+          {"fill_seconds", r.fillSeconds},
           {"wait_seconds", r.waitSeconds},
           {"seconds", r.seconds},
           {"loss", r.loss},
@@ -94,6 +95,7 @@ EpochRecord recordFrom(const json& j) {
   r.steps = j.at("steps");
   r.stepSeconds = j.at("step_seconds");
   r.stepCpuSeconds = j.value("step_cpu_seconds", 0.0);  // absent in older checkpoints
+  r.fillSeconds = j.value("fill_seconds", 0.0);
   r.waitSeconds = j.at("wait_seconds");
   r.seconds = j.at("seconds");
   r.loss = j.at("loss");

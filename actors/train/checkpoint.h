@@ -68,6 +68,8 @@ struct EpochRecord {
   /// CPU seconds of the steps' pool thread (the CPU trainer's compute, without time other
   /// threads of the instance took from it).
   double stepCpuSeconds = 0;
+  /// Of waitSeconds: the wait for the epoch's first batch (the pipeline filling).
+  double fillSeconds = 0;
   /// Samples of this epoch trained on by earlier runs of the job, before the resume that
   /// continued it (0 for an epoch a single run did).
   uint64_t fromCheckpoint = 0;

@@ -54,8 +54,9 @@ interface Augmenter extends(Troupe.Actor) {
   # The trainer consumed batches of that session's stream: send that many more.
   stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64);
   # What this incarnation of the augmenter augmented and pushed: images, the CPU seconds its
-  # augmentation took (thread CPU time on the pool), batches and their image bytes. The sizing
-  # advisor's augmentation rate per vCPU is images / augmentSeconds.
+  # batches took (thread CPU time: gathering and augmenting on the pool, building and sending the
+  # push on the event loop), batches and their image bytes. The sizing advisor's augmentation
+  # rate per vCPU is images / augmentSeconds.
 }
 
 struct TrainerArgs {
@@ -91,6 +92,7 @@ struct EpochReport {
   loss @10 :Float64;
   fromCheckpoint @11 :UInt64;     # samples of this epoch trained on before this run resumed it
   stepCpuSeconds @12 :Float64;    # CPU time of the steps' pool thread (the CPU trainer's compute)
+  fillSeconds @13 :Float64;       # of waitSeconds: waiting for the epoch's first batch
 }
 
 struct TrainerCpu {

@@ -187,6 +187,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
           e.setSteps(h.steps);
           e.setStepSeconds(h.stepSeconds);
           e.setStepCpuSeconds(h.stepCpuSeconds);
+          e.setFillSeconds(h.fillSeconds);
           e.setWaitSeconds(h.waitSeconds);
           e.setLoss(h.loss);
           e.setFromCheckpoint(h.fromCheckpoint);
@@ -438,7 +439,9 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
     auto waitStart = context().timer().now();
     return trace::around(dataReady(), "wait", "train", trace::actorRow(self().id))
         .then([this, epoch, waitStart]() {
-          stats_.waitSeconds += seconds(context().timer().now() - waitStart);
+          auto waited = seconds(context().timer().now() - waitStart);
+          stats_.waitSeconds += waited;
+          if (stats_.steps == 0) stats_.fillSeconds += waited;  // the pipeline filling
           return consume(epoch);
         });
   }

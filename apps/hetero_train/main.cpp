@@ -277,7 +277,7 @@ class Job {
     auto done = req.send().then(
         [this, refs = kj::mv(refs)](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
           auto results = kj::heap(kj::mv(r));
-          auto stats = gatherStats(kj::mv(refs));
+          auto stats = gatherStats(kj::mv(refs), placed_.front().host);
           return kj::Promise<AugmentStats>(kj::mv(stats))
               .then([this, results = kj::mv(results)](AugmentStats st) mutable { report(*results, st); });
         });
@@ -321,19 +321,23 @@ class Job {
   struct AugmentStats {
     uint64_t images = 0, batches = 0, bytes = 0;
     double seconds = 0;
+    double secondsBesideTrainer = 0;  // of `seconds`: on the trainer's host (in its process)
     unsigned answered = 0, lost = 0;
   };
 
   // Each augmenter's stats(); one gone for good (its restarts spent) is counted as lost.
-  troupe::Co<AugmentStats> gatherStats(std::vector<troupe::Ref<hetero::Augmenter>> refs) {
+  troupe::Co<AugmentStats> gatherStats(std::vector<troupe::Ref<hetero::Augmenter>> refs,
+                                       std::string trainerHost) {
     AugmentStats st;
     for (auto& a : refs) {
+      bool beside = a.address().host == trainerHost;
       try {
         auto r = co_await a.statsRequest().send();
         st.images += r.getImages();
         st.batches += r.getBatches();
         st.bytes += r.getBytes();
         st.seconds += r.getAugmentSeconds();
+        if (beside) st.secondsBesideTrainer += r.getAugmentSeconds();
         ++st.answered;
       } catch (const kj::Exception&) {
         ++st.lost;
@@ -347,7 +351,8 @@ class Job {
     printf("\ntrainer device: %s\n\n", r.getDevice().cStr());
     printf("%5s %9s %10s %8s %9s %9s %8s\n", "epoch", "samples", "duplicates", "missing",
            "rejected", "accuracy", "seconds");
-    double seconds = 0, wait = 0, stepSeconds = 0, stepCpuSeconds = 0;
+    double seconds = 0, wait = 0, stepSeconds = 0, stepCpuSeconds = 0, fill = 0;
+    unsigned epochCount = 0;
     uint64_t steps = 0, samples = 0;
     nlohmann::json epochs = nlohmann::json::array();
     for (auto e : r.getEpochs()) {
@@ -359,6 +364,8 @@ class Job {
       wait += e.getWaitSeconds();
       stepSeconds += e.getStepSeconds();
       stepCpuSeconds += e.getStepCpuSeconds();
+      fill += e.getFillSeconds();
+      ++epochCount;
       steps += e.getSteps();
       samples += e.getSamples();
       epochs.push_back({{"epoch", e.getEpoch() + 1},
@@ -434,12 +441,23 @@ class Job {
       // augmenters on the same CPUs took from it (no data group). A GPU trainer's is wall time.
       bool onCpu = std::string(r.getDevice().cStr()).find("using CPU") == 0;
       double computeSeconds = onCpu && stepCpuSeconds > 0 ? stepCpuSeconds : stepSeconds;
+      // The trainer process's CPU per step, without the augmenters that ran in it (no data
+      // group): steps, evaluation, receiving.
+      auto trainerCpu = r.getCpu();
+      double trainerCpuMs =
+          trainerCpu.getBatches()
+              ? 1000 * std::max(0.0, trainerCpu.getProcessSeconds() - st.secondsBesideTrainer) /
+                    trainerCpu.getBatches()
+              : 0;
       rates = {{"augment_images_per_vcpu_second", st.images / st.seconds},
                {"augmented_images", st.images},
                {"augmenters_answered", st.answered},
                {"augmenters_lost", st.lost},
                {"compute_step_ms", 1000 * computeSeconds / steps},
                {"step_wall_ms", 1000 * stepSeconds / steps},
+               {"trainer_cpu_ms_per_step", trainerCpuMs},
+               {"fill_ms_per_epoch", epochCount ? 1000 * fill / epochCount : 0},
+               {"steps_per_epoch", epochCount ? double(steps) / epochCount : 0},
                {"other_ms_per_step",
                 std::max(0.0, 1000 * (seconds - stepSeconds - wait) / steps)},
                {"stream_bytes_per_s", seconds > 0 ? steps * bytesPerBatch / seconds : 0},

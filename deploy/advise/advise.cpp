@@ -14,6 +14,10 @@ namespace {
 
 using nlohmann::json;
 
+// A prediction that needs more batch bytes/s than this many times the run's own is beyond what
+// the run showed the stream can carry: marked, not refused.
+constexpr double kStreamMargin = 1.5;
+
 const char* kWrittenBy =
     "hetero_train --report writes it from the advisor's version on (the 'rates' object); "
     "run hetero_train again with --report FILE";
@@ -53,6 +57,9 @@ Measured fromReport(const json& report) {
   m.augmentImagesPerVcpuSecond = number(rates, "rates.", "augment_images_per_vcpu_second", true);
   m.computeStepMs = number(rates, "rates.", "compute_step_ms", true);
   m.otherMsPerStep = number(rates, "rates.", "other_ms_per_step", false);
+  m.trainerCpuMsPerStep = number(rates, "rates.", "trainer_cpu_ms_per_step", false);
+  m.fillMsPerEpoch = number(rates, "rates.", "fill_ms_per_epoch", false);
+  m.stepsPerEpoch = number(rates, "rates.", "steps_per_epoch", true);
   m.streamBytesPerSecond = number(rates, "rates.", "stream_bytes_per_s", true);
   m.bytesPerBatch = number(rates, "rates.", "bytes_per_batch", true);
   m.batchSize = unsigned(number(rates, "rates.", "batch_size", true));
@@ -126,27 +133,37 @@ Measured loadReport(const std::string& path) {
 Row predict(const Measured& m, const Candidate& c, const Prices& prices) {
   Row r;
   r.candidate = c;
-  double augMs = 1000.0 * m.batchSize / m.augmentImagesPerVcpuSecond;  // one vCPU, one batch
+  // CPU milliseconds one batch costs an augmenter (gathering, augmenting, building the push).
+  double augMs = 1000.0 * m.batchSize / m.augmentImagesPerVcpuSecond;
+  // How many of an instance's vCPUs augment at once: one augmenter per vCPU, or as many as the
+  // run's --augmenters-per-node.
   auto augmenting = [&](double vcpus) {
     return m.augmentersPerNode ? std::min<double>(m.augmentersPerNode, vcpus) : vcpus;
   };
-  double busyMs;  // the slower of training and data, per step
+  // The trainer's step loop is serial: a step (compute only) and the evaluation's share, at
+  // best. Its instance's CPUs must also hold the trainer process's other work (receiving,
+  // decoding, evaluating), and without a data group the augmentation too.
+  double serialMs = m.computeStepMs + m.otherMsPerStep;
+  double dnnVcpus = std::max(1u, m.dnnVcpus);
+  double busyMs;
   if (c.count == 0) {
-    // No data group: the augmenters run on the dnn instance, beside the trainer. Its vCPUs share
-    // the trainer's CPU work (a CPU trainer) and the augmentation.
-    double workers = std::min<double>(m.dnnVcpus, augmenting(m.dnnVcpus) + (m.trainerOnCpu ? 1 : 0));
-    double cpuMs = (m.trainerOnCpu ? m.computeStepMs : 0) + augMs;
-    r.dataMs = augMs / augmenting(m.dnnVcpus);
-    busyMs = std::max(m.computeStepMs, cpuMs / std::max(1.0, workers));
+    r.dataMs = augMs / augmenting(dnnVcpus);
+    r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnVcpus);
+    busyMs = std::max({serialMs, r.dataMs, (m.trainerCpuMsPerStep + augMs) / dnnVcpus});
   } else {
     // With a data group every augmenter runs on it (hetero_train places them with
     // prefer(data_group)); augmentation scales with its vCPUs.
     r.dataMs = augMs / (c.count * augmenting(c.vcpus));
-    busyMs = std::max(m.computeStepMs, r.dataMs);
+    r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnVcpus);
+    busyMs = std::max(r.trainerMs, r.dataMs);
   }
-  r.stepMs = busyMs + m.otherMsPerStep;
-  r.waitShare = (busyMs - m.computeStepMs) / r.stepMs;
-  r.beyondStream = m.bytesPerBatch / (busyMs / 1000.0) > m.streamBytesPerSecond * 1.05;
+  // Each epoch starts by waiting for its first batch (loading shards, the first augmentation):
+  // as measured, whatever the group.
+  double fillMs = m.stepsPerEpoch > 0 ? m.fillMsPerEpoch / m.stepsPerEpoch : 0;
+  r.stepMs = busyMs + fillMs;
+  r.waitShare = (std::max(0.0, busyMs - r.trainerMs) + fillMs) / r.stepMs;
+  r.streamBytesPerSecond = m.bytesPerBatch / (r.stepMs / 1000.0);
+  r.beyondStream = r.streamBytesPerSecond > kStreamMargin * m.streamBytesPerSecond;
   auto price = [&](const std::string& type) {
     auto p = prices.perHour(type, m.spot);
     if (!p) r.priced = false;
@@ -209,19 +226,24 @@ Advice recommend(const Measured& m, const std::vector<Candidate>& cs, const Pric
 
 std::vector<std::string> assumptions(const Measured& m) {
   std::vector<std::string> out = {
-      "augmentation scales with vCPUs: every vCPU of a candidate augments at the run's measured " +
+      "augmentation scales with vCPUs: every augmenting vCPU of a candidate does the run's " +
           fmt("%.0f", m.augmentImagesPerVcpuSecond) +
-          " images per CPU-second (the same CPU generation as the run's)",
-      "the trainer's compute-only step (" + fmt("%.1f", m.computeStepMs) +
-          " ms, measured) does not change with the data group",
-      "evaluation and checkpoints (" + fmt("%.2f", m.otherMsPerStep) +
-          " ms per step, measured) run on the trainer and overlap nothing",
-      "the stream is not the limit up to the run's measured " +
-          fmt("%.1f", m.streamBytesPerSecond / 1e6) +
-          " MB/s of batches; rows needing more are marked '>stream' (untested there)",
+          " images per CPU-second (gathering, augmenting and sending; the same CPU generation as "
+          "the run's)",
+      "the trainer's step loop is serial: a step is at least its compute (" +
+          fmt("%.2f", m.computeStepMs) + " ms, measured) plus evaluation and checkpoints (" +
+          fmt("%.2f", m.otherMsPerStep) + " ms per step, measured), whatever the data group",
+      "the trainer process's other CPU work (" + fmt("%.2f", m.trainerCpuMsPerStep) +
+          " ms per step in all, measured: receiving, evaluating" +
+          (m.trainerOnCpu ? ", the CPU steps" : "") +
+          ") shares the dnn instance's vCPUs; with no data group the augmentation shares them too",
       "with a data group every augmenter runs on it (prefer(data_group), as in the run): the dnn "
-      "instance's vCPUs do not augment; with none, the dnn instance's vCPUs share augmentation " +
-          std::string(m.trainerOnCpu ? "and the CPU trainer's steps" : "(the trainer is on a GPU)"),
+      "instance's vCPUs do not augment",
+      "each epoch first waits for its first batch as long as the run did (" +
+          fmt("%.0f", m.fillMsPerEpoch) + " ms per epoch), whatever the data group",
+      "the stream is not the limit up to " + fmt("%.1f", kStreamMargin) + "x the run's " +
+          fmt("%.1f", m.streamBytesPerSecond / 1e6) +
+          " MB/s of batches; rows needing more are marked '>stream' (not shown by the run)",
   };
   if (m.augmentersPerNode) {
     out.push_back("augmenters per node: " + std::to_string(m.augmentersPerNode) +
@@ -247,8 +269,10 @@ std::string table(const Advice& a) {
          fmt("%.1f", 100 * m.measuredWaitShare) + " %\n";
   if (!m.whatIf.empty()) out += "what if: " + m.whatIf + "\n";
   out += "rates: augmentation " + fmt("%.0f", m.augmentImagesPerVcpuSecond) +
-         " images/s per vCPU, compute-only step " + fmt("%.1f", m.computeStepMs) +
-         " ms, other " + fmt("%.2f", m.otherMsPerStep) + " ms/step, stream " +
+         " images/s per vCPU, compute-only step " + fmt("%.2f", m.computeStepMs) +
+         " ms, other " + fmt("%.2f", m.otherMsPerStep) + " ms/step, trainer CPU " +
+         fmt("%.2f", m.trainerCpuMsPerStep) + " ms/step, first batch " +
+         fmt("%.0f", m.fillMsPerEpoch) + " ms/epoch, stream " +
          fmt("%.1f", m.streamBytesPerSecond / 1e6) + " MB/s\n\n";
   char line[256];
   snprintf(line, sizeof(line), "%-16s %5s %6s %10s %10s %10s %12s  %s\n", "data group", "count",
@@ -282,6 +306,8 @@ json toJson(const Advice& a) {
                     {"data_vcpus", r.candidate.count * r.candidate.vcpus},
                     {"step_ms", r.stepMs},
                     {"data_ms_per_batch", r.dataMs},
+                    {"trainer_ms_per_step", r.trainerMs},
+                    {"stream_bytes_per_s_needed", r.streamBytesPerSecond},
                     {"data_wait_fraction", r.waitShare},
                     {"price_per_hour_usd", r.pricePerHour},
                     {"priced", r.priced},
@@ -303,6 +329,9 @@ json toJson(const Advice& a) {
             {"augment_images_per_vcpu_second", m.augmentImagesPerVcpuSecond},
             {"compute_step_ms", m.computeStepMs},
             {"other_ms_per_step", m.otherMsPerStep},
+            {"trainer_cpu_ms_per_step", m.trainerCpuMsPerStep},
+            {"fill_ms_per_epoch", m.fillMsPerEpoch},
+            {"steps_per_epoch", m.stepsPerEpoch},
             {"stream_bytes_per_s", m.streamBytesPerSecond},
             {"pricing", m.spot ? "spot" : "on-demand"},
             {"what_if", m.whatIf.empty() ? json(nullptr) : json(m.whatIf)}}},

@@ -23,10 +23,14 @@ struct AdviseError : std::invalid_argument {
 
 /// What one run measured, as the model needs it.
 struct Measured {
-  double augmentImagesPerVcpuSecond = 0;  // images per CPU-second of one augmenter thread
+  double augmentImagesPerVcpuSecond = 0;  // images per CPU-second of an augmenter's work
   double computeStepMs = 0;               // the trainer's time in training steps, per step
   double otherMsPerStep = 0;  // epoch time in neither steps nor data waits (evaluation,
                               // checkpoints), per step: on the trainer, not overlapped
+  double trainerCpuMsPerStep = 0;  // the trainer process's CPU per step, all threads, without
+                                   // augmenters that ran in it
+  double fillMsPerEpoch = 0;       // waiting for each epoch's first batch
+  double stepsPerEpoch = 0;
   double streamBytesPerSecond = 0;  // batch bytes/s the trainer received in the run
   double bytesPerBatch = 0;
   unsigned batchSize = 0;
@@ -52,6 +56,8 @@ struct Row {
   Candidate candidate;
   double stepMs = 0;         // predicted mean step, evaluation included
   double dataMs = 0;         // predicted time to augment one batch with the group
+  double trainerMs = 0;      // the trainer's bound per step: its steps, or its instance's CPUs
+  double streamBytesPerSecond = 0;  // the batch bytes/s the prediction needs
   double waitShare = 0;      // predicted share of the step the trainer waits for data
   double pricePerHour = 0;   // the whole cluster's
   bool priced = true;        // every instance had a price

@@ -1,5 +1,6 @@
 #include "advise_cmd.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "advise.h"
@@ -39,6 +40,9 @@ int runAdvise(const AdviseOptions& o) {
       m.whatIf = "the trainer on 1 x " + o.dnnType + " (" + std::to_string(m.dnnVcpus) + " vCPUs)";
     }
     if (o.computeStepMs > 0) {
+      // The steps leave the dnn instance's CPUs: its CPU work keeps only the rest (receiving,
+      // evaluating).
+      if (m.trainerOnCpu) m.trainerCpuMsPerStep = std::max(0.0, m.trainerCpuMsPerStep - m.computeStepMs);
       m.computeStepMs = o.computeStepMs;
       m.trainerOnCpu = false;
       char ms[64];

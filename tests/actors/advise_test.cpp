@@ -15,12 +15,15 @@ using nlohmann::json;
 namespace {
 
 // One vCPU augments 1,000 images/s: a batch of 100 takes 100 ms on one vCPU. The CPU trainer's
-// step is 50 ms, evaluation 10 ms per step; the dnn instance has 1 vCPU (as bench_pipeline pins).
+// step is 50 ms, evaluation 10 ms per step, and its process uses 60 ms of CPU per step in all; the
+// dnn instance has 1 vCPU (as bench_pipeline pins). No wait for an epoch's first batch.
 Measured known() {
   Measured m;
   m.augmentImagesPerVcpuSecond = 1000;
   m.computeStepMs = 50;
   m.otherMsPerStep = 10;
+  m.trainerCpuMsPerStep = 60;
+  m.stepsPerEpoch = 100;
   m.streamBytesPerSecond = 1e9;
   m.bytesPerBatch = 100 * 784 * 4;
   m.batchSize = 100;
@@ -37,6 +40,9 @@ json reportJson() {
            {{"augment_images_per_vcpu_second", 1000.0},
             {"compute_step_ms", 50.0},
             {"other_ms_per_step", 10.0},
+            {"trainer_cpu_ms_per_step", 60.0},
+            {"fill_ms_per_epoch", 0.0},
+            {"steps_per_epoch", 100.0},
             {"stream_bytes_per_s", 1e9},
             {"bytes_per_batch", 313600.0},
             {"batch_size", 100},
@@ -59,8 +65,10 @@ json reportJson() {
 TEST_CASE("advisor: no data group on a 1-vCPU dnn instance costs augmentation plus the step",
           "[advise]") {
   auto r = predict(known(), {"", 0, 0}, Prices());
-  // Augmentation (100 ms) and the CPU trainer's step (50 ms) share the one vCPU, then evaluation.
+  // Augmentation (100 ms) and the trainer process's work (60 ms: its step and evaluation) share
+  // the one vCPU; the trainer waits while the vCPU augments.
   CHECK(r.stepMs == Approx(160));
+  CHECK(r.trainerMs == Approx(60));
   CHECK(r.waitShare == Approx(100.0 / 160));
   CHECK(r.pricePerHour == Approx(3.825));
   CHECK(r.costPer1000 == Approx(3.825 * 160 / 3600));
@@ -73,15 +81,33 @@ TEST_CASE("advisor: a data group scales augmentation with its vCPUs until the st
   m.augmentImagesPerVcpuSecond = 200;  // 500 ms per batch on one vCPU
   auto c5 = [&](unsigned n) { return predict(m, {"ml.c5.xlarge", n, 4}, Prices()); };
   CHECK(c5(1).dataMs == Approx(125));
-  CHECK(c5(1).stepMs == Approx(135));
-  CHECK(c5(1).waitShare == Approx(75.0 / 135));
-  CHECK(c5(2).stepMs == Approx(72.5));
-  CHECK(c5(3).stepMs == Approx(60));  // 41.7 ms of data: the 50 ms step is the limit
+  CHECK(c5(1).stepMs == Approx(125));  // evaluation overlaps the augmenters' work
+  CHECK(c5(1).waitShare == Approx(65.0 / 125));
+  CHECK(c5(2).stepMs == Approx(62.5));
+  CHECK(c5(3).stepMs == Approx(60));  // 41.7 ms of data: the trainer's 60 ms is the limit
   CHECK(c5(3).waitShare == Approx(0));
+  // The trainer process's CPU work beyond its serial steps bounds it on a small dnn instance.
+  auto busy = m;
+  busy.trainerCpuMsPerStep = 90;
+  CHECK(predict(busy, {"ml.c5.xlarge", 4, 4}, Prices()).stepMs == Approx(90));
+  busy.dnnVcpus = 2;
+  CHECK(predict(busy, {"ml.c5.xlarge", 4, 4}, Prices()).stepMs == Approx(60));
   CHECK(c5(3).costPer1000 == Approx((3.825 + 3 * 0.204) * 60 / 3600));
   // --augmenters-per-node 1: a node augments on one vCPU whatever its size.
   m.augmentersPerNode = 1;
   CHECK(predict(m, {"ml.c5.xlarge", 2, 4}, Prices()).dataMs == Approx(250));
+}
+
+TEST_CASE("advisor: each epoch's wait for its first batch is added to every candidate's step",
+          "[advise]") {
+  auto m = known();
+  m.fillMsPerEpoch = 500;  // 5 ms per step over 100 steps
+  auto none = predict(m, {"", 0, 0}, Prices());
+  CHECK(none.stepMs == Approx(165));
+  CHECK(none.waitShare == Approx(105.0 / 165));
+  auto two = predict(m, {"ml.c5.xlarge", 2, 4}, Prices());
+  CHECK(two.stepMs == Approx(65));
+  CHECK(two.waitShare == Approx(5.0 / 65));
 }
 
 TEST_CASE("advisor: the cheapest and the fastest are marked, ties to the smaller group",
@@ -97,11 +123,12 @@ TEST_CASE("advisor: the cheapest and the fastest are marked, ties to the smaller
   }
   CHECK(cheapest == 1);
   CHECK(fastest == 1);
-  // 3 and 4 instances both reach the 60 ms step: the fastest is the smaller, also the cheapest.
+  // 3 and 4 instances both reach the trainer's 60 ms: the fastest is the smaller. Two instances
+  // (62.5 ms at $4.233/h) cost less per step than three (60 ms at $4.437/h): the cheapest.
   CHECK(a.rows[3].candidate.count == 3);
   CHECK(a.rows[3].fastest);
-  CHECK(a.rows[3].cheapest);
   CHECK_FALSE(a.rows[4].fastest);
+  CHECK(a.rows[2].cheapest);
   // With the data instance 100 times dearer, running without a data group is cheapest.
   auto path = "/tmp/advise-test-" + std::to_string(getpid()) + ".csv";
   std::ofstream(path) << "instance_type,on_demand_usd_per_hour\nml.c5.xlarge,20.4\n";
@@ -113,9 +140,12 @@ TEST_CASE("advisor: the cheapest and the fastest are marked, ties to the smaller
 
 TEST_CASE("advisor: a row needing more stream bytes/s than measured is marked", "[advise]") {
   auto m = known();
-  m.streamBytesPerSecond = m.bytesPerBatch / 0.100;  // the run moved one batch per 100 ms
-  CHECK(predict(m, {"ml.c5.xlarge", 1, 4}, Prices()).beyondStream);   // one per 50 ms
-  CHECK_FALSE(predict(m, {"", 0, 0}, Prices()).beyondStream);        // one per 150 ms
+  m.augmentImagesPerVcpuSecond = 800;                // 125 ms per batch on one vCPU
+  m.streamBytesPerSecond = m.bytesPerBatch / 0.185;  // the run moved one batch per 185 ms
+  // Up to 1.5 times the run's bytes/s is taken as shown by the run.
+  CHECK(predict(m, {"ml.c5.xlarge", 4, 4}, Prices()).beyondStream);        // one per 60 ms
+  CHECK_FALSE(predict(m, {"ml.c5.xlarge", 1, 1}, Prices()).beyondStream);  // one per 125 ms
+  CHECK_FALSE(predict(m, {"", 0, 0}, Prices()).beyondStream);              // one per 185 ms
 }
 
 TEST_CASE("advisor: spot pricing without a spot price counts the row as unpriced", "[advise]") {
