@@ -103,6 +103,9 @@ struct TrainerCpu {
   processSeconds @2 :Float64;     # CPU of the trainer's whole process, steps included
   copiedBatches @3 :UInt64;       # batches copied on arrival: from a local augmenter, or small
                                   # (troupe/received.h); the others were trained on in place
+  steadyProcessSeconds @4 :Float64;
+  # Of processSeconds: from each epoch's first batch to its end (evaluation included), without
+  # the wait for the first batch (what the sizing advisor counts per step).
 }
 
 struct CheckpointReport {

@@ -173,6 +173,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
         cpu.setLoopSeconds(used.thread);
         cpu.setProcessSeconds(used.process);
         cpu.setCopiedBatches(copiedBatches_);
+        cpu.setSteadyProcessSeconds(steadyProcessSeconds_);
         auto list = r.initEpochs(history_.size());
         for (size_t i = 0; i < history_.size(); ++i) {
           auto& h = history_[i];
@@ -232,6 +233,10 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
           return model->evaluate(test->images, test->labels);
         })
         .then([this, epoch](double accuracy) {
+          KJ_IF_MAYBE(from, steadyFrom_) {
+            steadyProcessSeconds_ += CpuTimes::now().process - *from;
+            steadyFrom_ = nullptr;
+          }
           stats_.accuracy = accuracy;
           stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
           totalWait_ += stats_.waitSeconds - waitBefore_;
@@ -445,6 +450,7 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
           return consume(epoch);
         });
   }
+  if (steadyFrom_ == nullptr) steadyFrom_ = CpuTimes::now().process;  // the epoch's first batch
   auto b = kj::mv(queue_.front());
   queue_.pop_front();
   if (b.source >= sources_.size()) {

@@ -155,6 +155,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   std::string resumedFrom_, lastWritten_;
   uint32_t written_ = 0;
   CpuTimes cpuAtStart_;  // when train() began, on its (the event loop's) thread
+  // Process CPU from each epoch's first batch to its end: `steadyFrom_` is set while counting.
+  kj::Maybe<double> steadyFrom_;
+  double steadyProcessSeconds_ = 0;
   uint64_t stepsAtStart_ = 0;
   uint64_t copiedBatches_ = 0;  // deliveries Received::keep had to copy
   double writeSeconds_ = 0;

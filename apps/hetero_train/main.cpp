@@ -441,14 +441,15 @@ class Job {
       // augmenters on the same CPUs took from it (no data group). A GPU trainer's is wall time.
       bool onCpu = std::string(r.getDevice().cStr()).find("using CPU") == 0;
       double computeSeconds = onCpu && stepCpuSeconds > 0 ? stepCpuSeconds : stepSeconds;
-      // The trainer process's CPU per step, without the augmenters that ran in it (no data
-      // group): steps, evaluation, receiving.
+      // The trainer process's CPU per step once batches flow, without the augmenters that ran
+      // in it (no data group): steps, evaluation, receiving.
       auto trainerCpu = r.getCpu();
-      double trainerCpuMs =
-          trainerCpu.getBatches()
-              ? 1000 * std::max(0.0, trainerCpu.getProcessSeconds() - st.secondsBesideTrainer) /
-                    trainerCpu.getBatches()
-              : 0;
+      double trainerCpuMs = trainerCpu.getBatches()
+                                ? 1000 *
+                                      std::max(0.0, trainerCpu.getSteadyProcessSeconds() -
+                                                        st.secondsBesideTrainer) /
+                                      trainerCpu.getBatches()
+                                : 0;
       rates = {{"augment_images_per_vcpu_second", st.images / st.seconds},
                {"augmented_images", st.images},
                {"augmenters_answered", st.answered},
