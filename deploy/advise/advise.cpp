@@ -100,6 +100,12 @@ Measured fromReport(const json& report) {
     m.dataType.clear();
     m.dataCount = 0;
   }
+  m.cluster = std::to_string(m.dnnCount) + " x " + m.dnnType + " (" + std::to_string(m.dnnVcpus) +
+              " vCPUs)";
+  if (m.dataCount) {
+    m.cluster += " + " + std::to_string(m.dataCount) + " x " + m.dataType + " (" +
+                 std::to_string(m.dataVcpus) + " vCPUs)";
+  }
   return m;
 }
 
@@ -259,13 +265,7 @@ std::vector<std::string> assumptions(const Measured& m) {
 std::string table(const Advice& a) {
   auto& m = a.measured;
   std::string out;
-  out += "measured: " + std::to_string(m.dnnCount) + " x " + m.dnnType + " (" +
-         std::to_string(m.dnnVcpus) + " vCPUs)";
-  if (m.dataCount) {
-    out += " + " + std::to_string(m.dataCount) + " x " + m.dataType + " (" +
-           std::to_string(m.dataVcpus) + " vCPUs)";
-  }
-  out += ": step " + fmt("%.1f", m.measuredStepMs) + " ms, data wait " +
+  out += "measured: " + m.cluster + ": step " + fmt("%.1f", m.measuredStepMs) + " ms, data wait " +
          fmt("%.1f", 100 * m.measuredWaitShare) + " %\n";
   if (!m.whatIf.empty()) out += "what if: " + m.whatIf + "\n";
   out += "rates: augmentation " + fmt("%.0f", m.augmentImagesPerVcpuSecond) +
@@ -318,7 +318,8 @@ json toJson(const Advice& a) {
                     {"measured", r.measured}});
   }
   return {{"measured",
-           {{"dnn_type", m.dnnType},
+           {{"cluster", m.cluster},
+            {"dnn_type", m.dnnType},
             {"dnn_count", m.dnnCount},
             {"dnn_vcpus", m.dnnVcpus},
             {"data_type", m.dataCount ? json(m.dataType) : json(nullptr)},

@@ -43,6 +43,7 @@ struct Measured {
   double measuredStepMs = 0, measuredWaitShare = 0;
   bool spot = false;
   std::string whatIf;  // non-empty: the inputs were changed from the run's (said in the output)
+  std::string cluster;  // the run's, as measured ("1 x ml.p3.2xlarge (8 vCPUs) + ...")
 };
 
 /// One data group to predict: `count` instances of `type`, each with `vcpus` vCPUs.
