@@ -87,6 +87,7 @@ struct Options {
   // advisor predicts each from the setup with the fewest data instances of the same blur.
   std::vector<int> sweepBlur;
   std::vector<unsigned> sweepData;
+  int predictFrom = -1;  // the data-group size whose run the advisor predicts from; -1: the smallest
   unsigned rounds = 3;
   bool simUnpinned = false;
   int nice = 0;  // of every child (negative needs root); inherited by the instances  // start
@@ -784,6 +785,11 @@ int runSweep(const Options& o, const fs::path& dir) {
   std::vector<unsigned> counts = o.sweepData.empty() ? std::vector<unsigned>{0, 1} : o.sweepData;
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  unsigned from = o.predictFrom >= 0 ? unsigned(o.predictFrom) : counts.front();
+  if (std::find(counts.begin(), counts.end(), from) == counts.end()) {
+    throw std::invalid_argument("--predict-from " + std::to_string(from) +
+                                ": not among the swept data-group sizes");
+  }
   double loadBefore = loadAverage();
   std::vector<Run> runs;
   for (unsigned round = 0; round < o.rounds; ++round) {
@@ -796,7 +802,7 @@ int runSweep(const Options& o, const fs::path& dir) {
   bool met = true;
   json setups = json::array(), perBlur = json::array();
   for (int blur : blurs) {
-    auto base = summarize(runs, setupName(o, blur, counts.front()));
+    auto base = summarize(runs, setupName(o, blur, from));
     double bestMs = INFINITY, cheapest = INFINITY;
     unsigned bestCount = 0, recommended = 0;
     for (unsigned n : counts) {
@@ -815,7 +821,7 @@ int runSweep(const Options& o, const fs::path& dir) {
                         {"measured_data_wait_fraction", s.best.at("data_wait_fraction")},
                         {"predicted_data_wait_fraction", p.waitShare},
                         {"predicted_cost_per_1000_steps_usd", p.costPer1000},
-                        {"predicted_from_data_instances", counts.front()},
+                        {"predicted_from_data_instances", from},
                         {"rates", s.report.at("rates")},
                         {"round", s.best.at("round")}});
     }
@@ -857,7 +863,7 @@ int runSweep(const Options& o, const fs::path& dir) {
   printf(
       "predicted: the sizing advisor (docs/advisor.md) from the same blur's run with %u data "
       "instances\n\n",
-      counts.front());
+      from);
   printf("%5s %5s %12s %12s %8s %10s %10s\n", "blur", "data", "measured ms", "predicted ms",
          "error", "wait meas", "wait pred");
   for (auto& r : setups) {
@@ -1154,6 +1160,10 @@ int main(int argc, char* argv[]) {
                  "data-group sizes to sweep, e.g. 0,1,2 (one CPU each; default with --sweep-blur: "
                  "0,1)")
       ->delimiter(',');
+  cli.add_option("--predict-from", o.predictFrom,
+                 "in a sweep: the data-group size whose run the advisor predicts every other "
+                 "from (default: the smallest)")
+      ->check(CLI::Range(0, 64));
   cli.add_option("--rounds", o.rounds, "runs of each setup; the fastest of each counts")
       ->check(CLI::Range(1u, 20u));
   cli.add_flag("--sim-unpinned", o.simUnpinned,
@@ -1218,6 +1228,22 @@ int main(int argc, char* argv[]) {
               "bench_pipeline: --sweep-data-instances %u needs %u CPUs (one for the dnn instance, "
               "one per data instance); there are %zu (--cpus, or this process's CPUs)\n",
               n, n + 1, o.cpus.size());
+      return 2;
+    }
+  }
+
+  if (o.predictFrom >= 0) {
+    auto swept = o.sweepData.empty() ? std::vector<unsigned>{0, 1} : o.sweepData;
+    if (o.sweepBlur.empty() && o.sweepData.empty()) {
+      fprintf(stderr, "bench_pipeline: --predict-from needs a sweep (--sweep-blur or "
+                      "--sweep-data-instances)\n");
+      return 2;
+    }
+    if (std::find(swept.begin(), swept.end(), unsigned(o.predictFrom)) == swept.end()) {
+      fprintf(stderr,
+              "bench_pipeline: --predict-from %d: not among the swept data-group sizes; pick one "
+              "of --sweep-data-instances (default 0,1)\n",
+              o.predictFrom);
       return 2;
     }
   }
