@@ -1,6 +1,7 @@
 // `troupe advise` on the report of a real, short hetero_train run: the table marks one cheapest
 // and one fastest row and the run's own data group, --json carries the same rows, and bad input
 // is refused naming the file or the field (docs/advisor.md).
+#include <sched.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -94,4 +95,33 @@ TEST_CASE("troupe advise sizes the data group from a real hetero_train report",
           std::string::npos);
   }
   unlink(report.c_str());
+}
+
+TEST_CASE("bench_pipeline --json carries the advisor's predicted step beside the measured one",
+          "[train][advise]") {
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  if (CPU_COUNT(&set) < 2) {
+    WARN("skipping: bench_pipeline pins two instances to two CPUs; this process may use "
+         << CPU_COUNT(&set));
+    return;
+  }
+  // A small sweep: no data group and one data instance, each predicted from the other's run.
+  Run bench({BENCH_PIPELINE, "--sweep-data-instances", "0,1", "--predict-from", "1", "--rounds",
+             "1", "--train-samples", "6000", "--blur", "9", "--json", "--troupe",
+             harness::troupeBinary(), "--app", HETERO_TRAIN});
+  REQUIRE(bench.wait(240s) == 0);
+  INFO(bench.output());
+  auto out = bench.output();
+  auto j = json::parse(out.substr(out.rfind("\n{") + 1));
+  REQUIRE(j["setups"].size() == 2);
+  for (auto& s : j["setups"]) {
+    CHECK(s["measured_step_ms"].get<double>() > 0);
+    CHECK(s["predicted_step_ms"].get<double>() > 0);
+    CHECK(s["predicted_from_data_instances"] == 1);
+    CHECK(s["error"].get<double>() ==
+          Approx(s["predicted_step_ms"].get<double>() / s["measured_step_ms"].get<double>() - 1));
+  }
+  CHECK(j["per_blur"][0]["recommended_data_instances"].is_number());
+  CHECK(j.contains("targets_met"));
 }
