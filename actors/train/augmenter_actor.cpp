@@ -60,7 +60,10 @@ kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(u
   if (it != loaded_.end()) return it->second.addBranch();
   KJ_REQUIRE(shard < shards_, "no such shard", shard, shards_);
   // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
-  auto load = context().offload([dir = dataDir_, shard, shards = shards_, samples = samples_]() {
+  auto load = context().offload([dir = dataDir_, shard, shards = shards_, samples = samples_,
+                                  spent = loadSeconds_]() {
+    auto cpu = threadCpuSeconds();
+    KJ_DEFER(spent->fetch_add(threadCpuSeconds() - cpu));
     auto all = data::loadFashionMnist(dir, data::Split::kTrain);
     KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
                samples, all.size());
@@ -146,6 +149,7 @@ kj::Promise<void> AugmenterActor::stats(StatsContext call) {
   r.setAugmentSeconds(augmentSeconds_);
   r.setBatches(batches_);
   r.setBytes(bytes_);
+  r.setLoadSeconds(loadSeconds_->load());
   return kj::READY_NOW;
 }
 

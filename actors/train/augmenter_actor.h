@@ -6,6 +6,7 @@
 
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <vector>
@@ -63,6 +64,8 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   // For stats(): what this incarnation augmented and pushed.
   uint64_t images_ = 0, batches_ = 0, bytes_ = 0;
   double augmentSeconds_ = 0;
+  // CPU seconds loading shards (on the pool, so shared with the pool job that adds to it).
+  std::shared_ptr<std::atomic<double>> loadSeconds_ = std::make_shared<std::atomic<double>>(0);
 };
 
 }  // namespace troupe::train

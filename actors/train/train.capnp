@@ -52,11 +52,13 @@ interface Augmenter extends(Troupe.Actor) {
   # augmenter meanwhile through its mailbox; several shards' streams run at once.
   grant @1 (session :UInt64, credits :UInt32);
   # The trainer consumed batches of that session's stream: send that many more.
-  stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64);
+  stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64,
+                  loadSeconds :Float64);
   # What this incarnation of the augmenter augmented and pushed: images, the CPU seconds its
   # batches took (thread CPU time: gathering and augmenting on the pool, building and sending the
   # push on the event loop), batches and their image bytes. The sizing advisor's augmentation
-  # rate per vCPU is images / augmentSeconds.
+  # rate per vCPU is images / augmentSeconds. loadSeconds: the CPU seconds its shards took to load
+  # (once per incarnation, before its first batch: part of the trainer's wait for it).
 }
 
 struct TrainerArgs {

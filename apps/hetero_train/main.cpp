@@ -322,6 +322,7 @@ class Job {
     uint64_t images = 0, batches = 0, bytes = 0;
     double seconds = 0;
     double secondsBesideTrainer = 0;  // of `seconds`: on the trainer's host (in its process)
+    double loadSeconds = 0;           // loading shards, all augmenters
     unsigned answered = 0, lost = 0;
   };
 
@@ -338,6 +339,7 @@ class Job {
         st.bytes += r.getBytes();
         st.seconds += r.getAugmentSeconds();
         if (beside) st.secondsBesideTrainer += r.getAugmentSeconds();
+        st.loadSeconds += r.getLoadSeconds();
         ++st.answered;
       } catch (const kj::Exception&) {
         ++st.lost;
@@ -458,6 +460,8 @@ class Job {
                {"step_wall_ms", 1000 * stepSeconds / steps},
                {"trainer_cpu_ms_per_step", trainerCpuMs},
                {"fill_ms_per_epoch", epochCount ? 1000 * fill / epochCount : 0},
+               {"load_ms_per_augmenter", st.answered ? 1000 * st.loadSeconds / st.answered : 0},
+               {"epochs", epochCount},
                {"steps_per_epoch", epochCount ? double(steps) / epochCount : 0},
                {"other_ms_per_step",
                 std::max(0.0, 1000 * (seconds - stepSeconds - wait) / steps)},

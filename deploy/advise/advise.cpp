@@ -60,6 +60,8 @@ Measured fromReport(const json& report) {
   m.trainerCpuMsPerStep = number(rates, "rates.", "trainer_cpu_ms_per_step", false);
   m.fillMsPerEpoch = number(rates, "rates.", "fill_ms_per_epoch", false);
   m.stepsPerEpoch = number(rates, "rates.", "steps_per_epoch", true);
+  m.loadMsPerAugmenter = number(rates, "rates.", "load_ms_per_augmenter", false);
+  m.epochs = unsigned(number(rates, "rates.", "epochs", true));
   m.streamBytesPerSecond = number(rates, "rates.", "stream_bytes_per_s", true);
   m.bytesPerBatch = number(rates, "rates.", "bytes_per_batch", true);
   m.batchSize = unsigned(number(rates, "rates.", "batch_size", true));
@@ -104,7 +106,7 @@ Measured fromReport(const json& report) {
               " vCPUs)";
   if (m.dataCount) {
     m.cluster += " + " + std::to_string(m.dataCount) + " x " + m.dataType + " (" +
-                 std::to_string(m.dataVcpus) + " vCPUs)";
+                 countText(m.dataVcpus) + " vCPUs)";
   }
   return m;
 }
@@ -163,9 +165,15 @@ Row predict(const Measured& m, const Candidate& c, const Prices& prices) {
     r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnVcpus);
     busyMs = std::max(r.trainerMs, r.dataMs);
   }
-  // Each epoch starts by waiting for its first batch (loading shards, the first augmentation):
-  // as measured, whatever the group.
-  double fillMs = m.stepsPerEpoch > 0 ? m.fillMsPerEpoch / m.stepsPerEpoch : 0;
+  // Each epoch starts by waiting for its first batch: as measured, but for the shards' loading
+  // (single-threaded, once per run), which takes longer on an instance smaller than a CPU.
+  auto loadVcpus = [](double vcpus) { return std::min(1.0, std::max(vcpus, 0.01)); };
+  double runVcpus = loadVcpus(m.dataCount ? m.dataVcpus : m.dnnVcpus);
+  double candidateVcpus = loadVcpus(c.count ? c.vcpus : m.dnnVcpus);
+  double fillPerEpoch =
+      std::max(0.0, m.fillMsPerEpoch + m.loadMsPerAugmenter / std::max(1u, m.epochs) *
+                                           (1 / candidateVcpus - 1 / runVcpus));
+  double fillMs = m.stepsPerEpoch > 0 ? fillPerEpoch / m.stepsPerEpoch : 0;
   r.stepMs = busyMs + fillMs;
   r.waitShare = (std::max(0.0, busyMs - r.trainerMs) + fillMs) / r.stepMs;
   r.streamBytesPerSecond = m.bytesPerBatch / (r.stepMs / 1000.0);
@@ -246,7 +254,9 @@ std::vector<std::string> assumptions(const Measured& m) {
       "with a data group every augmenter runs on it (prefer(data_group), as in the run): the dnn "
       "instance's vCPUs do not augment",
       "each epoch first waits for its first batch as long as the run did (" +
-          fmt("%.0f", m.fillMsPerEpoch) + " ms per epoch), whatever the data group",
+          fmt("%.0f", m.fillMsPerEpoch) + " ms per epoch), but for loading the shards (" +
+          fmt("%.0f", m.loadMsPerAugmenter) +
+          " ms of CPU per augmenter, once), which an instance smaller than one CPU does slower",
       "the stream is not the limit up to " + fmt("%.1f", kStreamMargin) + "x the run's " +
           fmt("%.1f", m.streamBytesPerSecond / 1e6) +
           " MB/s of batches; rows needing more are marked '>stream' (not shown by the run)",
@@ -272,7 +282,8 @@ std::string table(const Advice& a) {
          " images/s per vCPU, compute-only step " + fmt("%.2f", m.computeStepMs) +
          " ms, other " + fmt("%.2f", m.otherMsPerStep) + " ms/step, trainer CPU " +
          fmt("%.2f", m.trainerCpuMsPerStep) + " ms/step, first batch " +
-         fmt("%.0f", m.fillMsPerEpoch) + " ms/epoch, stream " +
+         fmt("%.0f", m.fillMsPerEpoch) + " ms/epoch (loading " +
+         fmt("%.0f", m.loadMsPerAugmenter) + " ms), stream " +
          fmt("%.1f", m.streamBytesPerSecond / 1e6) + " MB/s\n\n";
   char line[256];
   snprintf(line, sizeof(line), "%-16s %5s %6s %10s %10s %10s %12s  %s\n", "data group", "count",
@@ -332,6 +343,7 @@ json toJson(const Advice& a) {
             {"other_ms_per_step", m.otherMsPerStep},
             {"trainer_cpu_ms_per_step", m.trainerCpuMsPerStep},
             {"fill_ms_per_epoch", m.fillMsPerEpoch},
+            {"load_ms_per_augmenter", m.loadMsPerAugmenter},
             {"steps_per_epoch", m.stepsPerEpoch},
             {"stream_bytes_per_s", m.streamBytesPerSecond},
             {"pricing", m.spot ? "spot" : "on-demand"},

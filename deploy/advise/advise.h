@@ -31,6 +31,8 @@ struct Measured {
                                    // augmenters that ran in it
   double fillMsPerEpoch = 0;       // waiting for each epoch's first batch
   double stepsPerEpoch = 0;
+  double loadMsPerAugmenter = 0;   // CPU loading an augmenter's shards (once, in the first fill)
+  unsigned epochs = 1;
   double streamBytesPerSecond = 0;  // batch bytes/s the trainer received in the run
   double bytesPerBatch = 0;
   unsigned batchSize = 0;
@@ -39,7 +41,8 @@ struct Measured {
   std::string dnnType;
   unsigned dnnCount = 1, dnnVcpus = 1;
   std::string dataType;  // empty when the run had no data group
-  unsigned dataCount = 0, dataVcpus = 0;
+  unsigned dataCount = 0;
+  double dataVcpus = 0;  // each data instance's (bench_pipeline: a share of one CPU)
   double measuredStepMs = 0, measuredWaitShare = 0;
   bool spot = false;
   std::string whatIf;  // non-empty: the inputs were changed from the run's (said in the output)

@@ -152,7 +152,7 @@ int printEnvironment(const EnvOptions& o) {
 }
 
 struct Options {
-  std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, app;
+  std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, cpuQuotaArgs, app;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
       interruptWhen, out;
   EnvOptions envOptions;
@@ -220,6 +220,10 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   sim->add_flag("--pin", o.pin,
                 "pin each instance to its own CPUs, in proportion to its instance type's vCPUs");
   sim->add_option("--cpus", o.cpuArgs, "HOST_OR_GROUP=CPU_LIST, the CPUs of some instances");
+  sim->add_option("--cpu-quota", o.cpuQuotaArgs,
+                  "HOST_OR_GROUP=CPUS (e.g. data_group=0.25): each such instance in a cgroup of "
+                  "its own limited to CPUS CPUs, to emulate instances smaller than a CPU (needs "
+                  "root and a cgroup hierarchy with the cpu controller)");
   sim->add_flag("--netns", o.netns,
                 "root only: each instance in its own network namespace, a host of its own");
   auto* spot = "Managed spot training";
@@ -328,6 +332,17 @@ sim::JobSpec jobSpec(Options& o) {
   }
   spec.envArgs = o.envArgs;
   spec.cpuArgs = o.cpuArgs;
+  for (auto& q : o.cpuQuotaArgs) {
+    auto [who, text] = sim::splitPair(q, '=', "--cpu-quota", "HOST_OR_GROUP=CPUS");
+    char* end = nullptr;
+    double cpus = strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(cpus >= 0.01) || cpus > 1024) {
+      throw std::invalid_argument("--cpu-quota '" + q +
+                                  "': CPUS must be a number of CPUs from 0.01 to 1024, e.g. "
+                                  "data_group=0.25");
+    }
+    spec.cpuQuotas.emplace_back(who, cpus);
+  }
   spec.pin = o.pin;
   spec.netns = o.netns;
   spec.headGroup = o.headGroup;

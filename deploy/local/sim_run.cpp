@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <memory>
 
+#include "cpu_quota.h"
 #include "job_file.h"
 #include "netns.h"
 #include "troupe/config.h"
@@ -41,9 +43,17 @@ unsigned freePort() {
 
 struct Instance {
   std::string host, group, instanceType, address, root, cpus;
+  double cpuQuota = 0;  // --cpu-quota: CPUs (0: none)
+  std::unique_ptr<CpuQuotaCgroup> cgroup;
   kj::Own<troupe::ChildProcess> process;
   kj::Maybe<troupe::ChildExit> exit;
 };
+
+std::string formatCpus(double cpus) {
+  char text[32];
+  snprintf(text, sizeof(text), "%g", cpus);
+  return text;
+}
 
 // --pin: the CPUs each instance runs on. --cpus HOST_OR_GROUP=LIST names them; the others share
 // this machine's CPUs in proportion to their instance type's vCPUs (at least one each), or one
@@ -216,6 +226,11 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   }
   if (lab) lab->writeHostsFiles();
   assignCpus(instances, spec.cpuArgs, spec.pin);
+  for (auto& in : instances) {
+    for (auto& [who, cpus] : spec.cpuQuotas) {
+      if (who == in.host || who == in.group) in.cpuQuota = cpus;  // the last one naming it wins
+    }
+  }
   for (auto& g : spec.groups) {
     json hosts = json::array();
     for (auto& in : instances) {
@@ -384,6 +399,17 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     }));
   };
 
+  // Every cgroup before any process: a failure starts nothing.
+  for (auto& in : instances) {
+    if (in.cpuQuota <= 0) continue;
+    auto name = "troupe-sim-" + std::to_string(getpid()) + "-" + std::to_string(number) + "-" + in.host;
+    in.cgroup = std::make_unique<CpuQuotaCgroup>(name, in.cpuQuota);
+    if (!in.cgroup->why().empty()) {
+      throw std::runtime_error("--cpu-quota for " + in.host + ": " + in.cgroup->why() +
+                               "; run as root where a cgroup hierarchy has the cpu controller, or "
+                               "without --cpu-quota");
+    }
+  }
   printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed_, dir.c_str());
   for (auto& in : instances) {
     troupe::ChildProcess::Options opts;
@@ -392,6 +418,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       auto prefix = lab->execPrefix(in.host);
       opts.args.insert(opts.args.begin(), prefix.begin(), prefix.end());
     }
+    if (in.cgroup) opts.args = in.cgroup->wrap(opts.args);
     opts.env = environment(in, spec_, hostMapPath, lab.has_value());
     std::string prefix = "[" + in.host + "] ";
     auto after = interruption ? interruption->after : std::string();
@@ -401,9 +428,10 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       if (!after.empty() && strstr(line.cStr(), after.c_str()) != nullptr) startClock();
     };
     in.process = kj::heap<troupe::ChildProcess>(loop_, kj::mv(opts));
-    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s\n", in.host.c_str(), in.group.c_str(),
-           in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
-           in.cpus.empty() ? "" : " cpus=", in.cpus.c_str());
+    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s\n", in.host.c_str(),
+           in.group.c_str(), in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
+           in.cpus.empty() ? "" : " cpus=", in.cpus.c_str(),
+           in.cpuQuota > 0 ? (" cpu-quota=" + formatCpus(in.cpuQuota)).c_str() : "");
   }
   fflush(stdout);
   if (interruption && interruption->after.empty()) startClock();

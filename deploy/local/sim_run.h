@@ -37,6 +37,7 @@ struct JobSpec {
   nlohmann::json hyperparameters = nlohmann::json::object();
   std::vector<std::pair<std::string, std::filesystem::path>> channels;
   std::vector<std::string> envArgs, cpuArgs;
+  std::vector<std::pair<std::string, double>> cpuQuotas;  // --cpu-quota: HOST_OR_GROUP, CPUs
   bool pin = false, netns = false;
   std::string headGroup, tokenFile;
   unsigned graceMs = 10000, lingerMs = 15000;

@@ -43,6 +43,8 @@ json reportJson() {
             {"trainer_cpu_ms_per_step", 60.0},
             {"fill_ms_per_epoch", 0.0},
             {"steps_per_epoch", 100.0},
+            {"load_ms_per_augmenter", 200.0},
+            {"epochs", 2},
             {"stream_bytes_per_s", 1e9},
             {"bytes_per_batch", 313600.0},
             {"batch_size", 100},
@@ -108,6 +110,18 @@ TEST_CASE("advisor: each epoch's wait for its first batch is added to every cand
   auto two = predict(m, {"ml.c5.xlarge", 2, 4}, Prices());
   CHECK(two.stepMs == Approx(65));
   CHECK(two.waitShare == Approx(5.0 / 65));
+  // Loading the shards (400 ms of CPU, once in 2 epochs) on instances of a quarter CPU takes 4
+  // times as long as on the run's whole one: 3 x 400 / 2 = 600 ms more per epoch, 6 ms a step.
+  m.loadMsPerAugmenter = 400;
+  m.epochs = 2;
+  auto quarter = predict(m, {"ml.c5.xlarge", 4, 0.25}, Prices());
+  CHECK(quarter.dataMs == Approx(100));
+  CHECK(quarter.stepMs == Approx(100 + 5 + 6));
+  // Measured on quarter-CPU data instances, predicted for whole ones: that much less.
+  m.dataCount = 4;
+  m.dataVcpus = 0.25;
+  m.fillMsPerEpoch = 1100;
+  CHECK(predict(m, {"ml.c5.xlarge", 4, 1}, Prices()).stepMs == Approx(60 + 5));
 }
 
 TEST_CASE("advisor: the cheapest and the fastest are marked, ties to the smaller group",

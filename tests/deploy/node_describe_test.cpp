@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "cpu_quota.h"
 #include "deploy_util.h"
 
 using namespace std::chrono_literals;
@@ -24,54 +25,13 @@ unsigned machineCpus() {
   return CPU_COUNT(&set);
 }
 
-bool writeTo(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.flush();
-  return out.good();
-}
-
-// A child cgroup whose CPU quota is one CPU (cgroup v2 cpu.max "100000 100000" where the v2
-// hierarchy has the cpu controller, else v1 cpu.cfs_quota_us 100000 over a 100000 period), removed
-// at the end. `why` says why there is none.
+// A child cgroup whose CPU quota is one CPU (troupe sim's --cpu-quota cgroup, cpu_quota.h),
+// removed at the end. `why` says why there is none.
 class OneCpuCgroup {
  public:
-  OneCpuCgroup() {
-    std::ifstream mounts("/proc/self/mountinfo");
-    std::string line, v2, v1;
-    while (std::getline(mounts, line)) {
-      std::stringstream ls(line);
-      std::string id, parent, dev, root, point, word, type, source, opts;
-      ls >> id >> parent >> dev >> root >> point;
-      while (ls >> word && word != "-") {
-      }
-      ls >> type >> source >> opts;
-      if (type == "cgroup2") v2 = point;
-      if (type == "cgroup" && ("," + opts + ",").find(",cpu,") != std::string::npos) v1 = point;
-    }
-    auto name = "/troupe-node-test-" + std::to_string(getpid());
-    if (!v2.empty() &&
-        roots::readFile(v2 + "/cgroup.controllers").find("cpu") != std::string::npos) {
-      writeTo(v2 + "/cgroup.subtree_control", "+cpu");
-      if (mkdir((v2 + name).c_str(), 0755) == 0) {
-        dir = v2 + name;
-        if (!writeTo(dir + "/cpu.max", "100000 100000")) why = "cannot write " + dir + "/cpu.max";
-      } else {
-        why = "cannot create " + v2 + name + ": " + strerror(errno);
-      }
-    } else if (!v1.empty()) {
-      if (mkdir((v1 + name).c_str(), 0755) == 0) {
-        dir = v1 + name;
-        if (!writeTo(dir + "/cpu.cfs_period_us", "100000") ||
-            !writeTo(dir + "/cpu.cfs_quota_us", "100000")) {
-          why = "cannot write " + dir + "/cpu.cfs_quota_us";
-        }
-      } else {
-        why = "cannot create " + v1 + name + ": " + strerror(errno);
-      }
-    } else {
-      why = "no cgroup hierarchy here has the cpu controller";
-    }
+  OneCpuCgroup() : cgroup_("troupe-node-test-" + std::to_string(getpid()), 1.0) {
+    dir = cgroup_.dir();
+    why = cgroup_.why();
     if (why.empty()) {
       // Moving a process in can still be refused (a delegated or read-only hierarchy).
       auto probe = "echo $$ > " + dir + "/cgroup.procs 2>/dev/null";
@@ -81,18 +41,12 @@ class OneCpuCgroup {
     }
     if (!why.empty()) why = "skipping: " + why;
   }
-  ~OneCpuCgroup() {
-    if (!dir.empty()) rmdir(dir.c_str());
-  }
-  // argv that runs `argv` inside this cgroup.
-  std::vector<std::string> wrap(std::vector<std::string> argv) const {
-    std::vector<std::string> out = {"/bin/sh", "-c",
-                                    "echo $$ > " + dir + "/cgroup.procs && exec \"$@\"", "sh"};
-    out.insert(out.end(), argv.begin(), argv.end());
-    return out;
-  }
+  std::vector<std::string> wrap(std::vector<std::string> argv) const { return cgroup_.wrap(argv); }
 
   std::string dir, why;
+
+ private:
+  sim::CpuQuotaCgroup cgroup_;
 };
 
 // `troupe env`'s "node" object, run with `argv` (a wrapper, then troupe env) and `env`.

@@ -87,6 +87,7 @@ struct Options {
   // advisor predicts each from the setup with the fewest data instances of the same blur.
   std::vector<int> sweepBlur;
   std::vector<unsigned> sweepData;
+  double dataShare = 1;  // < 1: every data instance on the data CPU, each limited to this share
   int predictFrom = -1;  // the data-group size whose run the advisor predicts from; -1: the smallest
   unsigned rounds = 3;
   bool simUnpinned = false;
@@ -609,7 +610,14 @@ Run runSetup(const Options& o, int blur, unsigned dataCount, const fs::path& dir
     argv.push_back("--group");
     argv.push_back("data_group=" + std::to_string(dataCount) + ":ml.c5.xlarge");
     argv.push_back("--cpus");
-    argv.push_back("data_group=" + dataCpus(o, dataCount));
+    if (o.dataShare < 1) {
+      // Instances smaller than a CPU: all on the data CPU, each in a cgroup with its share.
+      argv.push_back("data_group=" + std::to_string(o.cpus.at(1)));
+      argv.push_back("--cpu-quota");
+      argv.push_back("data_group=" + std::to_string(o.dataShare));
+    } else {
+      argv.push_back("data_group=" + dataCpus(o, dataCount));
+    }
     argv.push_back("--env");
     argv.push_back("data_group:TROUPE_HEAD_TIMEOUT_MS=20000");
   }
@@ -745,14 +753,28 @@ Summary summarize(const std::vector<Run>& runs, const std::string& setup) {
 }
 
 // The sizing advisor (deploy/advise/advise.h) on `base`, a report of one of this bench's runs,
-// for `dataCount` data instances. The bench pins every instance to one CPU, so each has one vCPU
-// here, not its instance type's.
-hetero_train::advise::Row predictSetup(const json& base, unsigned dataCount) {
+// for `dataCount` data instances. The bench pins the dnn instance to one CPU and gives each data
+// instance `dataShare` of one, so those are their vCPUs here, not their instance types'.
+hetero_train::advise::Row predictSetup(const json& base, unsigned dataCount, double dataShare) {
   namespace adv = hetero_train::advise;
   auto m = adv::fromReport(base);
   m.dnnVcpus = 1;
-  m.dataVcpus = 1;
-  return adv::predict(m, {"ml.c5.xlarge", dataCount, 1.0}, hetero_train::Prices());
+  m.dataVcpus = dataShare;  // `base`'s own data instances, if it had any
+  return adv::predict(m, {"ml.c5.xlarge", dataCount, dataShare}, hetero_train::Prices());
+}
+
+std::string fmtShare(double share) {
+  char text[32];
+  snprintf(text, sizeof(text), "%g", share);
+  return text;
+}
+
+// What a setup's measured step costs per 1,000 steps at the instance table's prices.
+double measuredCostPer1000(double stepMs, unsigned dataCount) {
+  hetero_train::Prices prices;
+  double perHour = prices.perHour("ml.p3.2xlarge", false).value_or(0) +
+                   dataCount * prices.perHour("ml.c5.xlarge", false).value_or(0);
+  return perHour * stepMs / 3600.0;
 }
 
 // Runs one setup once (again, up to --attempts, when an instance was lost).
@@ -803,15 +825,19 @@ int runSweep(const Options& o, const fs::path& dir) {
   json setups = json::array(), perBlur = json::array();
   for (int blur : blurs) {
     auto base = summarize(runs, setupName(o, blur, from));
-    double bestMs = INFINITY, cheapest = INFINITY;
-    unsigned bestCount = 0, recommended = 0;
+    double bestMs = INFINITY, cheapest = INFINITY, cheapestMeasured = INFINITY;
+    std::map<unsigned, double> measuredCost;
+    unsigned bestCount = 0, recommended = 0, cheapestCount = 0;
     for (unsigned n : counts) {
       auto s = summarize(runs, setupName(o, blur, n));
-      auto p = predictSetup(base.report, n);
+      auto p = predictSetup(base.report, n, o.dataShare);
       double measured = s.best.at("mean_step_ms").get<double>();
       double error = p.stepMs / measured - 1;
       met = met && std::fabs(error) <= targetError;
       if (measured < bestMs) bestMs = measured, bestCount = n;
+      double cost = measuredCostPer1000(measured, n);
+      measuredCost[n] = cost;
+      if (cost < cheapestMeasured) cheapestMeasured = cost, cheapestCount = n;
       if (p.costPer1000 < cheapest) cheapest = p.costPer1000, recommended = n;
       setups.push_back({{"blur", blur},
                         {"data_instances", n},
@@ -821,15 +847,21 @@ int runSweep(const Options& o, const fs::path& dir) {
                         {"measured_data_wait_fraction", s.best.at("data_wait_fraction")},
                         {"predicted_data_wait_fraction", p.waitShare},
                         {"predicted_cost_per_1000_steps_usd", p.costPer1000},
+                        {"measured_cost_per_1000_steps_usd", cost},
                         {"predicted_from_data_instances", from},
                         {"rates", s.report.at("rates")},
                         {"round", s.best.at("round")}});
     }
-    unsigned apart = recommended > bestCount ? recommended - bestCount : bestCount - recommended;
+    // The recommendation is the cheapest predicted: held against the cheapest measured.
+    unsigned apart =
+        recommended > cheapestCount ? recommended - cheapestCount : cheapestCount - recommended;
     met = met && apart <= 1;
     perBlur.push_back({{"blur", blur},
-                       {"best_measured_data_instances", bestCount},
+                       {"fastest_measured_data_instances", bestCount},
+                       {"cheapest_measured_data_instances", cheapestCount},
                        {"recommended_data_instances", recommended},
+                       {"recommended_cost_above_cheapest",
+                        measuredCost[recommended] / cheapestMeasured - 1},
                        {"within_one", apart <= 1}});
   }
   json out = {{"bench", "pipeline"},
@@ -843,6 +875,7 @@ int runSweep(const Options& o, const fs::path& dir) {
                 {"prefetch", o.prefetch},
                 {"augmenters_per_node", o.perNode},
                 {"cpus", o.cpus},
+                {"data_cpu_share", o.dataShare},
                 {"rounds", o.rounds}}},
               {"load_average", {{"before", loadBefore}, {"after", loadAfter}}},
               {"setups", setups},
@@ -854,12 +887,16 @@ int runSweep(const Options& o, const fs::path& dir) {
     printf("%s\n", out.dump().c_str());
     return 0;
   }
+  std::string sizes = o.dataShare < 1 ? "dnn CPU " + std::to_string(o.cpus[0]) +
+                                           ", each data instance " + fmtShare(o.dataShare) +
+                                           " of CPU " + std::to_string(o.cpus[1])
+                                     : "one CPU per instance (dnn CPU " +
+                                           std::to_string(o.cpus[0]) + ")";
   printf(
       "bench_pipeline sweep: hetero_train --batch-size %u --train-samples %lu --epochs %u "
-      "--augmenters-per-node %u; one CPU per instance (dnn CPU %u); best of %u rounds; load "
-      "average %.1f -> %.1f\n",
-      o.batchSize, (unsigned long)o.samples, o.epochs, o.perNode, o.cpus[0], o.rounds, loadBefore,
-      loadAfter);
+      "--augmenters-per-node %u; %s; best of %u rounds; load average %.1f -> %.1f\n",
+      o.batchSize, (unsigned long)o.samples, o.epochs, o.perNode, sizes.c_str(), o.rounds,
+      loadBefore, loadAfter);
   printf(
       "predicted: the sizing advisor (docs/advisor.md) from the same blur's run with %u data "
       "instances\n\n",
@@ -874,15 +911,19 @@ int runSweep(const Options& o, const fs::path& dir) {
            100 * r.at("predicted_data_wait_fraction").get<double>(),
            std::fabs(r.at("error").get<double>()) <= targetError ? "" : "  (outside 15%)");
   }
-  printf("\n%5s %22s %22s\n", "blur", "fastest measured data", "recommended data");
+  printf("\n%5s %10s %10s %12s %22s\n", "blur", "fastest", "cheapest", "recommended",
+         "its measured cost");
   for (auto& b : perBlur) {
-    printf("%5d %22u %22u%s\n", b.at("blur").get<int>(),
-           b.at("best_measured_data_instances").get<unsigned>(),
+    printf("%5d %10u %10u %12u %+21.1f%%%s\n", b.at("blur").get<int>(),
+           b.at("fastest_measured_data_instances").get<unsigned>(),
+           b.at("cheapest_measured_data_instances").get<unsigned>(),
            b.at("recommended_data_instances").get<unsigned>(),
+           100 * b.at("recommended_cost_above_cheapest").get<double>(),
            b.at("within_one").get<bool>() ? "" : "  (more than one apart)");
   }
   printf(
-      "\ntargets (every prediction within 15%%, every recommendation within one instance): %s\n",
+      "\ntargets (every prediction within 15%%, every recommendation within one instance of the "
+      "cheapest measured): %s\n",
       met ? "MET" : "NOT MET");
   if (!o.keep.empty()) printf("logs and reports: %s\n", dir.c_str());
   return 0;
@@ -932,7 +973,8 @@ int runBench(const Options& o, const char* self) {
   auto het = summarize(runs, "heterogeneous");
   double homMs = hom.best.at("mean_step_ms"), hetMs = het.best.at("mean_step_ms");
   // The advisor's predictions for both setups from the homogeneous run's report alone.
-  auto homPredicted = predictSetup(hom.report, 0), hetPredicted = predictSetup(hom.report, 1);
+  auto homPredicted = predictSetup(hom.report, 0, o.dataShare),
+       hetPredicted = predictSetup(hom.report, 1, o.dataShare);
   hom.best["predicted_step_ms"] = homPredicted.stepMs;
   het.best["predicted_step_ms"] = hetPredicted.stepMs;
   hom.best["predicted_data_wait_fraction"] = homPredicted.waitShare;
@@ -1160,6 +1202,11 @@ int main(int argc, char* argv[]) {
                  "data-group sizes to sweep, e.g. 0,1,2 (one CPU each; default with --sweep-blur: "
                  "0,1)")
       ->delimiter(',');
+  cli.add_option("--data-cpu-share", o.dataShare,
+                 "below 1: every data instance runs on the data CPU (the second of --cpus) in a "
+                 "cgroup limited to this share of it (troupe sim --cpu-quota; needs root), so "
+                 "a sweep can try more data instances than this machine has CPUs")
+      ->check(CLI::Range(0.05, 1.0));
   cli.add_option("--predict-from", o.predictFrom,
                  "in a sweep: the data-group size whose run the advisor predicts every other "
                  "from (default: the smallest)")
@@ -1223,7 +1270,15 @@ int main(int argc, char* argv[]) {
     }
   }
   for (unsigned n : o.sweepData) {
-    if (n + 1 > o.cpus.size()) {
+    if (o.dataShare < 1) {
+      if (n * o.dataShare > 1 + 1e-9) {
+        fprintf(stderr,
+                "bench_pipeline: --sweep-data-instances %u with --data-cpu-share %g needs %g of "
+                "the data CPU; at most %u instances fit\n",
+                n, o.dataShare, n * o.dataShare, unsigned(1 / o.dataShare + 1e-9));
+        return 2;
+      }
+    } else if (n + 1 > o.cpus.size()) {
       fprintf(stderr,
               "bench_pipeline: --sweep-data-instances %u needs %u CPUs (one for the dnn instance, "
               "one per data instance); there are %zu (--cpus, or this process's CPUs)\n",
