@@ -51,6 +51,8 @@ def from_published(e, gpu_floor_ms):
             "trainer_cpu_ms_per_step": 0.0,
             "fill_ms_per_epoch": 0.0,
             "steps_per_epoch": 1000.0,
+            "load_ms_per_augmenter": 0.0,
+            "epochs": 1,
             "stream_bytes_per_s": 1e12,
             "bytes_per_batch": 1.0,
             "batch_size": batch,
