@@ -390,11 +390,13 @@ kj::Promise<kj::Array<ActorContext::Spawned>> Head::spawnWhenPlaced(SpawnRequest
 }
 
 void Head::capacityChanged() {
-  // Retried once per turn, after whatever freed the capacity has finished.
-  if (retryScheduled_ || waiting_.empty()) return;
+  // Retried once per turn, after whatever freed the capacity has finished. Restarts first: an
+  // actor that ran before goes ahead of new spawns.
+  if (retryScheduled_ || (waiting_.empty() && restartWaits_.empty())) return;
   retryScheduled_ = true;
   tasks_.add(kj::evalLater([this]() {
     retryScheduled_ = false;
+    retryRestarts();
     retryWaiting();
   }));
 }
@@ -557,6 +559,12 @@ void Head::announceHeadActors() {
   }
 }
 
+kj::Promise<void> Head::whenPlaced(uint64_t id) {
+  auto* e = findActor(id);
+  if (e == nullptr || e->state != State::RESTARTING) return kj::READY_NOW;
+  return whenStarted(id).catch_([](kj::Exception&&) {});
+}
+
 kj::Promise<void> Head::whenStarted(uint64_t id) {
   auto* e = findActor(id);
   if (e == nullptr) return kj::READY_NOW;
@@ -709,6 +717,11 @@ kj::Promise<void> Head::stop(uint64_t id) {
 
 kj::Promise<void> Head::terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart) {
   auto* e = findActor(id);
+  if (e != nullptr && e->state == State::RESTARTING) {
+    // Nothing runs: no children, nothing on a node. It ends with this reason, not a restart.
+    endRestartWait(id, kj::mv(reason));
+    return kj::READY_NOW;
+  }
   if (e == nullptr || e->state != State::RUNNING) return kj::READY_NOW;
   e->state = State::STOPPING;
   return stopChildren(id)
@@ -787,23 +800,35 @@ bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
   }
   auto decision = sched::place(view_, entry.spec.placement);
   auto* placed = std::get_if<sched::Placed>(&decision);
-  if (placed == nullptr || !view_.reserve(placed->nodeId, entry.spec.placement.getResources())) {
-    std::string why = placed ? "no capacity"
-                             : std::visit(
-                                   [](auto& d) -> std::string {
-                                     if constexpr (requires { d.reason; }) return d.reason;
-                                     return "";
-                                   },
-                                   decision);
-    reason.text += " (could not restart it: " + why + ")";
-    return false;
+  if (placed != nullptr && view_.reserve(placed->nodeId, entry.spec.placement.getResources())) {
+    entry.restarts.push_back(now);
+    restartOn(entry, placed->nodeId, reason);
+    return true;
   }
-  entry.restarts.push_back(now);
+  std::string why = "no capacity";
+  bool mayFitLater = true;
+  if (auto* u = std::get_if<sched::Unschedulable>(&decision)) {
+    why = u->reason;
+    mayFitLater = u->fitsWhenFree;
+  } else if (auto* w = std::get_if<sched::Wait>(&decision)) {
+    why = "not yet: " + w->reason;
+  }
+  if (entry.spec.waitForCapacity != nullptr && mayFitLater) {
+    // The restart counts against the limit now; it happens when capacity frees up.
+    entry.restarts.push_back(now);
+    waitToRestart(entry, reason, why);
+    return true;
+  }
+  reason.text += " (could not restart it: " + why + ")";
+  return false;
+}
+
+void Head::restartOn(ActorEntry& entry, uint32_t nodeId, const Exit& reason) {
   entry.reserved = true;
   entry.state = State::RUNNING;
   entry.children.clear();
   auto incarnation = entry.address.incarnation + 1;
-  entry.address = addressFor(entry.address.id, incarnation, placed->nodeId, entry.spec);
+  entry.address = addressFor(entry.address.id, incarnation, nodeId, entry.spec);
   spdlog::warn("restarting {} (restart {} of {}) after: {}", entry.address.describe(),
                entry.restarts.size(), entry.spec.maxRestarts, reason.text);
   hostOn(entry);
@@ -816,7 +841,84 @@ bool Head::tryRestart(ActorEntry& entry, Exit& reason) {
     reason.toProto(req.initReason());
     tasks_.add(req.send().ignoreResult());
   }
-  return true;
+}
+
+void Head::waitToRestart(ActorEntry& entry, const Exit& reason, const std::string& why) {
+  auto id = entry.address.id;
+  auto wait = KJ_ASSERT_NONNULL(entry.spec.waitForCapacity);
+  auto ms = wait / kj::MILLISECONDS;
+  spdlog::warn("{} does not fit now ({}); its restart waits up to {} ms for capacity, after: {}",
+               entry.address.describe(), why, ms, reason.text);
+  entry.state = State::RESTARTING;
+  entry.children.clear();
+  // Whoever waits for it to start (a rebinding reference's resolve) waits for the new incarnation.
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  entry.started = paf.promise.fork();
+  auto serial = nextWaiting_++;
+  restartWaits_.erase(id);
+  restartWaits_.emplace(id, RestartWait{reason, why, kj::mv(paf.fulfiller), serial});
+  tasks_.add(node_.loop().timer().afterDelay(wait).then([this, id, serial, ms]() {
+    auto it = restartWaits_.find(id);
+    if (it == restartWaits_.end() || it->second.serial != serial) return;
+    auto reason = it->second.reason;
+    reason.text += kj::str(" (could not restart it within ", ms,
+                           " ms (SpawnOptions::waitForCapacity): ", it->second.why.c_str(), ")")
+                       .cStr();
+    endRestartWait(id, kj::mv(reason));
+  }));
+}
+
+void Head::retryRestarts() {
+  std::vector<uint64_t> ids;
+  for (auto& [id, w] : restartWaits_) ids.push_back(id);
+  for (auto id : ids) {
+    auto* e = findActor(id);
+    auto it = restartWaits_.find(id);
+    if (it == restartWaits_.end()) continue;
+    if (e == nullptr || e->state != State::RESTARTING) {
+      restartWaits_.erase(it);
+      continue;
+    }
+    if (finishing_) {
+      auto reason = it->second.reason;
+      reason.text += " (not restarted: the job is ending)";
+      endRestartWait(id, kj::mv(reason));
+      continue;
+    }
+    auto decision = sched::place(view_, e->spec.placement);
+    auto* placed = std::get_if<sched::Placed>(&decision);
+    if (placed != nullptr && view_.reserve(placed->nodeId, e->spec.placement.getResources())) {
+      auto wait = kj::mv(it->second);
+      restartWaits_.erase(it);
+      restartOn(*e, placed->nodeId, wait.reason);
+      // Those waiting for the stand-in now wait for the new incarnation's start.
+      KJ_IF_MAYBE(started, e->started) {
+        tasks_.add(started->addBranch().then(
+            [f = kj::mv(wait.placed)]() mutable { f->fulfill(); }, [](kj::Exception&&) {}));
+      }
+      continue;
+    }
+    if (auto* u = std::get_if<sched::Unschedulable>(&decision)) {
+      it->second.why = u->reason;
+    } else if (auto* w = std::get_if<sched::Wait>(&decision)) {
+      it->second.why = "not yet: " + w->reason;
+    } else {
+      it->second.why = "no capacity";
+    }
+  }
+}
+
+void Head::endRestartWait(uint64_t id, Exit reason) {
+  auto it = restartWaits_.find(id);
+  if (it != restartWaits_.end()) {
+    it->second.placed->reject(KJ_EXCEPTION(DISCONNECTED, kj::str(reason.describe().c_str())));
+    restartWaits_.erase(it);
+  }
+  auto* e = findActor(id);
+  if (e == nullptr || e->state != State::RESTARTING) return;
+  spdlog::info("{}: its restart no longer waits: {}", e->address.describe(), reason.describe());
+  e->state = State::STOPPING;
+  finalize(id, kj::mv(reason));
 }
 
 void Head::finalize(uint64_t id, Exit reason) {
@@ -992,14 +1094,17 @@ kj::Promise<void> ClusterSession::spawn(SpawnContext call) {
 
 kj::Promise<void> ClusterSession::resolve(ResolveContext call) {
   auto id = call.getParams().getId();
-  KJ_IF_MAYBE(a, head_.resolve(id)) {
-    a->toProto(call.getResults().initActor());
-    return kj::READY_NOW;
-  }
-  KJ_IF_MAYBE(why, head_.exitOf(id)) {
-    return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " has exited: ", why->describe()));
-  }
-  return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " is not running"));
+  // An actor whose restart waits for capacity is resolved once it is placed, or has ended.
+  return head_.whenPlaced(id).then([this, id, call]() mutable -> kj::Promise<void> {
+    KJ_IF_MAYBE(a, head_.resolve(id)) {
+      a->toProto(call.getResults().initActor());
+      return kj::READY_NOW;
+    }
+    KJ_IF_MAYBE(why, head_.exitOf(id)) {
+      return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " has exited: ", why->describe()));
+    }
+    return KJ_EXCEPTION(DISCONNECTED, kj::str("actor #", id, " is not running"));
+  });
 }
 
 kj::Promise<void> ClusterSession::lookup(LookupContext call) {

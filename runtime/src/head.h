@@ -45,6 +45,9 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Array<ActorContext::Spawned> spawnGang(kj::Array<SpawnRequest> members);
   // All members placed together (sched::gang), or none and a throw with the reason.
   kj::Promise<void> whenStarted(uint64_t id);
+  kj::Promise<void> whenPlaced(uint64_t id);
+  // Resolves at once, or, for an actor whose restart waits for capacity, once it is placed or has
+  // ended (never fails).
   kj::Maybe<ActorAddress> resolve(uint64_t id);
   kj::Maybe<const Exit&> exitOf(uint64_t id) const;
   // Why an actor that is gone exited.
@@ -76,7 +79,9 @@ class Head final : private kj::TaskSet::ErrorHandler {
       kj::Maybe<kj::TimePoint> at;
     } load;
   };
-  enum class State { RUNNING, STOPPING, DEAD };
+  // RESTARTING: its last incarnation is gone and its restart waits for capacity (SpawnOptions::
+  // waitForCapacity); calls that resolve it wait too.
+  enum class State { RUNNING, STOPPING, RESTARTING, DEAD };
   struct ActorEntry {
     ActorAddress address;
     SpawnRequest spec;
@@ -88,6 +93,15 @@ class Head final : private kj::TaskSet::ErrorHandler {
     bool reserved = false;
     proto::Actor::Client client = nullptr;
     kj::Maybe<kj::ForkedPromise<void>> started;
+  };
+
+  struct RestartWait {
+    // A restart that did not fit: placed when capacity frees up, else the actor ends at the
+    // deadline with `reason` and why it did not fit.
+    Exit reason;
+    std::string why;  // the latest reason it did not fit
+    kj::Own<kj::PromiseFulfiller<void>> placed;  // resolves entry.started's stand-in
+    uint64_t serial;  // this wait's, against a stale deadline
   };
 
   struct Waiting {
@@ -124,6 +138,10 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> stopChildren(uint64_t id);
   kj::Promise<void> stopOnNode(ActorEntry& entry, Exit reason);
   bool tryRestart(ActorEntry& entry, Exit& reason);
+  void restartOn(ActorEntry& entry, uint32_t nodeId, const Exit& reason);
+  void waitToRestart(ActorEntry& entry, const Exit& reason, const std::string& why);
+  void retryRestarts();
+  void endRestartWait(uint64_t id, Exit reason);
   void finalize(uint64_t id, Exit reason);
   void releaseResources(ActorEntry& entry);
   void announceHeadActors();
@@ -144,6 +162,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   std::map<std::string, uint64_t> names_;
   uint64_t nextActorId_ = 1;
   std::map<uint64_t, Waiting> waiting_;  // spawns waiting for capacity, in request order
+  std::map<uint64_t, RestartWait> restartWaits_;  // by actor id
   uint64_t nextWaiting_ = 0;
   bool retryScheduled_ = false;
   kj::Own<kj::PromiseFulfiller<void>> formed_;

@@ -101,7 +101,10 @@ void Head::status(proto::JobStatus::Builder out) const {
       }
     }
     s.setCalls(calls);
-    s.setState(a->state == State::STOPPING ? "stopping" : calls < 0 ? "starting" : "running");
+    s.setState(a->state == State::STOPPING     ? "stopping"
+               : a->state == State::RESTARTING ? "restarting (waiting for capacity)"
+               : calls < 0                     ? "starting"
+                                               : "running");
   }
 }
 

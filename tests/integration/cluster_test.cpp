@@ -526,6 +526,60 @@ TEST_CASE("a spawn waits for capacity that frees up, and fails with the reason w
   CHECK(run.leftovers().empty());
 }
 
+// Three data nodes of 4 vCPUs and the dnn node (the head): actors of 3 vCPUs, one per data node.
+const std::vector<std::string> kFour = {"--group", "data_group=3:ml.c5.xlarge", "--group",
+                                        "dnn_group=1:ml.p3.2xlarge"};
+
+TEST_CASE("a restart waits for capacity that frees up, and ends the actor with the reason when "
+          "none does",
+          "[cluster][capacity]") {
+  Run run(harness::sim(kFour, probe("restart-wait")));
+  REQUIRE(run.wait(60s) == 0);
+  auto out = run.output();
+  INFO(out);
+  // Never frees: a's node was killed, no data node has 3 free vCPUs; its restart waited its 700
+  // ms (SpawnOptions::waitForCapacity) and a monitor got one down naming why, and no restart.
+  CHECK(out.find("its restart waits up to 700 ms for capacity") != std::string::npos);
+  auto aDown = numberAfter(out, "A DOWN after ");
+  CHECK(aDown >= 700);
+  CHECK(aDown < 5000);
+  CHECK(out.find("(could not restart it within 700 ms (SpawnOptions::waitForCapacity): no node "
+                 "in group 'data_group' has 3 free cpus") != std::string::npos);
+  CHECK(out.find("RESTARTED #1 ") == std::string::npos);
+  // Frees up: b's node was killed, c was stopped 600 ms later, b restarted on c's node; the
+  // monitor heard of the restart, and a call through b's reference waited for it.
+  CHECK(out.find("its restart waits up to 10000 ms for capacity") != std::string::npos);
+  auto placed = numberAfter(out, "B PLACED after ");
+  CHECK(placed >= 600);
+  CHECK(placed < 5000);
+  auto stopping = out.find("STOPPING c on ");
+  REQUIRE(stopping != std::string::npos);
+  auto cHost = out.substr(stopping + 14, out.find('\n', stopping) - stopping - 14);
+  CHECK(out.find("B PLACED after " + std::to_string(placed) + " ms on " + cHost +
+                 " incarnation 2") != std::string::npos);
+  CHECK(harness::count(out, "RESTARTED #4 incarnation 2") == 1);
+  CHECK(out.find("RESTARTED #4 incarnation 2") < out.find("B PLACED"));
+  CHECK(out.find("B DOWN shutdown: stopped") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a job that ends while a restart waits for capacity exits at once, every process reaped",
+          "[cluster][capacity]") {
+  auto begun = std::chrono::steady_clock::now();
+  Run run(harness::sim(kFour, probe("restart-wait-at-end")));
+  // The promise (docs/lifecycle.md): the wait (60 s) ends with the job, the job's status is the
+  // driver's, and no process is left.
+  REQUIRE(run.wait(30s) == 0);
+  auto took = std::chrono::steady_clock::now() - begun;
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("its restart waits up to 60000 ms for capacity") != std::string::npos);
+  CHECK(out.find("DRIVER RETURNS while a's restart waits") != std::string::npos);
+  CHECK(out.find("its restart no longer waits") != std::string::npos);
+  CHECK(took < 20s);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("a gang spawn that cannot fully place places none", "[cluster][capacity]") {
   Run run(harness::sim(kThree, probe("gang")));
   REQUIRE(run.wait(30s) == 0);

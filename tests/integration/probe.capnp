@@ -27,6 +27,8 @@ interface Probe extends(Troupe.Actor) {
   # The actor's mailbox: calls arrived and not returned, and of those how many run now.
   throwNow @8 (why :Text);
   # An exception escapes the method.
+  die @9 ();
+  # SIGKILL to the whole instance the actor runs on: a node lost with everything on it.
 }
 
 enum FailPoint {

@@ -1,6 +1,7 @@
 // The app behind the integration tests: `probe_app --scenario NAME`. Each scenario exercises one
 // part of the lifecycle across real processes and prints lines the tests look for.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -93,6 +94,10 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
   kj::Promise<void> depth(DepthContext call) override {
     call.getResults().setDepth(mailboxDepth());
     call.getResults().setRunning(mailboxRunning());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> die(DieContext) override {
+    raise(SIGKILL);
     return kj::READY_NOW;
   }
   kj::Promise<void> throwNow(ThrowNowContext call) override {
@@ -622,6 +627,66 @@ troupe::Co<void> capacityWait(Job& job) {
   }
 }
 
+// Restarts that wait for capacity (SpawnOptions::waitForCapacity applies to each restart too).
+// Three data nodes of 4 vCPUs; each actor here takes 3, so one per node. The node of a restartable
+// actor is killed; its restart fits nowhere until an actor on another node is stopped.
+troupe::Co<void> restartWait(Job& job) {
+  auto three = troupe::Placement::group("data_group").cpus(3);
+  auto notices = [](const troupe::Restarted& n) {
+    say("RESTARTED #" + std::to_string(n.id) + " incarnation " + std::to_string(n.incarnation));
+  };
+  auto a = co_await job.spawnAsync<probe::Probe>(
+      "probe.Probe", three,
+      labelled("a").restarts(2, 60 * kj::SECONDS).waitForCapacity(700 * kj::MILLISECONDS).unlinked());
+  auto c = job.spawn<probe::Probe>("probe.Probe", three, labelled("c"));
+  auto f = job.spawn<probe::Probe>("probe.Probe", three, labelled("f"));
+  auto aDown = job.monitor(a.id(), notices);
+  co_await a.pingRequest().send();
+  // 1. Capacity never frees: the restart waits 700 ms, then the actor ends with why.
+  auto started = job.timer().now();
+  a.dieRequest().send().detach([](kj::Exception&&) {});
+  auto why = co_await kj::mv(aDown);
+  say("A DOWN after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+      " ms: " + why.describe());
+  // 2. Capacity frees up: b's node dies, c is stopped 600 ms later, b restarts in c's place.
+  co_await job.stop(f.id());
+  auto b = co_await job.spawnAsync<probe::Probe>(
+      "probe.Probe", three,
+      labelled("b").restarts(2, 60 * kj::SECONDS).waitForCapacity(10 * kj::SECONDS).unlinked());
+  auto bDown = job.monitor(b.id(), notices).then(
+      [](troupe::Exit why) { say("B DOWN " + why.describe()); });
+  auto first = co_await b.pingRequest().send();
+  say("B ON " + std::string(first.getHost().cStr()));
+  started = job.timer().now();
+  b.dieRequest().send().detach([](kj::Exception&&) {});
+  co_await job.timer().afterDelay(600 * kj::MILLISECONDS);
+  auto cHost = co_await c.pingRequest().send();
+  say("STOPPING c on " + std::string(cHost.getHost().cStr()));
+  co_await job.stop(c.id());
+  // The reference rebinds: this call waits while the restart waits, then reaches incarnation 2.
+  auto again = co_await b.pingRequest().send();
+  say("B PLACED after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
+      " ms on " + again.getHost().cStr() + " incarnation " + std::to_string(again.getIncarnation()));
+  co_await job.stop(b.id());
+  co_await kj::mv(bDown);
+}
+
+// The job ends while a restart waits: the wait ends with the job, every process exits.
+troupe::Co<void> restartWaitAtEnd(Job& job) {
+  auto three = troupe::Placement::group("data_group").cpus(3);
+  auto a = co_await job.spawnAsync<probe::Probe>(
+      "probe.Probe", three,
+      labelled("a").restarts(2, 60 * kj::SECONDS).waitForCapacity(60 * kj::SECONDS).unlinked());
+  auto c = job.spawn<probe::Probe>("probe.Probe", three, labelled("c"));
+  auto f = job.spawn<probe::Probe>("probe.Probe", three, labelled("f"));
+  co_await a.pingRequest().send();
+  co_await c.pingRequest().send();
+  co_await f.pingRequest().send();
+  a.dieRequest().send().detach([](kj::Exception&&) {});
+  co_await job.timer().afterDelay(500 * kj::MILLISECONDS);
+  say("DRIVER RETURNS while a's restart waits");
+}
+
 // Gangs: all or nothing. Two one-GPU members cannot both fit on the one GPU node: neither starts
 // (the GPU stays free for the next spawn). A gang that fits starts every member.
 troupe::Co<void> gang(Job& job) {
@@ -672,6 +737,10 @@ Scenario find(const std::string& name) {
     return [](Job& job) -> kj::Promise<void> { return failCallOnly(job); };
   if (name == "capacity-wait")
     return [](Job& job) -> kj::Promise<void> { return capacityWait(job); };
+  if (name == "restart-wait")
+    return [](Job& job) -> kj::Promise<void> { return restartWait(job); };
+  if (name == "restart-wait-at-end")
+    return [](Job& job) -> kj::Promise<void> { return restartWaitAtEnd(job); };
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
