@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-extern char** environ;
+#include "subprocess.h"
 
 namespace sim {
 
@@ -23,33 +21,9 @@ namespace {
 // Runs a command to its end (output to /dev/null unless `out`); returns its exit status. Waits on
 // that pid only, so it does not take children away from libuv.
 int runCommand(const std::vector<std::string>& args, std::string* out = nullptr) {
-  char tmpl[] = "/tmp/troupe-sim-cmd-XXXXXX";
-  int fd = out ? mkstemp(tmpl) : open("/dev/null", O_WRONLY);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, fd, 2);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fd);
-  int status = 127;
-  if (rc == 0) {
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  if (out) {
-    std::ifstream in(tmpl);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    *out = ss.str();
-    unlink(tmpl);
-  }
-  return status;
+  troupe::subprocess::Spec spec;
+  spec.argv = args;
+  return troupe::subprocess::runToEnd(spec, out);
 }
 
 void mustRun(const std::vector<std::string>& args) {

@@ -2,16 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 
 #include "garbage.h"
-
-extern char** environ;
+#include "subprocess.h"
 
 namespace faults {
 
@@ -128,21 +125,10 @@ void removeNetnsLeftovers(int simPid, size_t instances) {
 }
 
 int runCommand(const std::vector<std::string>& argv) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  troupe::subprocess::Spec spec;
+  spec.argv = argv;
+  int status = troupe::subprocess::runToEnd(spec);  // output to /dev/null
+  return status >= 0 && status < 126 ? status : -1;  // -1: could not run, or killed
 }
 
 }  // namespace faults

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -15,8 +14,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-extern char** environ;
 
 namespace harness {
 
@@ -83,33 +80,19 @@ Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
   workDir_ = tmpl;
   outPath_ = workDir_ + "/output.log";
   close(open(outPath_.c_str(), O_WRONLY | O_CREAT, 0644));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addchdir_np(&actions, workDir_.c_str());
-  posix_spawn_file_actions_addopen(&actions, 1, outPath_.c_str(), O_WRONLY | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    if (strncmp(*e, "TROUPE_", 7) != 0) env.push_back(*e);
-  }
-  env.insert(env.end(), extraEnv.begin(), extraEnv.end());
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = 0;
-  posix_spawn_file_actions_destroy(&actions);
+  troupe::subprocess::Spec spec;
+  spec.argv = std::move(argv);
+  spec.env = std::move(extraEnv);
+  spec.dropTroupeEnv = true;  // the test's own TROUPE_* settings are not the child's
+  spec.cwd = workDir_;
+  spec.out = troupe::subprocess::Stream::file(outPath_);
+  spec.errToOut = true;
+  child_ = std::make_unique<troupe::subprocess::Child>(spec);
 }
 
 Run::~Run() {
   auto pids = allPids();
-  if (status_ < 0 && pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
+  child_.reset();  // SIGKILLed and reaped if it still runs
   for (auto pid : pids) {
     if (processExists(pid)) kill(pid, SIGKILL);
   }
@@ -118,18 +101,8 @@ Run::~Run() {
 }
 
 int Run::wait(std::chrono::milliseconds timeout) {
-  if (status_ >= 0) return status_;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int st = 0;
-    pid_t r = waitpid(pid_, &st, WNOHANG);
-    if (r == pid_) {
-      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      return status_;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto status = child_->wait(timeout);
+  return status ? *status : -1;
 }
 
 bool Run::waitFor(const std::string& text, std::chrono::milliseconds timeout) {

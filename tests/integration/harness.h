@@ -3,13 +3,15 @@
 
 #pragma once
 
-#include <spawn.h>
 #include <sys/types.h>
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "subprocess.h"
 
 namespace harness {
 
@@ -26,7 +28,7 @@ class Run {
   ~Run();
   Run(const Run&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_->pid(); }
   int wait(std::chrono::milliseconds timeout);
   // The exit code (128 + signal when killed), or -1 on timeout.
   bool waitFor(const std::string& text, std::chrono::milliseconds timeout);
@@ -46,9 +48,8 @@ class Run {
   // there: troupe-out/). Relative paths in argv are relative to it.
 
  private:
-  pid_t pid_ = 0;
-  int status_ = -1;
   std::string workDir_, outPath_;
+  std::unique_ptr<troupe::subprocess::Child> child_;
 };
 
 std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app);

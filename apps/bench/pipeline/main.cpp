@@ -34,9 +34,7 @@
 #include <omp.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -61,12 +59,11 @@
 #include <vector>
 
 #include "advise.h"
+#include "subprocess.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/trainer/device.h"
 #include "troupe/trainer/mlp.h"
-
-extern char** environ;
 
 namespace {
 
@@ -299,90 +296,50 @@ class Child {
   Child(const std::vector<std::string>& argv, const std::vector<std::string>& extraEnv,
         const std::string& outPath, int pinCpu = -1, int nice = 0)
       : outPath_(outPath) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (strncmp(*e, "TROUPE_", 7) != 0) env.push_back(*e);
-    }
-    env.insert(env.end(), extraEnv.begin(), extraEnv.end());
-    std::vector<char*> args, envp;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (pinCpu >= 0) CPU_SET(pinCpu, &set);
-    pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
-    if (pid_ == 0) {
-      // Async-signal-safe calls only, until exec.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);
-      struct sigaction dfl = {};
-      dfl.sa_handler = SIG_DFL;
-      sigaction(SIGINT, &dfl, nullptr);
-      sigaction(SIGTERM, &dfl, nullptr);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      int out = open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (out < 0 || in < 0) _exit(127);
-      dup2(out, STDOUT_FILENO);
-      dup2(out, STDERR_FILENO);
-      dup2(in, STDIN_FILENO);
-      if (pinCpu >= 0 && sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
-      if (nice != 0 && setpriority(PRIO_PROCESS, 0, nice) != 0) _exit(125);
-      execve(args[0], args.data(), envp.data());
-      _exit(127);
-    }
-    setpgid(pid_, pid_);  // either side may win the race; both ask for the same
-    gChild = pid_;
-    if (gSignal) kill(pid_, SIGTERM);
+    troupe::subprocess::Spec spec;
+    spec.argv = argv;
+    spec.env = extraEnv;
+    spec.dropTroupeEnv = true;
+    spec.out = troupe::subprocess::Stream::file(outPath);
+    spec.errToOut = true;
+    spec.ownProcessGroup = true;
+    spec.parentDeathSignal = SIGTERM;
+    spec.pinCpu = pinCpu;
+    spec.nice = nice;
+    child_ = std::make_unique<troupe::subprocess::Child>(spec);
+    gChild = child_->pid();
+    if (gSignal) child_->signal(SIGTERM);
   }
 
   ~Child() { stop(); }
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_->pid(); }
 
   // The exit code (128 + signal), or -1 after `timeoutSeconds`. Calls `tick` every ~100 ms.
   // Throws Interrupted (after reaping) when the bench got SIGINT or SIGTERM.
   int wait(double timeoutSeconds, const std::function<void()>& tick = {}) {
     auto start = Clock::now();
-    while (!reaped_) {
+    for (;;) {
+      // The signal first: onSignal() has already passed SIGTERM on, so the child may be gone.
       if (gSignal) {
         stop();
         throw Interrupted{gSignal};
       }
-      if (poll()) break;
+      if (child_->poll()) break;
       if (secondsSince(start) > timeoutSeconds) return -1;
       if (tick) tick();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return status_;
+    if (gChild == child_->pid()) gChild = 0;
+    return *child_->poll();
   }
 
   // SIGTERM, up to 20 s for the graceful cascade, then SIGKILL to the whole process group.
   void stop() {
-    if (pid_ <= 0 || reaped_) return;
-    kill(pid_, SIGTERM);
-    auto start = Clock::now();
-    while (!poll() && secondsSince(start) < 20) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (!reaped_) {
-      kill(-pid_, SIGKILL);
-      int st = 0;
-      waitpid(pid_, &st, 0);
-      reaped_ = true;
-      status_ = 128 + SIGKILL;
-    }
-    kill(-pid_, SIGKILL);  // anything left in its group (instances die with it anyway)
-    if (gChild == pid_) gChild = 0;
+    child_->stop(std::chrono::seconds(20));
+    if (gChild == child_->pid()) gChild = 0;
   }
 
   std::string output() const {
@@ -393,22 +350,12 @@ class Child {
   }
 
  private:
-  bool poll() {
-    int st = 0;
-    if (waitpid(pid_, &st, WNOHANG) != pid_) return false;
-    reaped_ = true;
-    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (gChild == pid_) gChild = 0;
-    return true;
-  }
-
   std::string outPath_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  int status_ = -1;
+  std::unique_ptr<troupe::subprocess::Child> child_;
 };
 
 std::string tail(const std::string& text, size_t lines) {
+  if (text.empty()) return text;
   size_t at = text.size();
   for (size_t i = 0; i <= lines && at != std::string::npos && at > 0; ++i) {
     at = text.rfind('\n', at - 1);

@@ -24,10 +24,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,9 +47,8 @@
 #include "bench.capnp.h"
 #include "coalescing_stream.h"
 #include "secure.h"
+#include "subprocess.h"
 #include "troupe/troupe.h"
-
-extern char** environ;
 
 namespace troupe::bench {
 namespace {
@@ -479,47 +475,21 @@ class SimProcess {
   // destructor always reaps it: SIGTERM (a graceful cascade), then SIGKILL after a while.
  public:
   explicit SimProcess(const std::vector<std::string>& args) {
-    auto argv = KJ_MAP(arg, args) {
-      return const_cast<char*>(arg.c_str());
-    };
-    auto argvNull = kj::heapArrayBuilder<char*>(argv.size() + 1);
-    argvNull.addAll(argv);
-    argvNull.add(nullptr);
-    auto argvArray = argvNull.finish();
-
     int out[2];
     KJ_SYSCALL(pipe2(out, O_CLOEXEC));
     kj::AutoCloseFd outWrite(out[1]);
     outputFd = kj::AutoCloseFd(out[0]);
-    pid_t parent = getpid();
-    KJ_SYSCALL(pid = fork());
-    if (pid == 0) {
-      // Async-signal-safe calls only, until exec.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      struct sigaction dfl = {};
-      dfl.sa_handler = SIG_DFL;
-      sigaction(SIGPIPE, &dfl, nullptr);  // We ignore it; exec would keep that.
-      dup2(out[1], STDOUT_FILENO);        // dup2 clears O_CLOEXEC on the copies.
-      dup2(out[1], STDERR_FILENO);
-      int devnull = open("/dev/null", O_RDONLY);
-      if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-      execv(argvArray[0], argvArray.begin());
-      _exit(127);
-    }
+    troupe::subprocess::Spec spec;
+    spec.argv = args;
+    spec.out = troupe::subprocess::Stream::of(out[1]);
+    spec.errToOut = true;
+    spec.parentDeathSignal = SIGTERM;
+    child = kj::heap<troupe::subprocess::Child>(spec);
   }
 
   ~SimProcess() {
-    if (pid <= 0 || reaped) return;
-    kill(pid, SIGTERM);
-    if (waitFor(15000) < 0) {  // The simulator's grace period is shorter than this.
-      kill(pid, SIGKILL);
-      int status;
-      waitpid(pid, &status, 0);
-    }
+    // SIGTERM (the graceful cascade), SIGKILL after longer than the simulator's grace period.
+    child->stop(std::chrono::milliseconds(15000));
   }
 
   KJ_DISALLOW_COPY(SimProcess);
@@ -546,20 +516,12 @@ class SimProcess {
 
   /// The simulator's exit code (128 + signal if killed); -1 if it did not exit within `timeoutMs`.
   int waitFor(int timeoutMs) {
-    for (int waited = 0;; waited += 10) {
-      int status;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        reaped = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      if (waited >= timeoutMs) return -1;
-      usleep(10000);
-    }
+    auto status = child->wait(std::chrono::milliseconds(timeoutMs));
+    return status ? *status : -1;
   }
 
  private:
-  pid_t pid = 0;
-  bool reaped = false;
+  kj::Own<troupe::subprocess::Child> child;
   kj::AutoCloseFd outputFd;
 };
 
@@ -719,28 +681,17 @@ class ServerProcess {
     kj::AutoCloseFd reportWrite(report[1]);
     reportFd = kj::AutoCloseFd(report[0]);
 
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, lifeline[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, report[1], STDOUT_FILENO);
-    char self[] = "/proc/self/exe";
-    char name[] = "bench_rpc";
-    char serveFlag[] = "--serve";
-    char* argv[] = {name, serveFlag, nullptr};
-    int error = posix_spawn(&pid, self, &actions, nullptr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    KJ_REQUIRE(error == 0, "could not start the bench server process", strerror(error));
+    troupe::subprocess::Spec spec;
+    spec.argv = {"bench_rpc", "--serve"};
+    spec.program = "/proc/self/exe";
+    spec.in = troupe::subprocess::Stream::of(lifeline[0]);
+    spec.out = troupe::subprocess::Stream::of(report[1]);
+    child = kj::heap<troupe::subprocess::Child>(spec);
   }
 
   ~ServerProcess() {
-    lifelineFd = nullptr;
-    int status;
-    for (int i = 0; i < 300; ++i) {  // Up to 3 s.
-      if (waitpid(pid, &status, WNOHANG) == pid) return;
-      usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+    lifelineFd = nullptr;              // it exits on EOF
+    child->wait(std::chrono::seconds(3));  // then the Child kills and reaps it if it must
   }
 
   KJ_DISALLOW_COPY(ServerProcess);
@@ -763,7 +714,7 @@ class ServerProcess {
   }
 
  private:
-  pid_t pid = 0;
+  kj::Own<troupe::subprocess::Child> child;
   kj::AutoCloseFd lifelineFd;
   kj::AutoCloseFd reportFd;
 };
