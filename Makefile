@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: run test build deps configure clean hello soak test-sanitize
+.PHONY: run test build deps configure clean hello soak test-sanitize image test-image
 
 deps:
 	@scripts/install-deps.sh
@@ -57,6 +57,20 @@ SOAK_MINUTES ?= 90
 SOAK_SEED ?=
 soak: build
 	$(BUILD)/tests/faults/fault_soak --cases $(SOAK_CASES) --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+
+# The SageMaker image (deploy/sagemaker/Dockerfile) as troupe-train:latest, with podman or docker
+# (podman installed from Debian when neither is there). IMAGE_CUDA=off: CPU only, no CUDA stage.
+# Debian base images are made offline (debootstrap) when no image registry answers. docs/sagemaker.md.
+IMAGE ?= troupe-train:latest
+IMAGE_CUDA ?= on
+image:
+	IMAGE=$(IMAGE) IMAGE_CUDA=$(IMAGE_CUDA) scripts/image.sh
+
+# That image run as SageMaker runs it: three containers algo-1..3, /opt/ml roots, `train`
+# (tests/image/image_test.py). IMAGE_TEST_SEED picks the fault moments (printed when random).
+IMAGE_TEST_SEED ?=
+test-image:
+	python3 tests/image/image_test.py --image $(IMAGE) $(if $(IMAGE_TEST_SEED),--seed $(IMAGE_TEST_SEED))
 
 clean:
 	rm -rf $(BUILD)

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -527,7 +529,38 @@ class Job {
                           {"rates", rates},
                           {"advice", advice},
                           {"exit_status", 0}};
-      std::ofstream(s_.report) << j.dump(2) << "\n";
+      writeReport(s_.report, j.dump(2) + "\n");
+    }
+  }
+
+  // The report's folder is made if missing (SageMaker's output/data/ need not exist); the file
+  // is written whole or not at all, and a report that cannot be written fails the job, naming
+  // the path, rather than vanishing.
+  static void writeReport(const std::string& path, const std::string& text) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path file(path);
+    if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
+    if (ec) {
+      kj::throwFatalException(KJ_EXCEPTION(
+          FAILED, kj::str("cannot write the report (--report ", path, "): cannot create the folder ",
+                          file.parent_path().string(), ": ", ec.message())));
+    }
+    auto temp = path + ".tmp";
+    {
+      std::ofstream out(temp, std::ios::trunc);
+      out << text;
+      out.flush();
+      if (!out) {
+        int error = errno;
+        kj::throwFatalException(KJ_EXCEPTION(
+            FAILED, kj::str("cannot write the report (--report ", path, "): ", strerror(error))));
+      }
+    }
+    fs::rename(temp, file, ec);
+    if (ec) {
+      kj::throwFatalException(KJ_EXCEPTION(
+          FAILED, kj::str("cannot write the report (--report ", path, "): ", ec.message())));
     }
   }
 

@@ -165,6 +165,10 @@ void EventLoop::onSignal(int signum, kj::Function<void(int)> handler) {
   // The handle stays referenced: libuv only polls (and so only registers the signal pipe with
   // epoll) while the loop is alive.
   signals_.push_back(s);
+  sigset_t held;
+  sigemptyset(&held);
+  sigaddset(&held, signum);
+  KJ_REQUIRE(pthread_sigmask(SIG_UNBLOCK, &held, nullptr) == 0, "pthread_sigmask failed", signum);
   kick();
 }
 

@@ -121,3 +121,29 @@ TEST_CASE("a --head-group that names no group is an error naming the nearest",
   CHECK(failure.find("did you mean 'dnn_group'? groups are: data_group, dnn_group") !=
         std::string::npos);
 }
+
+TEST_CASE("hetero_train makes output/data/ for its report where SageMaker did not",
+          "[settings][outputs]") {
+  // SageMaker makes /opt/ml/output but not always output/data; the report must not vanish.
+  roots::TempDir dir;
+  auto root = roots::makeRoot(dir / "algo-1", kOne,
+                              hyperparameters(R"("epochs": "1", "train_samples": "512")"));
+  std::filesystem::remove_all(root + "/output/data");
+  auto r = runTrain({}, root);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  auto report = roots::readFile(root + "/output/data/report.json");
+  CHECK(report.find("\"exit_status\": 0") != std::string::npos);
+}
+
+TEST_CASE("hetero_train fails the job, naming the path, when its report cannot be written",
+          "[settings][outputs][bad-input]") {
+  roots::TempDir dir;
+  auto root = roots::makeRoot(dir / "algo-1", kOne,
+                              hyperparameters(R"("epochs": "1", "train_samples": "512")"));
+  auto r = runTrain({"--report", "/dev/null/report.json"}, root);
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.failure.find("cannot write the report (--report /dev/null/report.json): cannot create "
+                       "the folder /dev/null") != std::string::npos);
+}

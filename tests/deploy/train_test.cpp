@@ -1,6 +1,10 @@
 // deploy/sagemaker/train, without a container: against an emulated root, and as the app of
 // `troupe sim` (every instance through the entry script, as on SageMaker).
+#include <signal.h>
+
 #include <chrono>
+#include <fstream>
+#include <thread>
 
 #include "deploy_util.h"
 
@@ -48,4 +52,58 @@ TEST_CASE("troupe sim runs every instance through train, as SageMaker would",
   CHECK(deploy::count(out, "sm=yes epochs=4") == 3);
   CHECK(deploy::count(out, "train: " + deploy::smApp()) == 3);
   CHECK(run.leftovers().empty());
+}
+
+namespace {
+
+// SIGTERM's bit in a /proc/PID/status signal mask line (`SigBlk:`, `ShdPnd:`), or false when
+// the process is gone.
+bool sigtermIn(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return (std::stoull(line.substr(field.size() + 1), nullptr, 16) >> (SIGTERM - 1)) & 1;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a SIGTERM before the app takes it waits under hold-signals and stops the job",
+          "[sagemaker][train][signals]") {
+  // The image's entry point: hold-signals -> train -> the app (deploy/sagemaker/hold_signals.c).
+  // The SIGTERM is sent while it is blocked, before the app has a handler; it must stay pending
+  // through both execs and stop the job when troupe::run() takes SIGTERM (exit 6 and the failure
+  // file), not be lost (the app would run on and exit 0) nor kill the process (no handler yet).
+  roots::TempDir dir;
+  auto root = roots::makeRoot(dir / "algo-1", R"({"current_host": "algo-1", "hosts": ["algo-1"],
+      "current_group_name": "dnn_group", "current_instance_type": "ml.p3.2xlarge"})",
+                              R"({"troupe_app": ")" + deploy::smApp() + R"("})");
+  harness::Run run({HOLD_SIGNALS, deploy::trainScript(), "train"},
+                   {"TROUPE_SM_ROOT=" + root, "TROUPE_PORT=" + std::to_string(deploy::freePort())});
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!sigtermIn(run.pid(), "SigBlk") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  REQUIRE(sigtermIn(run.pid(), "SigBlk"));  // hold-signals has run
+  REQUIRE(kill(run.pid(), SIGTERM) == 0);
+  bool held = sigtermIn(run.pid(), "ShdPnd");
+  INFO("held while blocked: " << held);
+  CHECK(run.wait(20s) == 6);  // INTERRUPTED
+  auto out = run.output();
+  INFO(out);
+  CHECK(roots::firstLine(root + "/output/failure").find("SIGTERM") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("hold-signals writes the failure file when the entry point cannot start",
+          "[sagemaker][train][signals]") {
+  roots::TempDir dir;
+  auto root = roots::makeRoot(dir / "algo-1", "");
+  harness::Run run({HOLD_SIGNALS, "/nonexistent/train", "train"}, {"TROUPE_SM_ROOT=" + root});
+  CHECK(run.wait(10s) == 2);
+  CHECK(roots::firstLine(root + "/output/failure") ==
+        "cannot start the entry point '/nonexistent/train': No such file or directory");
 }

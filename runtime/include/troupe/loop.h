@@ -97,7 +97,10 @@ class EventLoop {
   // the group is closed.
 
   void onSignal(int signum, kj::Function<void(int)> handler);
-  // Calls `handler` on the loop thread each time `signum` arrives (through uv_signal).
+  // Calls `handler` on the loop thread each time `signum` arrives (through uv_signal). Then
+  // unblocks `signum` in the calling thread: a signal that arrived while it was blocked (the
+  // image's entry point, hold-signals, blocks SIGTERM and SIGINT from PID 1's first instruction)
+  // is delivered now instead of lost.
 
   uint64_t pumpWakeups() const { return wakeups_; }
   // How many times the pump has woken. Tests use it to check that an idle loop does not spin.
