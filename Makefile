@@ -69,7 +69,7 @@ image:
 # That image run as SageMaker runs it: three containers algo-1..3, /opt/ml roots, `train`
 # (tests/image/image_test.py). IMAGE_TEST_SEED picks the fault moments (printed when random).
 IMAGE_TEST_SEED ?=
-test-image:
+test-image: deps
 	python3 tests/image/image_test.py --image $(IMAGE) $(if $(IMAGE_TEST_SEED),--seed $(IMAGE_TEST_SEED))
 
 clean:
