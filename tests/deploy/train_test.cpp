@@ -107,3 +107,21 @@ TEST_CASE("hold-signals writes the failure file when the entry point cannot star
   CHECK(roots::firstLine(root + "/output/failure") ==
         "cannot start the entry point '/nonexistent/train': No such file or directory");
 }
+
+TEST_CASE("train passes underscore hyperparameters as the app's dashed flags",
+          "[sagemaker][train]") {
+  // docs/sagemaker.md: `batch_size` or `batch-size`; SageMaker users write underscores.
+  roots::TempDir dir;
+  auto root = roots::makeRoot(dir / "algo-1", R"({"current_host": "algo-1", "hosts": ["algo-1"],
+      "current_group_name": "dnn_group", "current_instance_type": "ml.p3.2xlarge"})",
+                              R"({"troupe_app": ")" HETERO_TRAIN R"(", "epochs": "1",
+      "train_samples": "512", "batch_size": "64", "progress-every": "5"})");
+  harness::Run run({deploy::trainScript(), "train"},
+                   {"TROUPE_SM_ROOT=" + root, "TROUPE_PORT=" + std::to_string(deploy::freePort())});
+  CHECK(run.wait(60s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("--train-samples 512 --batch-size 64 --progress-every 5") != std::string::npos);
+  CHECK(roots::readFile(root + "/output/data/report.json").find("\"batch_size\": 64") !=
+        std::string::npos);
+}

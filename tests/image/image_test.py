@@ -33,6 +33,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,14 +48,14 @@ INTERRUPTED = 6  # troupe/exit_codes.h
 
 TRAIN_SAMPLES = 6000
 EPOCHS = 2
-HYPERPARAMETERS = {  # as SageMaker writes them: every value a string
+HYPERPARAMETERS = {  # as SageMaker writes them: every value a string; both spellings of names
     "epochs": str(EPOCHS),
-    "train-samples": str(TRAIN_SAMPLES),
-    "batch-size": "64",
+    "train_samples": str(TRAIN_SAMPLES),
+    "batch_size": "64",
     "blur": "3",
     "progress-every": "0.2",
     "augmenters-per-node": "2",
-    "checkpoint-every": "0",
+    "checkpoint_every": "0",
 }
 
 
@@ -392,7 +393,7 @@ class Run:
                 comm = open("/proc/%d/comm" % pid).read().strip()
             except OSError:
                 return "%s: its first process ended before the stop" % host
-            os.kill(pid, 15)  # raises if the process is gone: the injection did not happen
+            os.kill(pid, signal.SIGTERM)  # raises if the process is gone: the injection did not happen
             landed[host] = comm
             starter.wait()
         codes = c.wait()
@@ -461,6 +462,8 @@ def main():
         print("FAIL: no image %s with %s: run `make image IMAGE_CUDA=off` first" % (
             args.image, engine.name))
         return 1
+    # A SIGTERM (a CI timeout) still removes the containers and the network: `finally` below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("image test: SIGTERM; cleaning up"))
     run = Run(args, engine)
     passed = failed = 0
     try:
