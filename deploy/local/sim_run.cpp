@@ -12,6 +12,9 @@
 #include <map>
 #include <memory>
 
+#include <kj/debug.h>
+#include <kj/io.h>
+
 #include "cpu_quota.h"
 #include "job_file.h"
 #include "netns.h"
@@ -27,18 +30,27 @@ namespace sim {
 
 namespace {
 
-unsigned freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  unsigned port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
+// `count` loopback ports, all different. Each socket stays bound until every port is chosen: a
+// port bound and closed at once can be handed out again by the next bind (seen with 256
+// instances: two of them given one port). The ports are free again when this returns; an instance
+// that then finds its port taken by another program fails to listen, naming it.
+std::vector<unsigned> freePorts(size_t count) {
+  std::vector<kj::AutoCloseFd> held;
+  std::vector<unsigned> ports;
+  for (size_t i = 0; i < count; ++i) {
+    int fd;
+    KJ_SYSCALL(fd = socket(AF_INET, SOCK_STREAM, 0));
+    held.emplace_back(fd);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    KJ_SYSCALL(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+               "cannot reserve a loopback port for an instance", i);
+    socklen_t len = sizeof(addr);
+    KJ_SYSCALL(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len));
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  return ports;
 }
 
 struct Instance {
@@ -209,6 +221,7 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   std::shuffle(slots.begin(), slots.end(), rng);
 
   std::vector<Instance> instances;
+  auto ports = lab ? std::vector<unsigned>() : freePorts(slots.size());
   json hostMap = json::object();
   json allHosts = json::array();
   json instanceGroups = json::array();
@@ -218,7 +231,7 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
     in.group = slots[i].first;
     in.instanceType = slots[i].second;
     // With --netns every instance is reached by its name, on its own eth0 address.
-    in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(freePort());
+    in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(ports[i]);
     in.root = (dir / in.host).string();
     hostMap[in.host] = in.address;
     allHosts.push_back(in.host);

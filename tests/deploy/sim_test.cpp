@@ -269,3 +269,31 @@ TEST_CASE("sim --cpu-quota runs each named instance in a cgroup of its own, remo
   CHECK(bad.output().find("--cpu-quota 'data_group=0': CPUS must be a number of CPUs from 0.01") !=
         std::string::npos);
 }
+
+TEST_CASE("sim gives 256 instances 256 different loopback ports", "[sim][scale]") {
+  // Binding port 0 and closing at once let the kernel hand one port to two instances (every run
+  // of 256 did); `cannot listen ... Address already in use` then killed formation. Each instance
+  // here is a shell that copies the host map it was given and exits.
+  roots::TempDir dir;
+  harness::Run run(harness::sim({"--group", "a=64:ml.c5.xlarge", "--group", "b=64:ml.c5.xlarge",
+                                 "--group", "c=64:ml.c5.xlarge", "--group", "d=64:ml.c5.xlarge"},
+                                {"/bin/sh", "-c", "cp \"$TROUPE_HOST_MAP\" " + dir.path() +
+                                                      "/hosts-$$.json"}));
+  CHECK(run.wait(120s) == 0);
+  INFO(run.output());
+  std::string map;
+  for (auto& f : std::filesystem::directory_iterator(dir.path())) {
+    map = roots::readFile(f.path().string());
+    break;
+  }
+  REQUIRE_FALSE(map.empty());
+  std::regex address("\"(algo-[0-9]+)\": \"127\\.0\\.0\\.1:([0-9]+)\"");
+  std::set<std::string> hosts, ports;
+  for (std::sregex_iterator it(map.begin(), map.end(), address), end; it != end; ++it) {
+    hosts.insert((*it)[1]);
+    ports.insert((*it)[2]);
+  }
+  CHECK(hosts.size() == 256);
+  CHECK(ports.size() == 256);
+  CHECK(run.leftovers().empty());
+}
