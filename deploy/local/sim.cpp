@@ -45,7 +45,7 @@
 #include "netns.h"
 #include "outputs.h"
 #include "sim_run.h"
-#include "status.h"
+#include "status_cmd.h"
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/loop.h"

@@ -17,8 +17,8 @@
 #include <filesystem>
 #include <random>
 
-#include "head.h"
-#include "node.h"
+#include "head/head.h"
+#include "node/node.h"
 #include "troupe/app_settings.h"
 #include "troupe/exit_codes.h"
 #include "troupe/node_size.h"

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "node.h"
+#include "node/node.h"
 
 TEST_CASE("tokens compare equal only when identical", "[gate]") {
   auto b = [](const char* s) { return kj::StringPtr(s).asBytes(); };

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "trace_collect.h"
+#include "trace/trace_collect.h"
 #include "troupe/loop.h"
 #include "troupe/trace.h"
 

@@ -446,7 +446,7 @@ kj::Promise<void> driveTroupe(Driver& job) {
   KJ_REQUIRE(flag != args.end() && flag + 1 != args.end(), "no options after --troupe-node");
   auto options = optionsFromJson(nlohmann::json::parse(*(flag + 1)));
 
-  // A restart policy makes the reference a local forwarding capability (runtime/src/rebind.cpp).
+  // A restart policy makes the reference a local forwarding capability (runtime/src/actor/rebind.cpp).
   auto echo = job.spawn<EchoActor>(
       Placement::group("b"), options.restartable ? SpawnOptions().restarts(1) : SpawnOptions());
   KJ_REQUIRE(echo.address().address != job.node().address().cStr(),

@@ -14,7 +14,7 @@
 //     }
 //
 // Every message of at least kRetainableBytes that a troupe node receives is read into such a
-// buffer (runtime/src/message_stream.h). Smaller messages, and bytes that did not come from a
+// buffer (runtime/src/net/message_stream.h). Smaller messages, and bytes that did not come from a
 // received message (a local call, a message built in this process), are copied once instead;
 // `copied()` says which happened. Either way the bytes stay valid, unchanged, for as long as the
 // Received (or a copy of it) lives, and it may be released on any thread.

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "config_env.h"
+#include "config/config_env.h"
 
 namespace troupe {
 

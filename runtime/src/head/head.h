@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "node.h"
-#include "spawn_request.h"
+#include "node/node.h"
+#include "actor/spawn_request.h"
 #include "troupe/driver.h"
 #include "troupe/sched/cluster_view.h"
 

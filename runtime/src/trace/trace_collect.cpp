@@ -1,4 +1,4 @@
-#include "trace_collect.h"
+#include "trace/trace_collect.h"
 
 #include <spdlog/spdlog.h>
 

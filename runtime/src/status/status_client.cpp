@@ -2,8 +2,8 @@
 
 #include <capnp/rpc-twoparty.h>
 
-#include "node.h"
-#include "secure.h"
+#include "node/node.h"
+#include "net/secure.h"
 #include "troupe/exit_codes.h"
 #include "troupe/status.h"
 

@@ -1,4 +1,4 @@
-#include "head.h"
+#include "head/head.h"
 
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "trace_collect.h"
+#include "trace/trace_collect.h"
 #include "troupe/exit_codes.h"
 #include "troupe/node_size.h"
 #include "troupe/sched/decide.h"

@@ -2,9 +2,9 @@
 
 #include <kj/debug.h>
 
-#include "actor_host.h"
-#include "head.h"
-#include "rebind.h"
+#include "actor/actor_host.h"
+#include "head/head.h"
+#include "actor/rebind.h"
 #include "troupe/driver.h"
 
 namespace troupe {

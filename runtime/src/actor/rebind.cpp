@@ -1,8 +1,8 @@
-#include "rebind.h"
+#include "actor/rebind.h"
 
 #include <spdlog/spdlog.h>
 
-#include "actor_host.h"
+#include "actor/actor_host.h"
 
 namespace troupe {
 

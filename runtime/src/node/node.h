@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "actor_host.h"
-#include "coalescing_stream.h"
-#include "cpu_meter.h"
-#include "message_stream.h"
-#include "secure.h"
+#include "actor/actor_host.h"
+#include "net/coalescing_stream.h"
+#include "loop/cpu_meter.h"
+#include "net/message_stream.h"
+#include "net/secure.h"
 #include "troupe/actor.h"
 #include "troupe/config.h"
 #include "troupe/registry.h"

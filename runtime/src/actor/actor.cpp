@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
-#include "actor_host.h"
-#include "rebind.h"
-#include "spawn_request.h"
+#include "actor/actor_host.h"
+#include "actor/rebind.h"
+#include "actor/spawn_request.h"
 #include "troupe/registry.h"
 #include "troupe/exit_codes.h"
 

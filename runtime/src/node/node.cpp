@@ -1,12 +1,12 @@
-#include "node.h"
+#include "node/node.h"
 
 #include <spdlog/spdlog.h>
 
 #include "troupe/log.h"
 #include <unistd.h>
 
-#include "head.h"
-#include "trace_collect.h"
+#include "head/head.h"
+#include "trace/trace_collect.h"
 #include "troupe/exit_codes.h"
 
 namespace troupe {

@@ -1,4 +1,4 @@
-#include "status.h"
+#include "status_cmd.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "config_env.h"
+#include "config/config_env.h"
 
 #include <string.h>
 

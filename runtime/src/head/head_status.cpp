@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "head.h"
+#include "head/head.h"
 #include "troupe/sched/instance_types.h"
 
 namespace troupe {

@@ -1,6 +1,6 @@
 // A cluster description from a Slurm job's environment (clusterFromSlurm in troupe/config.h).
 
-#include "config_env.h"
+#include "config/config_env.h"
 
 namespace troupe {
 
