@@ -1,6 +1,8 @@
 // The head: the cluster directory (nodes, groups, actors), the scheduler's books, the actor
 // lifecycle state machine (tree, links, monitors, restarts) and the job's end. Private to the
-// runtime; reached over RPC through ClusterSession and locally through Driver.
+// runtime; reached over RPC through ClusterSession and locally through Driver. Its code is split
+// by part: head.cpp (formation), spawning.cpp, lifecycle.cpp, job_end.cpp, cluster_session.cpp
+// and head_status.cpp.
 
 #pragma once
 
@@ -16,6 +18,9 @@
 #include "troupe/sched/cluster_view.h"
 
 namespace troupe {
+
+std::string nodeLine(const NodeInfo& info);
+// "algo-2 (data_group)": a node as the head's log lines name it.
 
 class Head final : private kj::TaskSet::ErrorHandler {
  public:

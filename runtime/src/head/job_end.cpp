@@ -1,0 +1,98 @@
+// The head: the end of the job: the cascade, telling every node to exit, the trace.
+
+#include "head/head.h"
+
+#include <spdlog/spdlog.h>
+
+#include "trace/trace_collect.h"
+#include "troupe/exit_codes.h"
+#include "troupe/log.h"
+
+namespace troupe {
+
+// =======================================================================================
+// The end of the job
+
+void Head::finish(int code, std::string reason) {
+  if (finishing_) return;
+  finishing_ = true;
+  code_ = code;
+  reason_ = reason;
+  if (code == OK) {
+    spdlog::info("job finished: {}", reason);
+  } else {
+    // The one line that says what failed, where, and why.
+    spdlog::error("job failed ({}): {}", exitCodeName(code), reason);
+  }
+  tasks_.add(kj::evalLater([this]() {
+    // Cancel the driver (outside of its own continuation).
+    driverTask_ = nullptr;
+    return endJob();
+  }));
+}
+
+kj::Promise<void> Head::endJob() {
+  // 1. The cascade: stop the driver's actors, newest first, each with its subtree.
+  std::vector<uint64_t> roots(rootChildren_.rbegin(), rootChildren_.rend());
+  kj::Promise<void> chain = kj::READY_NOW;
+  for (auto id : roots) {
+    chain = chain.then(
+        [this, id]() { return terminate(id, Exit::shutdown("the job is ending"), false, false); });
+  }
+  // 2. With --trace, the spans of every node, while they all still run (troupe/trace.h).
+  // 3. Every other node stops what it still hosts and exits with the job's status.
+  return chain.then([this]() { return collectTrace(); })
+      .then([this]() {
+        auto exits = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
+        for (auto& [id, n] : nodes_) {
+          if (id == 1 || !n.alive) continue;
+          auto req = n.client.exitRequest();
+          req.setStatus(code_);
+          req.setReason(reason_);
+          exits.add(node_.loop()
+                        .timer()
+                        .timeoutAfter(5 * kj::SECONDS, req.send().ignoreResult())
+                        .catch_([](kj::Exception&&) {}));
+        }
+        return kj::joinPromises(exits.finish());
+      })
+      // 4. The head exits last.
+      .then([this]() { return node_.stopAll(Exit::shutdown("the job is ending")); })
+      .then([this]() {
+        node_.requestExit(code_, reason_);
+        finishFulfiller_->fulfill();
+      });
+}
+
+kj::Promise<void> Head::collectTrace() {
+  auto& path = node_.options().traceFile;
+  if (path.empty()) return kj::READY_NOW;
+  auto collector = kj::heap<TraceCollector>(node_.loop().timer(), path);
+  auto reads = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
+  std::set<std::string> joined;
+  for (auto& [id, n] : nodes_) {
+    std::string host = n.info.host().cStr(), group = n.info.group().cStr();
+    joined.insert(host);
+    if (id == 1) {
+      collector->addHead(host, group, id);
+    } else if (!n.alive) {
+      collector->addMissing(host, group, "lost before the end of the job: " + n.lostBecause);
+    } else {
+      reads.add(collector->collect(host, group, id, n.client));
+    }
+  }
+  for (auto& g : node_.config().groups) {
+    for (auto& h : g.hosts) {
+      if (!joined.count(h)) collector->addMissing(h, g.name, "never joined the cluster");
+    }
+  }
+  auto& c = *collector;
+  return kj::joinPromises(reads.finish())
+      .then([&c]() { c.write(); })
+      .catch_([](kj::Exception&& e) {
+        spdlog::error("trace: not written: {}", e.getDescription().cStr());
+      })
+      .attach(kj::mv(collector));
+}
+
+}  // namespace troupe
