@@ -204,6 +204,9 @@ interface Node {
   traceRead @10 (from :UInt64, max :UInt32) -> (chunk :TraceChunk);
   # At most `max` of the spans this node recorded, from index `from` on. The call with from = 0
   # takes the snapshot that later calls page through, and carries the row names.
+  actorRestarted @11 (id :UInt64, incarnation :UInt32);
+  # The head restarted actor `id` as `incarnation` (sent to every node before the monitors hear
+  # of it): references to it on this node ask the head where it lives before their next call.
 }
 
 struct TraceEvent {

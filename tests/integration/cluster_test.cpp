@@ -180,6 +180,22 @@ TEST_CASE("a reference kept across restarts reaches each new incarnation, then s
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("after a restart notice the next call through a kept reference reaches the new incarnation",
+          "[cluster][lifecycle]") {
+  // For each way an incarnation ends: context().fail() called through another reference (only the
+  // head can tell this one), a method that threw, its node lost.
+  Run run(harness::sim(kThree, probe("follow-notice")));
+  int code = run.wait(60s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("NEXT CALL after fail reached incarnation 2") != std::string::npos);
+  CHECK(out.find("NEXT CALL after throw reached incarnation 3") != std::string::npos);
+  CHECK(out.find("NEXT CALL after node-lost reached incarnation 4") != std::string::npos);
+  CHECK(out.find("FAILED") == std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("a reference follows its actor to another node when the first one is lost",
           "[cluster][lifecycle][fault]") {
   Run run(harness::sim(kThree, probe("follow-node")));

@@ -371,6 +371,59 @@ kj::Promise<void> followNode(Job& job) {
   return followAcrossNodeLoss(job);
 }
 
+// After a restart notice, the next call through a reference kept from before reaches the new
+// incarnation, whatever ended the old one: a method that threw, context().fail(), its node lost
+// (die: SIGKILL to the instance hosting it). One call each, no retries here: a failure is said.
+// fail() comes through another reference to the same actor, so `a` saw no failed call.
+troupe::Co<void> followAfterNotice(Job& job) {
+  auto a = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("data_group").cpus(0),
+                                   labelled("t").restarts(3, 60 * kj::SECONDS).unlinked());
+  uint32_t restarts = 0;
+  auto down = job.monitor(a.id(), [&restarts](const troupe::Restarted& r) {
+    say("NOTICE incarnation " + std::to_string(r.incarnation) + " after " + r.reason.describe());
+    restarts = r.incarnation - 1;
+  });
+  for (const char* cause : {"fail", "throw", "node-lost"}) {
+    auto before = restarts;
+    std::string c = cause;
+    try {
+      if (c == "throw") {
+        auto t = a.throwNowRequest();
+        t.setWhy("cause throw");
+        co_await t.send();
+      } else if (c == "fail") {
+        // Through a second reference: `a` itself sees no failed call, only the head can tell it.
+        auto other = job.resolve<probe::Probe>(a.address());
+        auto f = other.failWhenRequest();
+        f.setWhen(probe::FailPoint::BEFORE_SUSPENDING);
+        f.setWhy("cause fail");
+        co_await f.send();
+      } else {
+        co_await a.dieRequest().send();
+      }
+    } catch (const kj::Exception&) {
+      // The call that ended the incarnation fails with why; only later calls must reach the next.
+    }
+    for (int i = 0; i < 500 && restarts == before; ++i) {
+      co_await job.timer().afterDelay(10 * kj::MILLISECONDS);
+    }
+    if (restarts == before) {
+      say("NO NOTICE after " + c);
+      co_return;
+    }
+    try {
+      auto r = co_await a.pingRequest().send();
+      say("NEXT CALL after " + c + " reached incarnation " + std::to_string(r.getIncarnation()));
+    } catch (const kj::Exception& e) {
+      say("NEXT CALL after " + c + " FAILED: " + e.getDescription().cStr());
+    }
+  }
+}
+
+kj::Promise<void> followNotice(Job& job) {
+  return followAfterNotice(job);
+}
+
 // The cascade: children stop before their parent, newest first; a child that ignores its stop is
 // killed at the deadline.
 kj::Promise<void> cascade(Job& job) {
@@ -725,6 +778,7 @@ Scenario find(const std::string& name) {
   if (name == "restarts") return restarts;
   if (name == "follow") return follow;
   if (name == "follow-node") return followNode;
+  if (name == "follow-notice") return followNotice;
   if (name == "cascade") return cascade;
   if (name == "unregistered") return unregistered;
   if (name == "prefer-unknown") return preferUnknown;

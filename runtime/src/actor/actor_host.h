@@ -23,6 +23,9 @@ class ActorHost {
   // The Node capability of the node listening at `address` (or this node itself).
   virtual void actorExited(uint64_t id, Exit reason) = 0;
   // The actor ended by itself: tell the head.
+  virtual uint32_t latestIncarnation(uint64_t id) const = 0;
+  // The newest incarnation of actor `id` the head has said it restarted as (0: none): a
+  // reference to an older one asks the head before its next call (rebind.h).
 
  protected:
   ~ActorHost() = default;

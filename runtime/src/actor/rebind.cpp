@@ -16,7 +16,9 @@ class Rebinder final : public capnp::Capability::Server {
   DispatchCallResult dispatchCall(
       uint64_t interfaceId, uint16_t methodId,
       capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
-    if (!stale_) return {send(interfaceId, methodId, context), false};
+    if (!stale_ && node_.latestIncarnation(address_.id) <= address_.incarnation) {
+      return {send(interfaceId, methodId, context), false};
+    }
     return {refresh().then([this, interfaceId, methodId, context]() mutable {
               return send(interfaceId, methodId, context);
             }),
@@ -31,8 +33,9 @@ class Rebinder final : public capnp::Capability::Server {
     req.set(params);
     context.releaseParams();
     return context.tailCall(kj::mv(req)).catch_([this](kj::Exception&& e) -> kj::Promise<void> {
-      // The incarnation we called is gone (or its node is): ask the head before the next call.
-      if (e.getType() == kj::Exception::Type::DISCONNECTED) stale_ = true;
+      // Any failure may have ended the incarnation (a method that threw restarts the actor; its
+      // node may be gone): ask the head before the next call. If it lives on, the head says so.
+      stale_ = true;
       return kj::mv(e);
     });
   }

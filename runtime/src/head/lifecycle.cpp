@@ -232,6 +232,17 @@ void Head::restartOn(ActorEntry& entry, uint32_t nodeId, const Exit& reason) {
   spdlog::warn("restarting {} (restart {} of {}) after: {}", entry.address.describe(),
                entry.restarts.size(), entry.spec.maxRestarts, reason.text);
   hostOn(entry);
+  // Every node first, so that where a monitor hears of the restart, references there already
+  // know to ask for the new incarnation (the same connection keeps the order; the head's own node
+  // is told at once).
+  node_.noteRestart(entry.address.id, incarnation);
+  for (auto& [id, n] : nodes_) {
+    if (id == 1 || !n.alive) continue;
+    auto req = n.client.actorRestartedRequest();
+    req.setId(entry.address.id);
+    req.setIncarnation(incarnation);
+    tasks_.add(req.send().ignoreResult());
+  }
   // Monitors hear of every restart (their `down` comes once, at the end); links do not fire: the
   // actor lives on, linked as before.
   for (auto& w : entry.watchers) {

@@ -122,6 +122,10 @@ class NodeServer final : public proto::Node::Server {
     node_.fencePeer(p.getHost(), p.getAddress(), p.getReason());
     return kj::READY_NOW;
   }
+  kj::Promise<void> actorRestarted(ActorRestartedContext call) override {
+    node_.noteRestart(call.getParams().getId(), call.getParams().getIncarnation());
+    return kj::READY_NOW;
+  }
   kj::Promise<void> headActors(HeadActorsContext call) override {
     std::vector<ActorAddress> actors;
     for (auto a : call.getParams().getActors()) actors.push_back(ActorAddress::fromProto(a));

@@ -125,6 +125,15 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   // hosts: what a worker sends with each heartbeat (the head records its own on that schedule).
 
   void setHeadActors(std::vector<ActorAddress> actors) { headActors_ = kj::mv(actors); }
+  void noteRestart(uint64_t id, uint32_t incarnation) {
+    auto& latest = incarnations_[id];
+    latest = std::max(latest, incarnation);
+  }
+  // The head restarted `id` as `incarnation` (Node.actorRestarted).
+  uint32_t latestIncarnation(uint64_t id) const override {
+    auto it = incarnations_.find(id);
+    return it == incarnations_.end() ? 0 : it->second;
+  }
   std::string headActorsLine() const;
   // ", and with it 'trainer' (train.Trainer #1)" when the head hosted actors, else "".
 
@@ -195,6 +204,7 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   std::map<uint64_t, Hosted> retiring_;  // exited, waiting for their calls and pool jobs to end
   uint64_t nextRetired_ = 0;
   std::vector<ActorAddress> headActors_;
+  std::map<uint64_t, uint32_t> incarnations_;  // noteRestart(): actor id -> newest incarnation
   int exitCode_ = -1;
   std::string exitReason_;
   kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;
