@@ -46,6 +46,7 @@
 #include "outputs.h"
 #include "sim_run.h"
 #include "status_cmd.h"
+#include "troupe/app_settings.h"
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/loop.h"
@@ -272,7 +273,26 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   o.env = envCmd->parsed();
   o.statusCommand = statusCmd->parsed();
   o.advise = adviseCmd->parsed();
-  if (cliArgc == argc) o.app = sim->remaining();
+  if (sim->parsed()) {
+    // prefix_command() hands everything from the first argument it does not know on to the app:
+    // before a "--" that is an unknown option (the app follows the "--"); without one, an
+    // argument that starts with '-' is one too, never an app. Either way the options after it
+    // would be dropped without a word.
+    auto rest = sim->remaining();
+    bool unknown = !rest.empty() && (cliArgc != argc || rest.front().rfind("-", 0) == 0);
+    if (unknown) {
+      std::vector<std::string> known;
+      for (const auto* opt : sim->get_options()) {
+        for (auto& name : opt->get_lnames()) known.push_back("--" + name);
+      }
+      auto near = troupe::nearestName(rest.front(), known);
+      fprintf(stderr, "troupe sim: unknown option '%s'%s; options go before the app: troupe sim "
+              "[OPTIONS] -- APP [ARGS...] (see troupe sim --help)\n", rest.front().c_str(),
+              near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
+      return troupe::CONFIG_ERROR;
+    }
+    if (cliArgc == argc) o.app = rest;
+  }
   return std::nullopt;
 }
 
@@ -381,12 +401,20 @@ class InterruptPlan {
     }
     if (random) {
       auto [lo, hi] = sim::splitPair(o.interruptRandom, ':', "--interrupt-random-ms", "MIN:MAX");
-      try {
-        min_ = std::stoul(lo);
-        max_ = std::stoul(hi);
-      } catch (const std::exception&) {
-        max_ = 0, min_ = 1;
-      }
+      // Whole milliseconds up to a day, digits only: stoul would take "-1" as 2^64-1 (and the
+      // draw below then divided by zero) and drop what follows the digits ("5x").
+      auto ms = [&](const std::string& text) {
+        bool digits = !text.empty() && text.size() <= 8 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return isdigit(c); });
+        if (!digits || std::stoul(text) > kMaxInterruptMs) {
+          throw std::invalid_argument("--interrupt-random-ms '" + o.interruptRandom + "': '" +
+                                      text + "' is not a number of milliseconds from 0 to " +
+                                      std::to_string(kMaxInterruptMs) + " (a day); use MIN:MAX");
+        }
+        return std::stoul(text);
+      };
+      min_ = ms(lo);
+      max_ = ms(hi);
       if (min_ > max_) {
         throw std::invalid_argument("--interrupt-random-ms '" + o.interruptRandom +
                                     "': expected MIN:MAX, milliseconds, MIN <= MAX");
@@ -423,6 +451,7 @@ class InterruptPlan {
   }
 
  private:
+  static constexpr unsigned long kMaxInterruptMs = 86'400'000;
   const Options& o_;
   bool enabled_ = false;
   unsigned long min_ = 0, max_ = 0;

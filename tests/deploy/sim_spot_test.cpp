@@ -136,4 +136,30 @@ TEST_CASE("sim spot options that cannot work are refused with exit 2", "[sim][sp
   refused({"--restarts-on-interrupt", "1"}, "need --interrupt-after-ms or --interrupt-random-ms");
   refused({"--interrupt-random-ms", "5:1"}, "--interrupt-random-ms '5:1': expected MIN:MAX");
   refused({"--interrupt-random-ms", "1:5", "--interrupt-after-ms", "3"}, "give one");
+  // "-1" once parsed as 2^64-1 and the draw divided by zero (SIGFPE, the secret file left behind).
+  refused({"--interrupt-random-ms", "0:-1"},
+          "--interrupt-random-ms '0:-1': '-1' is not a number of milliseconds from 0 to 86400000");
+  refused({"--interrupt-random-ms", "5x:10"}, "'5x' is not a number of milliseconds");
+  refused({"--interrupt-random-ms", "0:4294967296"}, "'4294967296' is not a number");
+}
+
+TEST_CASE("sim refuses an unknown option, naming it, instead of dropping it and what follows",
+          "[sim][bad-input]") {
+  // It once ran the default cluster: `--node-restarts 1 --group a=1` vanished before the "--".
+  auto run = [](std::vector<std::string> argv) {
+    harness::Run r(argv);
+    int code = r.wait(30s);
+    return std::make_pair(code, r.output());
+  };
+  auto [code, out] = run({TROUPE_BINARY, "sim", "--node-restarts", "1", "--group", "a=1", "--",
+                          "/bin/true"});
+  INFO(out);
+  CHECK(code == 2);
+  CHECK(out.find("troupe sim: unknown option '--node-restarts'; options go before the app") !=
+        std::string::npos);
+  std::tie(code, out) = run({TROUPE_BINARY, "sim", "--grop", "a=1", "/bin/true"});
+  INFO(out);
+  CHECK(code == 2);
+  CHECK(out.find("unknown option '--grop' (did you mean '--group'?)") != std::string::npos);
+  CHECK(out.find("instances exited") == std::string::npos);  // nothing started
 }
