@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "train.capnp.h"
 #include "augmenter_actor.h"
@@ -76,6 +77,47 @@ troupe::train::JobIdentity jobIdentity(const Settings& s) {
 // Parses and checks the app's flags on every node, before anything starts: a bad value, an unknown
 // flag or an unknown hyperparameter is a configuration error (exit 2, and output/failure on
 // SageMaker) everywhere at once.
+// Under a SageMaker root with no `train` channel, the dataset must not silently become the one in
+// the image: a misnamed channel ("training") or a declared `train` whose folder is missing is a
+// configuration error naming what is there; with no channel at all the image's dataset is used,
+// with a warning that says so. An explicit --data-dir (flag or hyperparameter) is the user's.
+void checkNoTrainChannel(const troupe::SageMakerEnv& sm, const std::string& dataDir) {
+  if (dataDir != troupe::data::kDefaultFashionMnistDir) return;
+  std::vector<std::string> declared;
+  try {
+    std::ifstream in(sm.path("input/config/inputdataconfig.json"));
+    if (in) {
+      auto config = nlohmann::json::parse(in);
+      for (auto& [name, _] : config.items()) {
+        if (name != "troupe-secret") declared.push_back(name);
+      }
+    }
+  } catch (const nlohmann::json::exception&) {
+    // SageMaker writes that file; a damaged one says nothing here.
+  }
+  auto list = [](const std::vector<std::string>& v) {
+    std::string text;
+    for (auto& x : v) text += (text.empty() ? "" : ", ") + x;
+    return text.empty() ? std::string("none") : text;
+  };
+  bool trainDeclared = std::find(declared.begin(), declared.end(), "train") != declared.end();
+  if (trainDeclared) {
+    troupe::configError("the 'train' channel is declared in " +
+                        sm.path("input/config/inputdataconfig.json") + " but " +
+                        sm.path("input/data/train") + " does not exist (channels there: " +
+                        list(sm.channels()) + "); check the channel's S3 input");
+  }
+  if (!sm.channels().empty() || !declared.empty()) {
+    troupe::configError("no 'train' channel under " + sm.path("input/data") + " (channels: " +
+                        list(sm.channels().empty() ? declared : sm.channels()) +
+                        "); hetero_train reads Fashion-MNIST from the channel named 'train': "
+                        "rename the channel, or give --data-dir (the data-dir hyperparameter)");
+  }
+  spdlog::warn("no input channels under {}: training on the Fashion-MNIST in the image ({}); give "
+               "a 'train' channel to train on your data",
+               sm.path("input/data"), dataDir);
+}
+
 Settings parseSettings(int argc, char* argv[]) {
   Settings s;
   CLI::App cli("hetero_train: augmentation on the data group, training on the dnn group");
@@ -139,6 +181,7 @@ Settings parseSettings(int argc, char* argv[]) {
         defaults.insert(defaults.end(), {"--checkpoint-dir", sm.checkpointDir()});
     }
     troupe::parseAppFlags(cli, argc, argv, defaults);
+    if (sm.active() && !sm.hasChannel("train")) checkNoTrainChannel(sm, s.dataDir);
     troupe::train::AugmentConfig augment;
     augment.blurKernel = s.blur;
     augment.validate();

@@ -134,6 +134,44 @@ TEST_CASE("hetero_train makes output/data/ for its report where SageMaker did no
   CHECK(r.code == 0);
   auto report = roots::readFile(root + "/output/data/report.json");
   CHECK(report.find("\"exit_status\": 0") != std::string::npos);
+  // No channel at all: the image's dataset, said so.
+  CHECK(r.output.find("no input channels under " + root +
+                      "/input/data: training on the Fashion-MNIST in the image") !=
+        std::string::npos);
+}
+
+TEST_CASE("hetero_train under a SageMaker root refuses a misnamed or missing train channel",
+          "[settings][bad-input][sagemaker]") {
+  // Training silently on the image's bundled dataset would report success on the wrong data.
+  roots::TempDir dir;
+  auto root = roots::makeRoot(dir / "algo-1", kOne, hyperparameters(R"("epochs": "1")"));
+  std::filesystem::create_directories(root + "/input/data/training");
+  auto r = runTrain({}, root);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.failure.find("no 'train' channel under " + root + "/input/data (channels: training); "
+                       "hetero_train reads Fashion-MNIST from the channel named 'train'") !=
+        std::string::npos);
+
+  auto root2 = roots::makeRoot(dir / "algo-2", kOne, hyperparameters(R"("epochs": "1")"));
+  roots::writeFile(root2 + "/input/config/inputdataconfig.json",
+                   R"({"train": {"TrainingInputMode": "File"}})");
+  r = runTrain({}, root2);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.failure.find("the 'train' channel is declared in " + root2 +
+                       "/input/config/inputdataconfig.json but " + root2 +
+                       "/input/data/train does not exist") != std::string::npos);
+
+  // An explicit data dir is the user's choice.
+  std::filesystem::create_directory_symlink("/usr/share/datasets/fashion-mnist", dir / "mine");
+  auto root3 = roots::makeRoot(dir / "algo-3", kOne,
+                               hyperparameters(R"("epochs": "1", "train_samples": "512",
+                                   "data_dir": ")" + (dir / "mine") + R"(")"));
+  std::filesystem::create_directories(root3 + "/input/data/training");
+  r = runTrain({}, root3);
+  INFO(r.output);
+  CHECK(r.code == 0);
 }
 
 TEST_CASE("hetero_train fails the job, naming the path, when its report cannot be written",
