@@ -613,3 +613,11 @@ TEST_CASE("a gang spawn that cannot fully place places none", "[cluster][capacit
   CHECK(out.find("GANG2 PLACED 2 on data_group and dnn_group") != std::string::npos);
   CHECK(run.leftovers().empty());
 }
+
+// Hidden ([.]): run only by the ctest test "tests:the harness fails a test whose process printed a
+// sanitizer report" (tests/integration/CMakeLists.txt), which expects it to fail.
+TEST_CASE("harness: a sanitizer report in a started process's output is reported",
+          "[.][harness]") {
+  Run run({"/bin/sh", "-c", "echo '==7==ERROR: AddressSanitizer: heap-use-after-free (a stand-in)'"});
+  CHECK(run.wait(10s) == 0);
+}

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,7 @@ Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
   outPath_ = workDir_ + "/output.log";
   close(open(outPath_.c_str(), O_WRONLY | O_CREAT, 0644));
   troupe::subprocess::Spec spec;
+  argv0_ = argv.empty() ? "" : argv.front();
   spec.argv = std::move(argv);
   spec.env = std::move(extraEnv);
   spec.dropTroupeEnv = true;  // the test's own TROUPE_* settings are not the child's
@@ -93,11 +95,29 @@ Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
 Run::~Run() {
   auto pids = allPids();
   child_.reset();  // SIGKILLed and reaped if it still runs
+  reportSanitizerFindings();
   for (auto pid : pids) {
     if (processExists(pid)) kill(pid, SIGKILL);
   }
   std::error_code ec;
   std::filesystem::remove_all(workDir_, ec);
+}
+
+void Run::reportSanitizerFindings() const {
+  // A finding in any process the run started (a data instance in a job that survives losing one
+  // included) fails the test, whatever its exit codes: ctest's FAIL_REGULAR_EXPRESSION matches
+  // this line (tests/CMakeLists.txt).
+  std::ifstream in(outPath_);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("ERROR: AddressSanitizer") != std::string::npos ||
+        line.find("ERROR: LeakSanitizer") != std::string::npos ||
+        line.find(": runtime error: ") != std::string::npos) {
+      fprintf(stderr, "troupe-harness: sanitizer report in the output of %s: %s\n",
+              argv0_.c_str(), line.c_str());
+      return;
+    }
+  }
 }
 
 int Run::wait(std::chrono::milliseconds timeout) {

@@ -48,7 +48,10 @@ class Run {
   // there: troupe-out/). Relative paths in argv are relative to it.
 
  private:
-  std::string workDir_, outPath_;
+  void reportSanitizerFindings() const;
+  // One line on stderr, "troupe-harness: sanitizer report ...", when the output holds one.
+
+  std::string workDir_, outPath_, argv0_;
   std::unique_ptr<troupe::subprocess::Child> child_;
 };
 
