@@ -87,9 +87,11 @@ void checkNoTrainChannel(const troupe::SageMakerEnv& sm, const std::string& data
   try {
     std::ifstream in(sm.path("input/config/inputdataconfig.json"));
     if (in) {
+      // Iterators, not items() with a structured binding: ASan reports a stack-use-after-scope
+      // in nlohmann 3.11.2's iteration_proxy there.
       auto config = nlohmann::json::parse(in);
-      for (auto& [name, _] : config.items()) {
-        if (name != "troupe-secret") declared.push_back(name);
+      for (auto it = config.begin(); it != config.end(); ++it) {
+        if (it.key() != "troupe-secret") declared.push_back(it.key());
       }
     }
   } catch (const nlohmann::json::exception&) {
