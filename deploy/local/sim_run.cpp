@@ -17,6 +17,7 @@
 
 #include "cpu_quota.h"
 #include "job_file.h"
+#include "sim_lines.h"
 #include "netns.h"
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
@@ -482,10 +483,8 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
                 bool any = false;
                 for (auto& other : instances) any = any || other.exit == nullptr;
                 if (!any) return kj::Promise<void>(kj::READY_NOW);
-                fprintf(stderr,
-                        "troupe sim: instances still running %u ms after the head exited: "
-                        "SIGTERM\n",
-                        spec_.lingerMs);
+                fprintf(stderr, "troupe sim: instances still running %u ms %s\n", spec_.lingerMs,
+                        sim::kLingerSigterm);
                 killAll(SIGTERM);
                 return loop_.timer().afterDelay(spec_.graceMs * kj::MILLISECONDS).then([&]() {
                   killAll(SIGKILL);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "inject.h"
+#include "sim_lines.h"
 
 namespace faults {
 
@@ -169,7 +170,7 @@ void watch(Observation& obs, harness::Run& run, Plan& plan, int limitS) {
     if (!obs.simGoneS && run.wait(0ms) >= 0) obs.simGoneS = since(t0);
     // The linger line is read only now and then: the output grows with every progress line.
     if (headRuns && tick % 5 == 0 &&
-        run.output().find("after the first exit: SIGTERM") != std::string::npos) {
+        run.output().find(sim::kLingerSigterm) != std::string::npos) {
       obs.simTermedLiveHead = true;
     }
     if (obs.simGoneS && !anyRuns) return;

@@ -1,5 +1,7 @@
 #include "verdict.h"
 
+#include "sim_lines.h"
+
 #include <signal.h>
 #include <string.h>
 
@@ -163,8 +165,9 @@ class Judge {
     add(Outcome::WRONG_EXIT,
         "sim linger (docs/exit-codes.md): troupe sim never SIGTERMs instances while the head "
         "still runs; " +
-            std::string(obs_.simTermedLiveHead ? "it printed '... after the first exit: SIGTERM'"
-                                               : "it did not"),
+            (obs_.simTermedLiveHead
+                 ? std::string("it printed '... ") + sim::kLingerSigterm + "' while the head ran"
+                 : std::string("it did not")),
         !obs_.simTermedLiveHead);
     const auto* head = obs_.head();
     int want = c_.expect.sim.value_or(head ? head->code : -1);
