@@ -47,11 +47,15 @@ class Run {
   // The child's working folder, a fresh one removed with the Run (with what `troupe sim` kept
   // there: troupe-out/). Relative paths in argv are relative to it.
 
+  void ignoreSanitizerReports(std::string why) { ignoreSanitizerWhy_ = std::move(why); }
+  // For a test whose processes the sanitizer runtime cannot serve (out of file descriptors on
+  // purpose): their reports are printed as ignored, with `why`, and do not fail the test.
+
  private:
   void reportSanitizerFindings() const;
   // One line on stderr, "troupe-harness: sanitizer report ...", when the output holds one.
 
-  std::string workDir_, outPath_, argv0_;
+  std::string workDir_, outPath_, argv0_, ignoreSanitizerWhy_;
   std::unique_ptr<troupe::subprocess::Child> child_;
 };
 

@@ -346,6 +346,12 @@ TEST_CASE("out of file descriptors a node backs off and accepts again, and a lat
   args = everywhere(args, "TROUPE_LOGIN_TIMEOUT_MS=60000");
   Run run(
       harness::sim(args, {"/bin/sh", "-c", wrapper, harness::probeApp(), "--scenario", "normal"}));
+  // Under make test-sanitize: UBSan's vptr check reads the object it checks through a pipe of its
+  // own (sanitizer_common's IsAccessibleMemoryRange), and its suppressions need a file; out of
+  // descriptors it can have neither, and calls every object it checks invalid ("object has
+  // invalid vptr", "<memory cannot be printed>", even KJ's static ArrayDisposer), from the
+  // head's first failed accept() on, in every ctest run of this case here.
+  run.ignoreSanitizerReports("the head runs out of file descriptors on purpose");
   REQUIRE_OUTPUT(run, "waiting for 1 to join", 30s);
   auto head = instanceIn(run, "dnn_group");
   REQUIRE(shell("prlimit --pid " + std::to_string(head.pid) + " --nofile=64:64").empty());
