@@ -94,7 +94,10 @@ class Cluster:
     GROUPS = {"data_group": "ml.c5.xlarge", "dnn_group": "ml.p3.2xlarge"}
 
     def __init__(self, engine, image, network, work, name, layout, checkpoints=None):
-        self.engine, self.image, self.network = engine, image, network
+        # The network's own DNS server only (its gateway): the host's resolvers, which the engine
+        # also lists, are unreachable from an internal network, and a lookup that reaches them
+        # waited 20 s to fail while the names were being registered.
+        self.engine, self.image, (self.network, self.dns) = engine, image, network
         self.name = name
         self.layout = layout
         self.hosts = sorted(layout)
@@ -145,10 +148,17 @@ class Cluster:
         for host in self.hosts:
             self.engine.run("create", "--name", self.containers[host], "--hostname", host,
                             "--network", self.network, "--network-alias", host,
+                            "--dns", self.dns, "--dns-option", "timeout:1",
                             "-v", "%s:/opt/ml" % self.root(host), self.image, "train")
 
     def start(self, hosts=None):
-        for host in hosts or self.hosts:
+        # The head first. The first container to start on a fresh podman network sometimes gets
+        # no answer from the network's DNS server (aardvark-dns, started with it) for 30-50 s
+        # (seen here: "Temporary failure in name resolution" every 2 s while the others resolved
+        # at once); the workers' joins retry through that, but it ate most of the join timeout.
+        # The head looks no name up.
+        hosts = sorted(hosts or self.hosts, key=lambda h: h != self.head)
+        for host in hosts:
             self.engine.run("start", self.containers[host])
 
     def logs(self, host):
@@ -260,30 +270,43 @@ class Run:
         self.args, self.engine = args, engine
         self.rng = random.Random(args.seed)
         self.work = tempfile.mkdtemp(prefix="troupe-image-test-")
-        self.network = "troupe-it-%d" % os.getpid()
+        self.networks = []
         self.clusters = []
-        # The network is internal (no route out) on a subnet of the test's own.
-        for third in range(20 + os.getpid() % 200, 256):
-            p = engine.run("network", "create", "--internal", "--subnet",
-                           "10.214.%d.0/24" % third, self.network, check=False)
+        self.third = 20 + os.getpid() % 200
+
+    def network(self, name):
+        """A network of its own for each job, as each SageMaker job has: internal (no route out),
+        on a subnet of the test's own. (Jobs sharing one network would share the names algo-N,
+        and a name could still lead to a stopped container of an earlier job.)"""
+        network = "troupe-it-%d-%s" % (os.getpid(), name)
+        for _ in range(256):
+            self.third = 20 + (self.third - 19) % 230
+            p = self.engine.run("network", "create", "--internal", "--subnet",
+                                "10.214.%d.0/24" % self.third, "--gateway",
+                                "10.214.%d.1" % self.third, network, check=False)
             if p.returncode == 0:
-                break
-        else:
-            raise RuntimeError("cannot create a container network: " + p.stderr)
+                self.networks.append(network)
+                return network, "10.214.%d.1" % self.third
+        raise RuntimeError("cannot create a container network: " + p.stderr)
 
     def cluster(self, name, image=None, layout=None, checkpoints=None):
         layout = layout or {"algo-1": "data_group", "algo-2": "dnn_group",
                             "algo-3": "data_group"}
-        c = Cluster(self.engine, image or self.args.image, self.network, self.work, name,
+        network, dns = self.network(name)
+        c = Cluster(self.engine, image or self.args.image, (network, dns), self.work, name,
                     layout, checkpoints)
         self.clusters.append(c)
+        t = time.time()
         c.create()
+        if time.time() - t > 5:
+            print("  %s: creating the containers took %.1f s" % (name, time.time() - t), flush=True)
         return c
 
     def close(self):
         for c in self.clusters:
             c.remove()
-        self.engine.run("network", "rm", "-f", self.network, check=False)
+        for network in self.networks:
+            self.engine.run("network", "rm", "-f", network, check=False)
         shutil.rmtree(self.work, ignore_errors=True)
 
     # -- cases: each returns None when it passed, else why not --
@@ -328,12 +351,18 @@ class Run:
         print("  stop: every container stopped at step %d of epoch 1 (--seed %d)" % (
             step, self.args.seed), flush=True)
         c = self.cluster("stop")
+        t = time.time()
         c.start()
-        if not c.wait_for_step(step):
+        reached = c.wait_for_step(step)
+        print("  stop: step %d reached %.1f s after the start" % (step, time.time() - t), flush=True)
+        if not reached:
             return "training never reached step %d; the head's log ends: %s" % (
                 step, c.logs(c.head)[-600:])
+        t = time.time()
         c.stop(c.hosts)
         codes = c.wait()
+        print("  stop: every container exited %.1f s after the stop: %s" % (time.time() - t, codes),
+              flush=True)
         if any(code != INTERRUPTED for code in codes.values()):
             return "exit statuses %s after the stop, want %d everywhere" % (codes, INTERRUPTED)
         for h in c.hosts:
@@ -350,8 +379,10 @@ class Run:
         # Started again on new instances: the groups dealt to other hosts.
         r = self.cluster("resume", layout={"algo-1": "dnn_group", "algo-2": "data_group",
                                            "algo-3": "data_group"}, checkpoints=saved)
+        t = time.time()
         r.start()
         codes = r.wait()
+        print("  stop: the resumed job took %.1f s" % (time.time() - t), flush=True)
         if any(codes.values()):
             return "the resumed job exited %s, want 0 everywhere; its head's log ends: %s" % (
                 codes, r.logs(r.head)[-600:])
