@@ -115,8 +115,8 @@ void checkNoTrainChannel(const troupe::SageMakerEnv& sm, const std::string& data
                         "); hetero_train reads Fashion-MNIST from the channel named 'train': "
                         "rename the channel, or give --data-dir (the data-dir hyperparameter)");
   }
-  spdlog::warn("no input channels under {}: training on the Fashion-MNIST in the image ({}); give "
-               "a 'train' channel to train on your data",
+  spdlog::warn("no input channels under {}: training on the Fashion-MNIST installed here ({}, the "
+               "image's copy on SageMaker); give a 'train' channel to train on your data",
                sm.path("input/data"), dataDir);
 }
 

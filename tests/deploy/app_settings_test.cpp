@@ -136,7 +136,7 @@ TEST_CASE("hetero_train makes output/data/ for its report where SageMaker did no
   CHECK(report.find("\"exit_status\": 0") != std::string::npos);
   // No channel at all: the image's dataset, said so.
   CHECK(r.output.find("no input channels under " + root +
-                      "/input/data: training on the Fashion-MNIST in the image") !=
+                      "/input/data: training on the Fashion-MNIST installed here") !=
         std::string::npos);
 }
 
