@@ -16,9 +16,11 @@ build: configure
 
 # The main job (hetero_train, its default settings) in a local multi-process simulation of a
 # heterogeneous cluster: 2 data instances and 1 dnn instance. The model and report.json stay in
-# troupe-out/hetero_train-<time>/ (printed at the end).
+# troupe-out/hetero_train-<time>/ (printed at the end). Fashion-MNIST arrives as the `train`
+# channel, as on SageMaker.
 run: build
-	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- $(BUILD)/apps/hetero_train/hetero_train
+	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
+	  --channel train=/usr/share/datasets/fashion-mnist -- $(BUILD)/apps/hetero_train/hetero_train
 
 hello: build
 	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- $(BUILD)/apps/hello/hello
