@@ -87,8 +87,10 @@ TEST_CASE("subprocess: stop() takes down the child's whole process group, a gran
   char dir[] = "/tmp/troupe-subprocess-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   std::string file = std::string(dir) + "/grandchild";
-  auto spec = shell("sleep 30 & echo $! > " + file + ".tmp && mv " + file + ".tmp " + file +
-                    "; trap '' TERM; wait");
+  // The trap comes first: the file says the shell is ready, and a SIGTERM that reached it
+  // before the trap would end it with 143 (seen under ASan in CI).
+  auto spec = shell("trap '' TERM; sleep 30 & echo $! > " + file + ".tmp && mv " + file +
+                    ".tmp " + file + "; wait");
   spec.ownProcessGroup = true;
   Child parent(spec);
   std::string text;
