@@ -159,10 +159,14 @@ interface Gate {
 
 interface Cluster {
   # Served by the head.
-  join @0 (info :NodeInfo, node :Node) -> (nodeId :UInt32, heartbeatMs :UInt32);
+  join @0 (info :NodeInfo, node :Node) -> (nodeId :UInt32, heartbeatMs :UInt32,
+                                           controlPort :UInt16);
+  # `controlPort`: where the head's control thread listens (on the head's host), for the node's
+  # heartbeats on the control path (ControlHello, below).
   heartbeat @1 (nodeId :UInt32, load :NodeLoad) -> (fenced :Bool, reason :Text);
-  # `fenced`: the head has declared this node lost; it must exit (FENCED) at once. `load`: the
-  # node's CPU use since its last heartbeat and its actors' mailbox depths (troupe status).
+  # The node's load report, on the node's schedule: its CPU use since the last one and its
+  # actors' mailbox depths (troupe status). Liveness is not judged by it but on the control path.
+  # `fenced`: the head has declared this node lost; it must exit (FENCED) at once.
   spawn @2 (spec :SpawnSpec) -> (actors :List(ActorAddress));
   # Places and starts one actor, or several for a multi-instance placement (onePerNode, perVcpu).
   resolve @3 (id :UInt64) -> (actor :ActorAddress);
@@ -244,4 +248,22 @@ interface Watcher {
   restarted @1 (id :UInt64, incarnation :UInt32, reason :ExitReason);
   # The actor exited abnormally and its restart policy started incarnation `incarnation` in its
   # place; `reason` is why the previous one ended. Sent before any later `down`.
+}
+
+# The control path (runtime/src/control/control.h): a connection of its own between a worker's
+# control thread and the head's, carrying only these framed messages, never RPC. The worker sends
+# a hello, then a beat every heartbeat interval; the head answers each beat at once.
+struct ControlHello {
+  nodeId @0 :UInt32;  # as the head's join answered
+  token @1 :Data;     # the job secret, with --insecure only (TLS proves it otherwise)
+}
+
+struct ControlBeat {
+  seq @0 :UInt64;
+}
+
+struct ControlAck {
+  seq @0 :UInt64;
+  fenced @1 :Bool;    # the head has declared this node lost: exit FENCED at once
+  reason @2 :Text;
 }

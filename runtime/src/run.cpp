@@ -82,7 +82,15 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
   cli.add_option("--join-timeout-ms", o.joinTimeoutMs)->envname("TROUPE_JOIN_TIMEOUT_MS");
   cli.add_option("--heartbeat-ms", o.heartbeatMs)->envname("TROUPE_HEARTBEAT_MS");
   cli.add_option("--node-timeout-ms", o.nodeTimeoutMs)->envname("TROUPE_NODE_TIMEOUT_MS");
+  cli.add_option("--node-timeout-max-ms", o.nodeTimeoutMaxMs,
+                 "a node silent this long is lost whatever its heartbeats' history (default: "
+                 "twice --node-timeout-ms)")
+      ->envname("TROUPE_NODE_TIMEOUT_MAX_MS");
   cli.add_option("--head-timeout-ms", o.headTimeoutMs)->envname("TROUPE_HEAD_TIMEOUT_MS");
+  cli.add_option("--control-port", o.controlPort,
+                 "the port of the head's control path (liveness); 0: any free port, told to "
+                 "workers as they join")
+      ->envname("TROUPE_CONTROL_PORT");
   cli.add_option("--stop-timeout-ms", o.stopTimeoutMs)->envname("TROUPE_STOP_TIMEOUT_MS");
   cli.add_option("--vcpus", o.vcpus)->envname("TROUPE_VCPUS");
   cli.add_option("--gpus", o.gpus)->envname("TROUPE_GPUS");
@@ -158,6 +166,16 @@ Parsed parseOptions(int argc, char* argv[], RunOptions& o) {
                       ") must be > 0 and below node-timeout-ms (" +
                       std::to_string(o.nodeTimeoutMs) + ") and head-timeout-ms (" +
                       std::to_string(o.headTimeoutMs) + ")");
+  }
+  if (o.nodeTimeoutMaxMs == 0) o.nodeTimeoutMaxMs = 2 * o.nodeTimeoutMs;
+  if (o.nodeTimeoutMaxMs < o.nodeTimeoutMs) {
+    throw ConfigError("node-timeout-max-ms (" + std::to_string(o.nodeTimeoutMaxMs) +
+                      ") must be at least node-timeout-ms (" + std::to_string(o.nodeTimeoutMs) +
+                      "); leave it out for twice node-timeout-ms");
+  }
+  if (o.controlPort > 65535) {
+    throw ConfigError("control-port " + std::to_string(o.controlPort) +
+                      " is not a port; give 1-65535, or 0 for any free port");
   }
   // Checked here, before anything starts, so that a bad one is exit 2 naming it.
   parseLabels(o.labels, "--labels (TROUPE_LABELS)");
@@ -406,7 +424,8 @@ class Worker {
           node_.info().toProto(join.initInfo());
           join.setNode(node_.selfClient());
           return join.send().then([this, cluster, conn = kj::mv(conn)](auto response) mutable {
-            joined(kj::mv(conn), kj::mv(cluster), response.getNodeId());
+            joined(kj::mv(conn), kj::mv(cluster), response.getNodeId(),
+                   response.getControlPort());
           });
         })
         .catch_([this, lastError = kj::mv(lastError)](kj::Exception&& e) -> kj::Promise<void> {
@@ -439,11 +458,20 @@ class Worker {
         });
   }
 
-  void joined(kj::Own<Connection> conn, proto::Cluster::Client cluster, uint32_t nodeId) {
+  void joined(kj::Own<Connection> conn, proto::Cluster::Client cluster, uint32_t nodeId,
+              uint16_t controlPort) {
     spdlog::info("joined the head {} as node {}", headLine(), nodeId);
     nodeId_ = nodeId;
     node_.setCluster(cluster);
-    lastHeard_ = node_.loop().timer().now();
+    // Liveness from here on: the control thread's heartbeats to the head's, on a connection of
+    // their own (control/control.h).
+    try {
+      control_ = std::make_unique<ControlClient>(ControlSettings::from(node_.options()),
+                                                 controlAddress(headAddress_, controlPort), nodeId);
+    } catch (const ConfigError& e) {
+      node_.requestExit(INTERNAL_ERROR, std::string("cannot start the control thread: ") + e.what());
+      return;
+    }
     node_.tasks().add(conn->onDisconnect().then(
         [this]() { headGone("the connection closed"); },
         [this](kj::Exception&& e) { headGone(e.getDescription().cStr()); }));
@@ -459,10 +487,8 @@ class Worker {
     // `fence` call, though sent first, may be dropped unread with the closed connection.
     // The clock itself, not the loop's timer: the timer's time may not have moved on yet when the
     // closed connection is the first thing a thawed process sees.
-    auto late = std::chrono::steady_clock::now() - nextHeartbeat_;
-    auto behind = kj::max(
-        std::chrono::duration_cast<std::chrono::milliseconds>(late).count() * kj::MILLISECONDS,
-        frozen_);
+    // The control thread's clock says it: an event loop merely held by an actor is no freeze.
+    auto behind = (control_ ? control_->frozenMs() : 0) * kj::MILLISECONDS;
     auto nodeTimeout = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
     if (behind > nodeTimeout) {
       node_.requestExit(FENCED, "this node was frozen for " +
@@ -477,35 +503,32 @@ class Worker {
   }
 
   kj::Promise<void> heartbeatLoop(kj::TimePoint due) {
-    nextHeartbeat_ = std::chrono::steady_clock::now() + (due - node_.loop().timer().now()) /
-                                                            kj::MICROSECONDS *
-                                                            std::chrono::microseconds(1);
+    // The main loop acts on what the control thread heard, whenever it gets to run; it also sends
+    // the node's load report (troupe status), which says nothing about liveness.
     auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
     return node_.loop().timer().atTime(due).then([this, due, interval]() {
       auto now = node_.loop().timer().now();
-      // However late this round runs is this process's own stall (frozen, or starved of CPU):
-      // the head's answers may be waiting unread in the socket. It is not the head's silence.
       auto stall = now - due;
-      lastHeard_ = kj::min(now, lastHeard_ + stall);
-      // Past the node timeout the head has fenced this node, unless a heartbeat says otherwise.
-      if (stall > node_.options().nodeTimeoutMs * kj::MILLISECONDS) {
-        frozen_ = stall;
-        thawedAt_ = now;
-      }
       if (stall > interval) {
-        spdlog::warn("this node's event loop stalled for {} ms", stall / kj::MILLISECONDS);
+        spdlog::warn("this node's event loop was held for {} ms; its control thread kept its "
+                     "heartbeats going",
+                     stall / kj::MILLISECONDS);
       }
-      if (now - lastHeard_ > node_.options().headTimeoutMs * kj::MILLISECONDS) {
-        headGone("no answer for " + std::to_string(node_.options().headTimeoutMs) + " ms");
+      if (auto why = control_->fenced()) {
+        node_.requestExit(FENCED, "the head declared this node lost (" + *why +
+                                      "); its actors run elsewhere now");
+        return kj::Promise<void>(kj::READY_NOW);
+      }
+      auto silent = control_->sinceHeardMs();
+      if (silent > int64_t(node_.options().headTimeoutMs)) {
+        headGone("no answer on the control path for " + std::to_string(silent) +
+                 " ms (--head-timeout-ms " + std::to_string(node_.options().headTimeoutMs) + ")");
         return kj::Promise<void>(kj::READY_NOW);
       }
       auto req = node_.cluster().heartbeatRequest();
       req.setNodeId(nodeId_);
       node_.reportLoad(req.initLoad());
-      node_.tasks().add(req.send().then([this, sent = now](auto&& reply) {
-        lastHeard_ = node_.loop().timer().now();
-        // Only an answer to a heartbeat sent after the stall clears it.
-        if (!reply.getFenced() && sent >= thawedAt_) frozen_ = 0 * kj::MILLISECONDS;
+      node_.tasks().add(req.send().then([this](auto&& reply) {
         if (reply.getFenced()) {
           node_.requestExit(FENCED, std::string("the head declared this node lost (") +
                                         reply.getReason().cStr() +
@@ -546,13 +569,8 @@ class Worker {
   kj::TimePoint deadline_;
   kj::Duration backoff_ = 100 * kj::MILLISECONDS;
   kj::Own<Connection> headConnection_;
+  std::unique_ptr<ControlClient> control_;  // from the join on
   uint32_t nodeId_ = 0;
-  kj::TimePoint lastHeard_ = kj::origin<kj::TimePoint>();
-  std::chrono::steady_clock::time_point nextHeartbeat_;  // when heartbeatLoop runs next
-  // The last stall past the node timeout (the head has fenced this node, unless it answers a
-  // heartbeat sent after it as usual), and when it ended.
-  kj::Duration frozen_ = 0 * kj::MILLISECONDS;
-  kj::TimePoint thawedAt_ = kj::origin<kj::TimePoint>();
   bool signalled_ = false;
 };
 

@@ -36,7 +36,11 @@ struct RunOptions {
   unsigned port = 7077;            // --port / TROUPE_PORT, when the host map has no entry
   unsigned joinTimeoutMs = 60000;  // --join-timeout-ms: the cluster must form within this
   unsigned heartbeatMs = 500;      // --heartbeat-ms: how often workers send heartbeats
-  unsigned nodeTimeoutMs = 3000;   // --node-timeout-ms: the head declares a silent node lost
+  unsigned nodeTimeoutMs = 3000;   // --node-timeout-ms: silence tolerated on a steady link; the
+                                   // detector adds the slack a jittery link shows
+  unsigned nodeTimeoutMaxMs = 0;   // --node-timeout-max-ms: a node silent this long is lost
+                                   // whatever its history (0: twice --node-timeout-ms)
+  unsigned controlPort = 0;        // --control-port: the head's control listener (0: any free)
   unsigned headTimeoutMs = 5000;   // --head-timeout-ms: a worker exits after losing the head
   unsigned stopTimeoutMs = 5000;   // --stop-timeout-ms: default per-actor stop deadline
   unsigned vcpus = 0, gpus = 0;    // --vcpus/--gpus: replace the detected figures (0 = detect)

@@ -21,6 +21,7 @@ kj::Promise<void> ClusterSession::join(JoinContext call) {
   auto r = call.getResults();
   r.setNodeId(id);
   r.setHeartbeatMs(head_.node().options().heartbeatMs);
+  r.setControlPort(head_.controlPort());
   return kj::READY_NOW;
 }
 

@@ -93,6 +93,7 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
   for (auto& [key, value] : info.labels()) spec.labels[key] = value;
   view_.addNode(spec, sched::NodeState::ALIVE);
   nodes_.emplace(id, NodeEntry{id, info, kj::mv(client), true, node_.loop().timer().now()});
+  if (id != 1 && control_) control_->admit(id, host);
   if (id != 1) {
     spdlog::info("{} joined from {} ({}); {} still expected", nodeLine(info), info.address(),
                  describeNode(info), view_.getExpectedHosts().size());
@@ -159,25 +160,19 @@ kj::Promise<void> Head::formCluster() {
 }
 
 kj::Promise<void> Head::checkHeartbeats(kj::TimePoint due) {
+  // Liveness is judged on the control thread (control/control.h), which no actor method or bulk
+  // message can hold up; this loop only acts on its verdicts, whenever it gets to run.
   auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
   return node_.loop().timer().atTime(due).then([this, due, interval]() {
     auto now = node_.loop().timer().now();
-    // However late this check runs is the head's own stall (frozen, or starved of CPU), not its
-    // workers' silence: their heartbeats may be waiting unread in its sockets. Credit it to every
-    // node before judging, so only silence the head was awake for counts.
     auto stall = now - due;
-    for (auto& [id, n] : nodes_) n.lastHeartbeat = kj::min(now, n.lastHeartbeat + stall);
     if (stall > interval) {
-      spdlog::warn("the head's event loop stalled for {} ms; not counted against the workers",
+      spdlog::warn("the head's event loop was held for {} ms; liveness is judged on the control "
+                   "thread, so no worker pays for it",
                    stall / kj::MILLISECONDS);
     }
-    auto limit = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
-    std::vector<uint32_t> silent;
-    for (auto& [id, n] : nodes_) {
-      if (id != 1 && n.alive && now - n.lastHeartbeat > limit) silent.push_back(id);
-    }
-    for (auto id : silent) {
-      nodeLost(id, kj::str("no heartbeat for ", node_.options().nodeTimeoutMs, " ms").cStr());
+    if (control_) {
+      for (auto& lost : control_->takeLost()) nodeLost(lost.nodeId, lost.why);
     }
     recordOwnLoad();  // the head's own load, on its workers' schedule
     return checkHeartbeats(now + interval);
@@ -204,6 +199,18 @@ kj::Promise<void> Head::run() {
   node_.loop().onSignal(SIGINT, [this](int) { signalled("SIGINT"); });
   spdlog::info("head of {} hosts in groups {}; waiting for {} to join", node_.config().hosts.size(),
                node_.config().groupNames(), view_.getExpectedHosts().size());
+  {
+    // The control path listens where the node does: on its address, or on every interface when
+    // the host map gives it none.
+    std::string address = node_.info().address().cStr();
+    auto colon = address.rfind(':');
+    std::string host = node_.hosts().addresses.count(node_.config().currentHost) == 0
+                           ? "*"
+                           : address.substr(0, colon);
+    control_ = std::make_unique<ControlServer>(ControlSettings::from(node_.options()), host,
+                                               node_.options().controlPort);
+    spdlog::debug("control path listening on port {}", control_->port());
+  }
   tasks_.add(formCluster().then(
       [this]() {
         auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
@@ -215,7 +222,14 @@ kj::Promise<void> Head::run() {
 }
 
 void Head::startDriver() {
-  spdlog::info("cluster formed: {} nodes; starting the driver", nodes_.size());
+  size_t alive = 0;
+  for (auto& [id, n] : nodes_) alive += n.alive ? 1 : 0;
+  if (alive == nodes_.size()) {
+    spdlog::info("cluster formed: {} nodes; starting the driver", alive);
+  } else {
+    spdlog::warn("cluster formed: {} nodes ({} of {} that joined were lost); starting the driver",
+                 alive, nodes_.size() - alive, nodes_.size());
+  }
   driverRunning_ = true;
   driverTask_ = kj::evalLater([this]() { return driverFn_(*driver_); })
                     .then([this]() { finish(OK, "the driver finished"); },

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "control/control.h"
 #include "node/node.h"
 #include "actor/spawn_request.h"
 #include "troupe/driver.h"
@@ -34,6 +35,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   // SIGTERM or SIGINT on the head: end the job (INTERRUPTED); a second one exits at once.
 
   NodeRuntime& node() { return node_; }
+  uint16_t controlPort() const { return control_ ? control_->port() : 0; }
+  // Where the head's control thread listens (docs/lifecycle.md, "The control path").
 
   // -- Cluster (called by ClusterSession and Driver) --
   uint32_t join(const NodeInfo& info, proto::Node::Client client);
@@ -138,6 +141,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   void hostOn(ActorEntry& entry);
   void warnUnknownPreferences(const Placement& placement);
   void nodeLost(uint32_t nodeId, std::string why);
+  std::unique_ptr<ControlServer> control_;  // the control path: liveness, judged on its thread
   void fence(NodeEntry& lost, const std::string& why);
   kj::Promise<void> terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart);
   kj::Promise<void> stopChildren(uint64_t id);

@@ -38,7 +38,12 @@ void Head::status(proto::JobStatus::Builder out) const {
     // toProto() writes this process's pid; a worker's is not kept.
     if (n->id != 1) s.getInfo().setPid(0);
     s.setState(n->alive ? "alive" : "lost");
-    s.setHeartbeatAgeMs(n->id == 1 || !n->alive ? -1 : msSince(n->lastHeartbeat, now));
+    int64_t age = -1;  // since its last heartbeat on the control path
+    if (n->id != 1 && n->alive) {
+      age = msSince(n->lastHeartbeat, now);
+      if (control_) age = control_->silenceMs(n->id).value_or(age);
+    }
+    s.setHeartbeatAgeMs(age);
     s.setWhy(n->lostBecause);
     s.setLoadAgeMs(-1);
     KJ_IF_MAYBE(at, n->load.at) {

@@ -65,6 +65,7 @@ void Head::nodeLost(uint32_t nodeId, std::string why) {
   if (n == nullptr || !n->alive) return;
   n->alive = false;
   n->lostBecause = "node " + nodeLine(n->info) + " was lost: " + why;
+  if (control_) control_->fence(nodeId, why);
   view_.setState(nodeId, sched::NodeState::LOST);
   if (finishing_) {
     spdlog::debug("{} left: {}", nodeLine(n->info), why);
