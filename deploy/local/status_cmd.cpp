@@ -71,22 +71,29 @@ void printText(const troupe::JobStatus& job) {
   groups.print();
   printf("\n");
 
-  Table nodes(
-      {"host", "group", "instance type", "vcpus", "gpus", "state", "heartbeat", "cpu", "over"},
-      {false, false, false, true, true, false, false, true, false});
-  std::vector<std::string> lost;
+  Table nodes({"host", "group", "instance type", "vcpus", "gpus", "state", "heartbeat", "cpu",
+               "over", "loop held"},
+              {false, false, false, true, true, false, false, true, false, false});
+  std::vector<std::string> lost, held;
   for (auto& n : job.nodes) {
     std::string heartbeat = n.head                  ? "(head)"
                             : n.heartbeatAgeMs >= 0 ? seconds(n.heartbeatAgeMs) + " ago"
                                                     : "-";
     char cpu[32] = "-";
     if (n.loadKnown) snprintf(cpu, sizeof(cpu), "%.0f%%", n.cpuPercent);
+    std::string holds = "-";
+    if (n.loopHolds > 0) {
+      holds = std::to_string(n.loopHolds) + "x, longest " + seconds(n.longestHoldMs);
+      held.push_back(n.host + ": the event loop was held " + seconds(n.longestHoldMs) + " by " +
+                     n.longestHoldBy);
+    }
     nodes.add({n.host, n.group, n.instanceType, std::to_string(n.vcpus), std::to_string(n.gpus),
-               n.state, heartbeat, cpu, n.loadKnown ? seconds(n.cpuIntervalMs) : "-"});
+               n.state, heartbeat, cpu, n.loadKnown ? seconds(n.cpuIntervalMs) : "-", holds});
     if (!n.why.empty()) lost.push_back(n.why);
   }
   nodes.print();
   for (auto& why : lost) printf("  %s\n", why.c_str());
+  for (auto& line : held) printf("  %s\n", line.c_str());
   printf("\n");
 
   if (job.actors.empty()) {
@@ -123,6 +130,9 @@ json toJson(const troupe::JobStatus& job) {
                      {"cpu_percent", orNull(n.loadKnown, std::round(n.cpuPercent * 10) / 10)},
                      {"cpu_interval_ms", orNull(n.loadKnown, n.cpuIntervalMs)},
                      {"load_age_ms", orNull(n.loadKnown, n.loadAgeMs)},
+                     {"loop_holds", n.loopHolds},
+                     {"longest_hold_ms", orNull(n.loopHolds > 0, n.longestHoldMs)},
+                     {"longest_hold_by", orNull(n.loopHolds > 0, n.longestHoldBy)},
                      {"lost_because", orNull(!n.why.empty(), n.why)}});
   }
   for (auto& g : job.groups) {

@@ -105,6 +105,10 @@ struct NodeLoad {
   cpuPercent @0 :Float32;   # the process's CPU time over the interval, in % of one core
   intervalMs @1 :UInt32;    # the interval measured (0: none yet)
   actors @2 :List(ActorLoad);
+  holds @3 :UInt32;         # actor method bodies that held the event loop past --stall-warn-ms
+  longestHoldMs @4 :UInt32; # the longest of them, and whose it was: "'consumer' (probe.Probe #3)
+  longestHoldBy @5 :Text;   # in Probe.work". In a report: since the previous one; in
+                            # JobStatus: over the whole job.
 
   struct ActorLoad {
     id @0 :UInt64;

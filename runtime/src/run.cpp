@@ -92,6 +92,9 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
                  "workers as they join")
       ->envname("TROUPE_CONTROL_PORT");
   cli.add_option("--stop-timeout-ms", o.stopTimeoutMs)->envname("TROUPE_STOP_TIMEOUT_MS");
+  cli.add_option("--stall-warn-ms", o.stallWarnMs,
+                 "name an actor method that holds the event loop longer than this (0: never)")
+      ->envname("TROUPE_STALL_WARN_MS");
   cli.add_option("--vcpus", o.vcpus)->envname("TROUPE_VCPUS");
   cli.add_option("--gpus", o.gpus)->envname("TROUPE_GPUS");
   cli.add_option("--memory-bytes", o.memoryBytes)->envname("TROUPE_MEMORY_BYTES");
@@ -509,11 +512,7 @@ class Worker {
     return node_.loop().timer().atTime(due).then([this, due, interval]() {
       auto now = node_.loop().timer().now();
       auto stall = now - due;
-      if (stall > interval) {
-        spdlog::warn("this node's event loop was held for {} ms; its control thread kept its "
-                     "heartbeats going",
-                     stall / kj::MILLISECONDS);
-      }
+      node_.loopLate(stall);  // its control thread kept the heartbeats going meanwhile
       if (auto why = control_->fenced()) {
         node_.requestExit(FENCED, "the head declared this node lost (" + *why +
                                       "); its actors run elsewhere now");

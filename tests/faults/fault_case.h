@@ -51,6 +51,8 @@ struct Plan {
   std::vector<Action> actions;
   std::string text;
   std::shared_ptr<void> holds;
+  std::shared_ptr<std::vector<std::string>> failed = std::make_shared<std::vector<std::string>>();
+  // Steps that did not happen (a command that failed), in words: the case then proves nothing.
 };
 
 using Inject = std::function<Plan(const Target&, Rng&)>;

@@ -126,6 +126,10 @@ std::vector<Case> makeCases() {
        dataLost({HEAD_LOST, FENCED}, kHeadLost,
                 "a partitioned data instance is lost: the job goes on without it, exactly-once, "
                 "and it exits on its own (3 or 7)")},
+      {"data-slow-link", "limit a data instance's link to 8 Mbit/s for 6-10 s (tc tbf)",
+       Role::DATA, kNetns, kQuick, [](T t, Rng& r) { return slowLink(t, t.victim, r, 6000, 10000); },
+       completes("a slow but live data instance is not fenced (liveness has its own connection): "
+                 "the job completes, every instance exits 0, exactly-once")},
       {"data-partition-short", "take a data instance's link down for 0.5-2 s", Role::DATA, kNetns,
        kSoakOnly, [](T t, Rng& r) { return partition(t, t.victim, r, 500, 2000); },
        healed("a partition shorter than the node timeout loses no sample and not the job")},

@@ -276,6 +276,7 @@ Observation runCase(const Case& c, uint64_t seed, const Options& options) {
     obs.plan = plan.text;
     obs.late = run.output().find("job finished") != std::string::npos;
     watch(obs, run, plan, longestBound(c.expect));
+    obs.notInjected = *plan.failed;
     readCodes(obs, run);
     readFailureFiles(obs, rootsDir(run.output()));
     if (const auto* head = obs.head(); head && head->code == 0) readReport(obs, scene.report());

@@ -41,6 +41,7 @@ struct Observation {
   bool late = false;       // training had ended when the fault came: the run proves nothing
   int momentMs = 0;        // after the first progress line
   std::string plan;        // the injection in words
+  std::vector<std::string> notInjected;  // steps of it that did not happen
   std::vector<InstanceEnd> instances;
   int simCode = -1;
   std::optional<double> simGoneS;

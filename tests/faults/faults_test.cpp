@@ -90,6 +90,11 @@ TEST_CASE("data-partition-long - a data instance cut off for good - the job goes
   runQuick("data-partition-long");
 }
 
+TEST_CASE("data-slow-link - a data instance's link at 8 Mbit/s - no node is fenced",
+          "[faults][netns]") {
+  runQuick("data-slow-link");
+}
+
 TEST_CASE("head-garbage - garbage on the head's port - the job completes exactly-once",
           "[faults]") {
   runQuick("head-garbage");
@@ -104,5 +109,6 @@ TEST_CASE("the fault table - unique names and the quick subset registered here",
   }
   // The TEST_CASEs above: a row marked quick runs in `make test` only when it has one.
   CHECK(quick == std::set<std::string>{"data-kill9", "head-kill9", "head-sigterm", "data-stop-long",
-                                       "data-partition-long", "head-garbage"});
+                                       "data-partition-long", "data-slow-link",
+                                       "head-garbage"});
 }

@@ -85,6 +85,41 @@ Plan partition(const Target& t, const harness::Instance& who, Rng& rng, int minM
   return p;
 }
 
+Plan slowLink(const Target& t, const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
+  auto ns = namespaceOf(t.simPid, who.host);
+  Plan p;
+  int hold = pick(rng, minMs, maxMs);
+  auto failed = p.failed;
+  // What `tc qdisc show` says of eth0 in the namespace.
+  auto shown = [ns]() {
+    std::string text;
+    troupe::subprocess::Spec spec;
+    spec.argv = {"tc", "-n", ns, "qdisc", "show", "dev", "eth0"};
+    troupe::subprocess::runToEnd(spec, &text);
+    return text;
+  };
+  p.actions.push_back({Millis(0), [ns, failed, shown]() {
+                         int rc = runCommand({"tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root",
+                                              "tbf", "rate", "8mbit", "burst", "32kbit", "latency",
+                                              "400ms"});
+                         auto now = shown();
+                         if (rc != 0 || now.find("tbf") == std::string::npos) {
+                           failed->push_back("tc qdisc add tbf in " + ns + " (exit " +
+                                             std::to_string(rc) + "; qdisc now: " + now + ")");
+                         }
+                       }});
+  p.actions.push_back({Millis(hold), [ns, failed, shown]() {
+                         int rc = runCommand({"tc", "-n", ns, "qdisc", "del", "dev", "eth0", "root"});
+                         auto now = shown();
+                         if (rc != 0 || now.find("tbf") != std::string::npos) {
+                           failed->push_back("tc qdisc del in " + ns + " (exit " +
+                                             std::to_string(rc) + "; qdisc now: " + now + ")");
+                         }
+                       }});
+  p.text = "link of " + nameOf(who) + " limited to 8 Mbit/s for " + std::to_string(hold) + " ms";
+  return p;
+}
+
 Plan garbage(const harness::Instance& who, Rng& rng) {
   auto g = std::make_shared<Garbage>(who.address, rng());
   Plan p;

@@ -17,6 +17,10 @@ Plan freeze(const harness::Instance& who, Rng& rng, int minMs, int maxMs);
 Plan partition(const Target& t, const harness::Instance& who, Rng& rng, int minMs, int maxMs);
 // Takes the instance's eth0 down in its --netns namespace (no TCP close, no RST: packets just
 // stop), and up again after a random [minMs, maxMs]; maxMs < 0: it stays down.
+Plan slowLink(const Target& t, const harness::Instance& who, Rng& rng, int minMs, int maxMs);
+// Limits the instance's outgoing link to 8 Mbit/s (tc tbf on eth0 in its --netns namespace) for a
+// random [minMs, maxMs], then lifts the limit; each step is checked (tc's exit code and the qdisc
+// it then shows).
 Plan garbage(const harness::Instance& who, Rng& rng);
 // Strangers on the instance's port: random bytes, a connection that never sends, and Cap'n Proto
 // frame headers announcing a huge message. The silent connections stay open until the plan goes.

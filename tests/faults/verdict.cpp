@@ -28,6 +28,8 @@ const char* outcomeName(Outcome o) {
       return "no-start";
     case Outcome::LATE:
       return "late";
+    case Outcome::NOT_INJECTED:
+      return "not-injected";
     case Outcome::SKIPPED:
       return "skipped";
   }
@@ -38,7 +40,7 @@ const std::vector<Outcome>& allOutcomes() {
   static const std::vector<Outcome> all = {
       Outcome::PASS,     Outcome::WRONG_EXIT,   Outcome::CRASH,
       Outcome::HANG,     Outcome::SAMPLES_LOST, Outcome::NO_FAILURE_FILE,
-      Outcome::NO_START, Outcome::LATE,         Outcome::SKIPPED};
+      Outcome::NO_START, Outcome::LATE,         Outcome::NOT_INJECTED, Outcome::SKIPPED};
   return all;
 }
 
@@ -96,6 +98,12 @@ class Judge {
         "the fault must land while training runs (else the case proves nothing); it came after "
         "'job finished'",
         !obs_.late);
+    std::string missing;
+    for (auto& step : obs_.notInjected) missing += (missing.empty() ? "" : "; ") + step;
+    add(Outcome::NOT_INJECTED,
+        "every step of the injection must happen (else the case proves nothing): " +
+            (missing.empty() ? std::string("all did") : "failed: " + missing),
+        missing.empty());
     for (auto& e : obs_.instances) instance(e);
     sanitizers();
     sim();

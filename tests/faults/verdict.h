@@ -19,6 +19,7 @@ enum class Outcome {  // ordered by severity: a run's outcome is its worst
   SAMPLES_LOST,     // the job completed, but an epoch lost or repeated samples
   NO_START,         // training never started: the case proves nothing
   LATE,             // training had ended before the fault came: the codes prove nothing
+  NOT_INJECTED,     // a step of the injection did not happen: the codes prove nothing
   HANG,             // a process outlived its bound
   CRASH,            // 134 (abort), 139 (segfault) or another fatal signal anywhere
   SKIPPED           // the case cannot run here (--netns without root)

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "harness.h"
@@ -363,6 +364,83 @@ TEST_CASE("a silent worker (SIGSTOP) is declared lost by missed heartbeats", "[c
     }
   }
   CHECK(run.leftovers().empty());
+}
+
+// The control path (docs/lifecycle.md, "The control path"): liveness that no actor method can
+// starve.
+
+TEST_CASE(
+    "an actor method holding the head's and a worker's event loop for 8 s (past the node and head "
+    "timeouts) loses no node; each node names the actor, its type and the method",
+    "[cluster][control]") {
+  Run run(harness::sim(kThree, with(probe("stall"), {"--hold-ms", "8000"})));
+  REQUIRE_OUTPUT(run, "READY", 30s);
+  REQUIRE_OUTPUT(run, "HELD", 30s);
+  CHECK(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  CHECK(out.find("was lost") == std::string::npos);
+  CHECK(out.find("HEAD_LOST") == std::string::npos);
+  const std::string held = " in Probe.work held the event loop for ";
+  for (const std::string holder : {"'holder-head' (probe.Probe #", "'holder-data' (probe.Probe #"}) {
+    INFO(holder);
+    std::string warning;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(holder) != std::string::npos && line.find(held) != std::string::npos) {
+        warning = line;
+      }
+    }
+    REQUIRE_FALSE(warning.empty());
+    CHECK(std::stol(warning.substr(warning.find(held) + held.size())) >= 7900);
+  }
+  CHECK(run.leftovers().empty());
+}
+
+namespace {
+
+// Busy loops, `perCpu` on every CPU, for as long as it lives; killed and reaped after.
+class Oversubscribe {
+ public:
+  explicit Oversubscribe(int perCpu) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i < cpus * perCpu; ++i) {
+      troupe::subprocess::Spec spec;
+      spec.argv = {"sh", "-c", "while :; do :; done"};
+      spec.ownProcessGroup = true;
+      spec.parentDeathSignal = SIGKILL;
+      loops_.push_back(std::make_unique<troupe::subprocess::Child>(spec));
+    }
+  }
+  size_t size() const { return loops_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<troupe::subprocess::Child>> loops_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a consumer on the head working inline while 8 streams feed it, every CPU oversubscribed 4x "
+    "by busy loops: every instance exits 0 and every message is counted, 3 of 3 runs",
+    "[cluster][control]") {
+  for (int round = 1; round <= 3; ++round) {
+    INFO("run " << round << " of 3");
+    Oversubscribe busy(4);
+    WARN("run " << round << ": " << busy.size() << " busy loops");
+    // 8 producers x 600 messages of 64 KiB; the consumer spins 300 us inline on each.
+    Run run(harness::sim(kThree, with(probe("busy-head"), {"--messages", "600"})));
+    REQUIRE_OUTPUT(run, "FEEDING 4800 messages", 60s);
+    CHECK(run.wait(180s) == 0);
+    auto out = run.output();
+    INFO(out);
+    CHECK(out.find("FED 4800 messages, " + std::to_string(4800ull * 65536) + " bytes") !=
+          std::string::npos);
+    CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+    CHECK(out.find("was lost") == std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
 }
 
 TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeout",

@@ -29,6 +29,13 @@ interface Probe extends(Troupe.Actor) {
   # An exception escapes the method.
   die @9 ();
   # SIGKILL to the whole instance the actor runs on: a node lost with everything on it.
+  work @10 (payload :Data, spinUs :UInt32) -> (bytes :UInt64);
+  # Spins `spinUs` microseconds inline, holding its node's event loop as user code that does its
+  # work in the method does; answers the payload's size.
+  feed @11 (consumer :Text, count :UInt32, bytes :UInt32, spinUs :UInt32, window :UInt32)
+        -> (sent :UInt64, bytes :UInt64) $Troupe.concurrent;
+  # Looks up the actor named `consumer` and calls its work() `count` times with `bytes` of
+  # payload, `window` calls in flight; `sent`: calls answered, `bytes`: the sizes it answered.
 }
 
 enum FailPoint {

@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -100,6 +102,15 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     raise(SIGKILL);
     return kj::READY_NOW;
   }
+  kj::Promise<void> work(WorkContext call) override {
+    auto until = std::chrono::steady_clock::now() +
+                 std::chrono::microseconds(call.getParams().getSpinUs());
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    call.getResults().setBytes(call.getParams().getPayload().size());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> feed(FeedContext call) override { return feedCo(call); }
   kj::Promise<void> throwNow(ThrowNowContext call) override {
     kj::throwFatalException(
         KJ_EXCEPTION(FAILED, kj::str("thrown on purpose: ", call.getParams().getWhy())));
@@ -115,6 +126,34 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     co_await context().timer().afterDelay(10 * kj::MILLISECONDS);
     context().fail(why);
     call.getResults().setValue(42);
+  }
+
+  troupe::Co<void> feedCo(FeedContext call) {
+    auto p = call.getParams();
+    uint32_t count = p.getCount(), window = std::max(1u, p.getWindow()), spin = p.getSpinUs();
+    auto address = co_await context().lookup(p.getConsumer());
+    auto target = context().resolve<probe::Probe>(address);
+    auto payload = kj::heapArray<kj::byte>(p.getBytes());
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = kj::byte(i * 7);
+    uint64_t sent = 0, bytes = 0;
+    for (uint32_t issued = 0; issued < count;) {
+      uint32_t n = std::min(window, count - issued);
+      auto calls = kj::heapArrayBuilder<kj::Promise<uint64_t>>(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        auto req = target.workRequest();
+        req.setPayload(payload);
+        req.setSpinUs(spin);
+        calls.add(req.send().then([](auto r) { return r.getBytes(); }));
+      }
+      auto answered = co_await kj::joinPromises(calls.finish());
+      for (auto b : answered) {
+        bytes += b;
+        ++sent;
+      }
+      issued += n;
+    }
+    call.getResults().setSent(sent);
+    call.getResults().setBytes(bytes);
   }
 
   troupe::Co<void> holdCo(HoldContext call) {
@@ -767,6 +806,80 @@ troupe::Co<void> gang(Job& job) {
       " and " + b.getGroup().cStr());
 }
 
+// A consumer on the head's group does ~300 us of work inline per message while 8 producers on
+// the data group stream to it: the head's event loop is never idle (issue 19's busy head). Every
+// message is counted at both ends. Arguments after the scenario: --messages N (per producer),
+// --bytes B, --spin-us S.
+troupe::Co<void> busyHead(Job& job) {
+  uint32_t messages = 400, bytes = 64 << 10, spin = 300;
+  auto& args = job.args();
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--messages") messages = std::stoul(args[i + 1]);
+    if (args[i] == "--bytes") bytes = std::stoul(args[i + 1]);
+    if (args[i] == "--spin-us") spin = std::stoul(args[i + 1]);
+  }
+  auto consumer = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("dnn_group").cpus(0),
+                                          labelled("consumer"));
+  auto producers = kj::heapArrayBuilder<troupe::Ref<probe::Probe>>(8);
+  for (int i = 0; i < 8; ++i) {
+    producers.add(job.spawn<probe::Probe>("probe.Probe",
+                                          troupe::Placement::group("data_group").cpus(0),
+                                          labelled("producer" + std::to_string(i + 1))));
+  }
+  auto refs = producers.finish();
+  say("FEEDING " + std::to_string(8 * uint64_t(messages)) + " messages");
+  auto feeds = kj::heapArrayBuilder<kj::Promise<std::pair<uint64_t, uint64_t>>>(refs.size());
+  for (auto& producer : refs) {
+    auto req = producer.feedRequest();
+    req.setConsumer("consumer");
+    req.setCount(messages);
+    req.setBytes(bytes);
+    req.setSpinUs(spin);
+    req.setWindow(4);
+    feeds.add(req.send().then([](auto r) { return std::make_pair(r.getSent(), r.getBytes()); }));
+  }
+  auto done = co_await kj::joinPromises(feeds.finish());
+  uint64_t sent = 0, total = 0;
+  for (auto& [s, b] : done) {
+    sent += s;
+    total += b;
+  }
+  say("FED " + std::to_string(sent) + " messages, " + std::to_string(total) + " bytes");
+  (void)consumer;
+}
+
+// One actor on the head and one on a data node each hold their node's event loop for 8 s in one
+// method body: past the node timeout (3 s) and the head timeout (5 s). The control threads keep
+// the heartbeats going; each node names the actor and the method. Then it waits --linger-s (for
+// `troupe status`) and ends.
+troupe::Co<void> stall(Job& job) {
+  uint32_t lingerS = 0, holdMs = 8000;
+  auto& args = job.args();
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--linger-s") lingerS = std::stoul(args[i + 1]);
+    if (args[i] == "--hold-ms") holdMs = std::stoul(args[i + 1]);
+  }
+  auto head = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("dnn_group").cpus(0),
+                                      labelled("holder-head"));
+  auto data = job.spawn<probe::Probe>("probe.Probe",
+                                      troupe::Placement::group("data_group").cpus(0),
+                                      labelled("holder-data"));
+  co_await head.pingRequest().send();
+  co_await data.pingRequest().send();
+  say("READY");
+  auto a = head.workRequest();
+  a.setSpinUs(holdMs * 1000);
+  auto b = data.workRequest();
+  b.setSpinUs(holdMs * 1000);
+  auto calls = kj::heapArrayBuilder<kj::Promise<void>>(2);
+  calls.add(a.send().ignoreResult());
+  calls.add(b.send().ignoreResult());
+  co_await kj::joinPromises(calls.finish());
+  say("HELD");
+  co_await job.timer().afterDelay(lingerS * kj::SECONDS);
+  say("DONE");
+}
+
 Scenario find(const std::string& name) {
   if (name == "normal") return normal;
   if (name == "hold") return hold;
@@ -795,6 +908,8 @@ Scenario find(const std::string& name) {
     return [](Job& job) -> kj::Promise<void> { return restartWait(job); };
   if (name == "restart-wait-at-end")
     return [](Job& job) -> kj::Promise<void> { return restartWaitAtEnd(job); };
+  if (name == "busy-head") return [](Job& job) -> kj::Promise<void> { return busyHead(job); };
+  if (name == "stall") return [](Job& job) -> kj::Promise<void> { return stall(job); };
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };

@@ -434,6 +434,21 @@ class ActorCore {
   static MethodTable methodTable(capnp::InterfaceSchema schema);
   // Every method of the interface and the interfaces it extends, with its $concurrent annotation.
 
+  class Held {
+    // Times a method's body (up to the promise it returns) on the event loop: past
+    // --stall-warn-ms its node names the actor and the method (docs/lifecycle.md, "Who holds
+    // the loop").
+   public:
+    Held(ActorCore& core, const MethodInfo& method);
+    ~Held();
+    KJ_DISALLOW_COPY(Held);
+
+   private:
+    ActorCore& core_;
+    const MethodInfo& method_;
+    int64_t start_;  // steady clock, microseconds
+  };
+
   void checkAlive() const;
   kj::Promise<void> guard(kj::Promise<void> call, const MethodInfo& method);
   // A user method's promise as the caller sees it: cancelled by cancelCalls(), and failing with
@@ -495,6 +510,7 @@ class ActorBase : public Interface::Server, public ActorCore {
     kj::Promise<void> promise = nullptr;
     bool streaming = method.streaming;
     if (method.concurrent || it == table.end()) {
+      Held held(*this, method);
       auto result = Server::dispatchCall(interfaceId, methodId, call);
       streaming = result.isStreaming;
       promise = withDeadline(guard(kj::mv(result.promise), method), method);
@@ -503,7 +519,9 @@ class ActorBase : public Interface::Server, public ActorCore {
       // later call to this actor until the stream call has returned (isStreaming), so they keep
       // their order whatever maxConcurrency is, and their flow control: the caller's window
       // counts the time a call waits in the mailbox.
-      promise = withDeadline(guard(throughMailbox([this, interfaceId, methodId, call]() mutable {
+      promise = withDeadline(guard(throughMailbox([this, interfaceId, methodId, call,
+                                                   &method]() mutable {
+                                     Held held(*this, method);
                                      return Server::dispatchCall(interfaceId, methodId, call)
                                          .promise;
                                    }),

@@ -43,6 +43,8 @@ struct RunOptions {
   unsigned controlPort = 0;        // --control-port: the head's control listener (0: any free)
   unsigned headTimeoutMs = 5000;   // --head-timeout-ms: a worker exits after losing the head
   unsigned stopTimeoutMs = 5000;   // --stop-timeout-ms: default per-actor stop deadline
+  unsigned stallWarnMs = 200;      // --stall-warn-ms: an actor method holding the event loop
+                                   // longer is named in a warning (0: never)
   unsigned vcpus = 0, gpus = 0;    // --vcpus/--gpus: replace the detected figures (0 = detect)
   uint64_t memoryBytes = 0;        // --memory-bytes; all three within the type's (node_size.h)
   // --labels / TROUPE_LABELS ("zone=a,disk=nvme") and --resources / TROUPE_RESOURCES ("fpga=2"):

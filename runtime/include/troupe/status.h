@@ -39,6 +39,10 @@ struct StatusNode {
   bool loadKnown = false;       // false until its first heartbeat (the head's: its first check)
   double cpuPercent = 0;        // its process's CPU use, % of one core (200 = two cores busy) ...
   uint32_t cpuIntervalMs = 0;   // ... over this interval
+  uint32_t loopHolds = 0;       // actor method bodies that held its event loop past
+                                // --stall-warn-ms, over the job
+  uint32_t longestHoldMs = 0;   // the longest, and whose: "'consumer' (probe.Probe #3) in
+  std::string longestHoldBy;    // Probe.work"
   int64_t loadAgeMs = -1;       // how old the load figures are
   std::string why;              // why the head declared it lost
 };

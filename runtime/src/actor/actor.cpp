@@ -306,6 +306,26 @@ void ActorCore::leaveMailbox() {
   --running_;
 }
 
+namespace {
+int64_t steadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+ActorCore::Held::Held(ActorCore& core, const MethodInfo& method)
+    : core_(core), method_(method), start_(steadyMicros()) {
+  core_.context_->host().methodEntered(core_.self(), &method_.name);
+}
+
+ActorCore::Held::~Held() {
+  int64_t held = steadyMicros() - start_;
+  auto& host = core_.context_->host();
+  auto warnMs = host.options().stallWarnMs;
+  if (warnMs != 0 && held >= int64_t(warnMs) * 1000) host.loopHeld(core_.self(), method_.name, held);
+}
+
 kj::Promise<void> ActorCore::throughMailbox(kj::Function<kj::Promise<void>()> dispatch) {
   ++depth_;
   return enterMailbox()

@@ -23,6 +23,12 @@ class ActorHost {
   // The Node capability of the node listening at `address` (or this node itself).
   virtual void actorExited(uint64_t id, Exit reason) = 0;
   // The actor ended by itself: tell the head.
+  virtual void loopHeld(const ActorAddress& actor, const std::string& method, int64_t heldUs) = 0;
+  // An actor method's body held the event loop for `heldUs` (past --stall-warn-ms): a warning
+  // naming it (rate-limited), a span with --trace, and a line in `troupe status`.
+  virtual void methodEntered(const ActorAddress& actor, const std::string* method) = 0;
+  // The method whose body runs now (for a hold that no method body accounts for: the last one
+  // to start may have held the loop in a continuation). `method` lives as long as the process.
   virtual uint32_t latestIncarnation(uint64_t id) const = 0;
   // The newest incarnation of actor `id` the head has said it restarted as (0: none): a
   // reference to an older one asks the head before its next call (rebind.h).

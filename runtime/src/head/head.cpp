@@ -128,6 +128,11 @@ void Head::recordLoad(NodeEntry& node, proto::NodeLoad::Reader load) {
   l.calls.clear();
   for (auto a : load.getActors()) l.calls[a.getId()] = {a.getIncarnation(), a.getCalls()};
   l.at = node_.loop().timer().now();
+  l.holds += load.getHolds();
+  if (load.getHolds() > 0 && load.getLongestHoldMs() >= l.longestHoldMs) {
+    l.longestHoldMs = load.getLongestHoldMs();
+    l.longestHoldBy = load.getLongestHoldBy();
+  }
 }
 
 void Head::recordOwnLoad() {
@@ -166,11 +171,7 @@ kj::Promise<void> Head::checkHeartbeats(kj::TimePoint due) {
   return node_.loop().timer().atTime(due).then([this, due, interval]() {
     auto now = node_.loop().timer().now();
     auto stall = now - due;
-    if (stall > interval) {
-      spdlog::warn("the head's event loop was held for {} ms; liveness is judged on the control "
-                   "thread, so no worker pays for it",
-                   stall / kj::MILLISECONDS);
-    }
+    node_.loopLate(stall);
     if (control_) {
       for (auto& lost : control_->takeLost()) nodeLost(lost.nodeId, lost.why);
     }

@@ -85,6 +85,10 @@ class Head final : private kj::TaskSet::ErrorHandler {
       uint32_t intervalMs = 0;
       std::map<uint64_t, std::pair<uint32_t, uint32_t>> calls;  // id -> incarnation, calls
       kj::Maybe<kj::TimePoint> at;
+      // Over the whole job: method bodies that held its event loop past --stall-warn-ms.
+      uint32_t holds = 0;
+      uint32_t longestHoldMs = 0;
+      std::string longestHoldBy;
     } load;
   };
   // RESTARTING: its last incarnation is gone and its restart waits for capacity (SpawnOptions::

@@ -51,6 +51,9 @@ void Head::status(proto::JobStatus::Builder out) const {
       auto load = s.initLoad();
       load.setCpuPercent(n->load.cpuPercent);
       load.setIntervalMs(n->load.intervalMs);
+      load.setHolds(n->load.holds);
+      load.setLongestHoldMs(n->load.longestHoldMs);
+      load.setLongestHoldBy(n->load.longestHoldBy);
     }
   }
   for (auto& e : expected) {

@@ -5,6 +5,8 @@
 #include "troupe/log.h"
 #include <unistd.h>
 
+#include <chrono>
+
 #include "head/head.h"
 #include "trace/trace_collect.h"
 #include "troupe/exit_codes.h"
@@ -663,7 +665,79 @@ kj::Promise<void> NodeRuntime::stopAll(Exit reason) {
   return chain;
 }
 
+namespace {
+
+int64_t steadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+
+}  // namespace
+
+void NodeRuntime::loopHeld(const ActorAddress& actor, const std::string& method, int64_t heldUs) {
+  auto now = steadyMicros();
+  lastHoldEndUs_ = now;
+  auto who = actor.describe() + " in " + method;
+  ++holds_.count;
+  if (heldUs > holds_.longestUs) {
+    holds_.longestUs = heldUs;
+    holds_.longestBy = who;
+  }
+  if (trace::enabled()) {
+    auto end = trace::now();
+    // The method's name lives in its interface's method table for the whole process.
+    trace::record(method.c_str(), "stall", trace::actorRow(actor.id), end - heldUs, end);
+  }
+  auto& w = holdWarnings_[std::to_string(actor.id) + "/" + method];
+  if (w.atUs != 0 && now - w.atUs < 10'000'000) {
+    ++w.since;
+    return;
+  }
+  spdlog::warn(
+      "{} held the event loop for {} ms: nothing else on this node ran meanwhile (its other "
+      "actors, its calls and streams); move CPU-heavy work to offload(), or split it with "
+      "co_await (--stall-warn-ms {}){}",
+      who, heldUs / 1000, options_.stallWarnMs,
+      w.since == 0 ? "" : " (" + std::to_string(w.since) + " more since its last warning)");
+  w.atUs = now;
+  w.since = 0;
+}
+
+void NodeRuntime::loopLate(kj::Duration late) {
+  auto warnMs = options_.stallWarnMs;
+  int64_t lateUs = late / kj::MICROSECONDS;
+  if (warnMs == 0 || lateUs < int64_t(warnMs) * 1000) return;
+  auto now = steadyMicros();
+  // A method body's hold, already named, accounts for it.
+  if (lastHoldEndUs_ != 0 && now - lastHoldEndUs_ <= lateUs + 50'000) return;
+  std::string last = "no actor method has run yet";
+  if (lastMethod_ != nullptr) {
+    auto it = actors_.find(lastActorId_);
+    last = "the last actor method to start was " + *lastMethod_ + " of " +
+           (it == actors_.end() ? "actor #" + std::to_string(lastActorId_)
+                                : it->second.address.describe()) +
+           ", whose continuations (.then(), after co_await) may have held it";
+  }
+  auto& w = holdWarnings_[""];
+  if (w.atUs != 0 && now - w.atUs < 10'000'000) {
+    ++w.since;
+    return;
+  }
+  spdlog::warn("this node's event loop was held for {} ms outside any actor method's body; {} "
+               "(--stall-warn-ms {}){}",
+               lateUs / 1000, last, warnMs,
+               w.since == 0 ? "" : " (" + std::to_string(w.since) + " more since the last warning)");
+  w.atUs = now;
+  w.since = 0;
+}
+
 void NodeRuntime::reportLoad(proto::NodeLoad::Builder load) {
+  load.setHolds(holds_.count);
+  load.setLongestHoldMs(uint32_t(holds_.longestUs / 1000));
+  load.setLongestHoldBy(holds_.longestBy);
+  holds_ = Holds{};
   auto cpu = cpu_.sample();
   load.setCpuPercent(cpu.percent);
   load.setIntervalMs(cpu.intervalMs);

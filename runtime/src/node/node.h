@@ -120,6 +120,15 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   void actorExited(uint64_t id, Exit reason) override;
   // The actor ended by itself (ActorContext::exit, or its onStart() failed): tell the head.
   size_t hostedCount() const { return actors_.size(); }
+  void loopHeld(const ActorAddress& actor, const std::string& method, int64_t heldUs) override;
+  void methodEntered(const ActorAddress& actor, const std::string* method) override {
+    lastActorId_ = actor.id;
+    lastMethod_ = method;
+  }
+  void loopLate(kj::Duration late);
+  // The event loop ran a timer `late` after it was due: past --stall-warn-ms with no method body
+  // to account for it, say so, naming the last method that started (its continuation may have
+  // held the loop).
   void reportLoad(proto::NodeLoad::Builder load);
   // This process's CPU use since the previous report, and the mailbox depth of every actor it
   // hosts: what a worker sends with each heartbeat (the head records its own on that schedule).
@@ -205,6 +214,20 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   uint64_t nextRetired_ = 0;
   std::vector<ActorAddress> headActors_;
   std::map<uint64_t, uint32_t> incarnations_;  // noteRestart(): actor id -> newest incarnation
+  struct Holds {
+    // Method bodies that held the loop past --stall-warn-ms since the last load report.
+    uint32_t count = 0;
+    int64_t longestUs = 0;
+    std::string longestBy;
+  } holds_;
+  struct Warned {
+    int64_t atUs = 0;
+    uint32_t since = 0;  // holds not logged since
+  };
+  std::map<std::string, Warned> holdWarnings_;  // per actor and method (or "" for the loop)
+  int64_t lastHoldEndUs_ = 0;                    // when the last method-body hold ended
+  uint64_t lastActorId_ = 0;                     // methodEntered()
+  const std::string* lastMethod_ = nullptr;
   int exitCode_ = -1;
   std::string exitReason_;
   kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;

@@ -55,6 +55,9 @@ JobStatus fromProto(proto::JobStatus::Reader r) {
     node.loadKnown = node.loadAgeMs >= 0;
     node.cpuPercent = n.getLoad().getCpuPercent();
     node.cpuIntervalMs = n.getLoad().getIntervalMs();
+    node.loopHolds = n.getLoad().getHolds();
+    node.longestHoldMs = n.getLoad().getLongestHoldMs();
+    node.longestHoldBy = n.getLoad().getLongestHoldBy();
     node.why = n.getWhy();
     s.nodes.push_back(kj::mv(node));
   }
