@@ -405,6 +405,11 @@ class Worker {
     node_.tasks().add(attempt(kj::str("")));
   }
 
+  void logControlPath() {
+    // The heartbeats' round trips on the control path (bench_cluster reads this line).
+    if (control_) spdlog::info("control path: {}", control_->roundTrips());
+  }
+
  private:
   std::string headLine() const { return node_.headHost() + " at " + headAddress_; }
 
@@ -469,7 +474,7 @@ class Worker {
     // Liveness from here on: the control thread's heartbeats to the head's, on a connection of
     // their own (control/control.h).
     try {
-      control_ = std::make_unique<ControlClient>(ControlSettings::from(node_.options()),
+      control_ = std::make_unique<ControlClient>(ControlSettings::from(node_.options(), node_.tls()),
                                                  controlAddress(headAddress_, controlPort), nodeId);
     } catch (const ConfigError& e) {
       node_.requestExit(INTERNAL_ERROR, std::string("cannot start the control thread: ") + e.what());
@@ -519,7 +524,14 @@ class Worker {
         return kj::Promise<void>(kj::READY_NOW);
       }
       auto silent = control_->sinceHeardMs();
-      if (silent > int64_t(node_.options().headTimeoutMs)) {
+      if (!control_->answered()) {
+        auto first = ControlSettings::from(node_.options(), nullptr).firstContactMs();
+        if (silent > int64_t(first)) {
+          headGone("no answer on the control path within " + std::to_string(first) +
+                   " ms of joining (can this node reach the head's control port?)");
+          return kj::Promise<void>(kj::READY_NOW);
+        }
+      } else if (silent > int64_t(node_.options().headTimeoutMs)) {
         headGone("no answer on the control path for " + std::to_string(silent) +
                  " ms (--head-timeout-ms " + std::to_string(node_.options().headTimeoutMs) + ")");
         return kj::Promise<void>(kj::READY_NOW);
@@ -689,6 +701,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     node.whenExitRequested().wait(loop.waitScope());
     // Let replies already queued (Node.exit's return, for one) reach the wire.
     loop.timer().afterDelay(100 * kj::MILLISECONDS).wait(loop.waitScope());
+    if (worker) worker->logControlPath();
     outcome.end(node.exitCode(), node.exitReason());
   } catch (const ConfigError& e) {
     spdlog::error("configuration error: {}", e.what());

@@ -9,7 +9,9 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "net/secure.h"
 #include "troupe.capnp.h"
@@ -53,8 +55,9 @@ std::string controlAddress(const std::string& headAddress, uint16_t port) {
   return withPort(headAddress, port);
 }
 
-ControlSettings ControlSettings::from(const RunOptions& o) {
+ControlSettings ControlSettings::from(const RunOptions& o, JobTls* tls) {
   ControlSettings s;
+  s.tls = tls;
   s.heartbeatMs = o.heartbeatMs;
   s.nodeTimeoutMs = o.nodeTimeoutMs;
   s.nodeTimeoutMaxMs = o.nodeTimeoutMaxMs == 0 ? 2 * o.nodeTimeoutMs : o.nodeTimeoutMaxMs;
@@ -201,7 +204,8 @@ namespace {
 struct ServerState {
   // What the head's control thread owns; destroyed on it.
   kj::Own<kj::ConnectionReceiver> listener;
-  kj::Own<JobTls> tls;
+  kj::Own<JobTls> ownTls;
+  JobTls* tls = nullptr;
   kj::TaskSet tasks;
   std::map<uint32_t, SteadyTime> refused;  // node id -> when a refusal was last logged
   explicit ServerState(kj::TaskSet::ErrorHandler& handler) : tasks(handler) {}
@@ -240,13 +244,19 @@ kj::Promise<void> ControlServer::serve(kj::AsyncIoContext& io) {
                       "); free the port or choose another with --control-port");
   }
   port_ = state->listener->getPort();
-  if (!settings_.insecure) state->tls = kj::heap<JobTls>(settings_.secret);
+  if (!settings_.insecure) {
+    state->tls = settings_.tls;
+    if (state->tls == nullptr) {
+      state->ownTls = kj::heap<JobTls>(settings_.secret);
+      state->tls = state->ownTls.get();
+    }
+  }
   auto& timer = io.provider->getTimer();
   auto& s = *state;
 
   // One connection: (TLS,) a hello naming the node, then heartbeats, each answered at once.
   auto serveOne = [this, &timer, &s](kj::Own<kj::AsyncIoStream> raw) -> kj::Promise<void> {
-    return wrapControl(timer, s.tls.get(), kj::mv(raw), true, settings_.loginTimeoutMs)
+    return wrapControl(timer, s.tls, kj::mv(raw), true, settings_.loginTimeoutMs)
         .then([this, &timer, &s](kj::Own<kj::AsyncIoStream> stream) {
           auto& ref = *stream;
           return timer
@@ -292,7 +302,15 @@ kj::Promise<void> ControlServer::serve(kj::AsyncIoContext& io) {
                               a.setFenced(true);
                               a.setReason(it->second.fencedWhy);
                             } else {
-                              it->second.detector.heartbeat(server.nowMs());
+                              auto& peer = it->second;
+                              if (peer.heard) {
+                                peer.detector.heartbeat(server.nowMs());
+                              } else {
+                                // The wait since joining is no gap between heartbeats.
+                                peer.detector =
+                                    PhiDetector(server.settings_.detector(), server.nowMs());
+                                peer.heard = true;
+                              }
                             }
                           }
                           auto& out = *ack;
@@ -341,9 +359,17 @@ kj::Promise<void> ControlServer::judge(kj::Timer& timer) {
         stallMs_ = std::max<int64_t>(stallMs_, int64_t(late));
       }
       for (auto& [id, p] : peers_) {
-        if (!p.fencedWhy.empty() || p.lost || !p.detector.lost(now)) continue;
+        if (!p.fencedWhy.empty() || p.lost) continue;
+        if (p.heard ? !p.detector.lost(now)
+                    : p.detector.silenceMs(now) < settings_.firstContactMs()) {
+          continue;
+        }
         p.lost = true;
-        p.fencedWhy = p.detector.verdict(now);
+        p.fencedWhy = p.heard ? p.detector.verdict(now)
+                              : "no heartbeat on the control path within " +
+                                    std::to_string(settings_.firstContactMs()) +
+                                    " ms of joining (can it reach the head's control port " +
+                                    std::to_string(port_) + "? --control-port fixes it)";
         lost_.push_back({id, p.fencedWhy});
         declared.push_back({id, p.fencedWhy});
       }
@@ -375,6 +401,11 @@ int64_t ControlClient::sinceHeardMs() {
   return msBetween(lastHeard_, Clock::now());
 }
 
+bool ControlClient::answered() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return answered_ > 0;
+}
+
 std::optional<std::string> ControlClient::fenced() {
   std::lock_guard<std::mutex> lock(mutex_);
   return fenced_;
@@ -387,11 +418,30 @@ int64_t ControlClient::frozenMs() {
   return std::max(frozenMs_, late > int64_t(settings_.nodeTimeoutMs) ? late : 0);
 }
 
+std::string ControlClient::roundTrips() {
+  std::vector<float> ms;
+  uint64_t answered;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ms = roundTripsMs_;
+    answered = answered_;
+  }
+  if (ms.empty()) return "no heartbeat answered";
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) { return ms[std::min(ms.size() - 1, size_t(q * ms.size()))]; };
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "%llu heartbeats answered, round trip p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+                (unsigned long long)answered, at(0.5), at(0.99), ms.back());
+  return text;
+}
+
 kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
   struct Session {
     ControlClient& client;
     kj::AsyncIoContext& io;
-    kj::Own<JobTls> tls;
+    kj::Own<JobTls> ownTls;
+    JobTls* tls = nullptr;
     uint64_t seq = 0;
     std::map<uint64_t, SteadyTime> sent;  // beats not answered yet
     kj::Duration backoff = 100 * kj::MILLISECONDS;
@@ -404,7 +454,7 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
             return address->connect().attach(kj::mv(address));
           })
           .then([this, &s](kj::Own<kj::AsyncIoStream> stream) {
-            return wrapControl(io.provider->getTimer(), tls.get(), kj::mv(stream), false,
+            return wrapControl(io.provider->getTimer(), tls, kj::mv(stream), false,
                                s.loginTimeoutMs);
           })
           .then([this, &s](kj::Own<kj::AsyncIoStream> stream) {
@@ -479,6 +529,17 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
             {
               std::lock_guard<std::mutex> lock(client.mutex_);
               client.lastHeard_ = now;
+              if (client.answered_ == 0 && it == sent.end()) ++client.answered_;
+              if (it != sent.end()) {
+                float ms = std::chrono::duration<float, std::milli>(now - it->second).count();
+                auto& ring = client.roundTripsMs_;
+                if (ring.size() < 10000) {
+                  ring.push_back(ms);
+                } else {
+                  ring[client.answered_ % ring.size()] = ms;
+                }
+                ++client.answered_;
+              }
               if (ack.getFenced()) {
                 if (!client.fenced_) client.fenced_ = std::string(ack.getReason().cStr());
               } else if (it != sent.end() && it->second >= client.thawedAt_) {
@@ -491,7 +552,13 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
     }
   };
   auto session = kj::heap<Session>(Session{*this, io, kj::Own<JobTls>()});
-  if (!settings_.insecure) session->tls = kj::heap<JobTls>(settings_.secret);
+  if (!settings_.insecure) {
+    session->tls = settings_.tls;
+    if (session->tls == nullptr) {
+      session->ownTls = kj::heap<JobTls>(settings_.secret);
+      session->tls = session->ownTls.get();
+    }
+  }
   auto& s = *session;
   return s.connect().attach(kj::mv(session));
 }

@@ -29,6 +29,7 @@
 #include <kj/async-io.h>
 
 #include "control/detector.h"
+#include "net/secure.h"
 #include "troupe/run.h"
 
 namespace troupe {
@@ -42,9 +43,13 @@ struct ControlSettings {
   unsigned loginTimeoutMs = 5000;
   std::string secret;  // the job secret: TLS keys, or the token itself with --insecure
   bool insecure = false;
+  JobTls* tls = nullptr;  // the node's (its SSL_CTX serves any thread); null: derive one
+  unsigned firstContactMs() const { return 2 * nodeTimeoutMaxMs; }
+  // How long a node that joined may take to send its first heartbeat on this path, and a worker
+  // to hear its first answer: formation of hundreds of nodes on a few cores takes seconds.
 
   PhiDetector::Settings detector() const;
-  static ControlSettings from(const RunOptions& options);
+  static ControlSettings from(const RunOptions& options, JobTls* tls);
 };
 
 using SteadyTime = std::chrono::steady_clock::time_point;
@@ -111,6 +116,7 @@ class ControlServer final : public ControlThread {
   struct Peer {
     std::string host;
     PhiDetector detector;
+    bool heard = false;      // a heartbeat has arrived on this path
     bool lost = false;       // declared by the detector, not yet taken by the head
     std::string fencedWhy;   // non-empty: answer "fenced"
   };
@@ -137,8 +143,13 @@ class ControlClient final : public ControlThread {
   int64_t sinceHeardMs();
   // Since the head last answered on this path, less this thread's own stalls (or since start).
   std::optional<std::string> fenced();
+  bool answered();
+  // The head has answered at least once (before that, firstContactMs() applies, not the head
+  // timeout).
   // The head answered "fenced": why it declared this node lost.
   int64_t frozenMs();
+  std::string roundTrips();
+  // "N heartbeats answered, round trip p50 X ms, p99 Y ms, max Z ms" (the last 10,000).
   // This thread's last stall past the node timeout (the head has fenced this node, unless it
   // answers a heartbeat sent after it as usual); 0 when none or cleared.
 
@@ -152,7 +163,9 @@ class ControlClient final : public ControlThread {
   std::optional<std::string> fenced_;
   int64_t frozenMs_ = 0;
   SteadyTime thawedAt_{};
-  SteadyTime nextBeat_ = SteadyTime::max();  // when the beat timer is due; max while not waiting
+  SteadyTime nextBeat_ = SteadyTime::max();
+  std::vector<float> roundTripsMs_;  // a ring of the last 10,000
+  uint64_t answered_ = 0;  // when the beat timer is due; max while not waiting
 };
 
 }  // namespace troupe

@@ -208,7 +208,7 @@ kj::Promise<void> Head::run() {
     std::string host = node_.hosts().addresses.count(node_.config().currentHost) == 0
                            ? "*"
                            : address.substr(0, colon);
-    control_ = std::make_unique<ControlServer>(ControlSettings::from(node_.options()), host,
+    control_ = std::make_unique<ControlServer>(ControlSettings::from(node_.options(), node_.tls()), host,
                                                node_.options().controlPort);
     spdlog::debug("control path listening on port {}", control_->port());
   }

@@ -157,6 +157,7 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
 
   kj::TaskSet& tasks() { return tasks_; }
   bool secure() const { return tls_.get() != nullptr; }
+  JobTls* tls() { return tls_.get(); }  // null with --insecure
   void refused(const std::string& peer, const std::string& why);
   // Logs a refused connection or login, at most once per peer address per interval (with the
   // count of those not logged).
