@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -371,7 +372,7 @@ TEST_CASE("a silent worker (SIGSTOP) is declared lost by missed heartbeats", "[c
 
 TEST_CASE(
     "an actor method holding the head's and a worker's event loop for 8 s (past the node and head "
-    "timeouts) loses no node; each node names the actor, its type and the method",
+    "timeouts) loses no node, and each node names the actor, its type and the method",
     "[cluster][control]") {
   Run run(harness::sim(kThree, with(probe("stall"), {"--hold-ms", "8000"})));
   REQUIRE_OUTPUT(run, "READY", 30s);
@@ -441,6 +442,27 @@ TEST_CASE(
     CHECK(out.find("was lost") == std::string::npos);
     CHECK(run.leftovers().empty());
   }
+}
+
+TEST_CASE(
+    "256 instances in 4 groups form on loopback: 256 distinct ports, every node counted alive, "
+    "every process exits 0",
+    "[cluster][control]") {
+  Run run(harness::sim({"--group", "g1=64:ml.c5.xlarge", "--group", "g2=64:ml.c5.xlarge",
+                        "--group", "g3=64:ml.m5.xlarge", "--group", "dnn_group=64:ml.p3.2xlarge"},
+                       probe("normal")));
+  CHECK(run.wait(180s) == 0);
+  auto out = run.output();
+  INFO(out.substr(out.size() > 6000 ? out.size() - 6000 : 0));
+  std::set<std::string> addresses;
+  for (auto& [host, i] : run.instances()) addresses.insert(i.address);
+  CHECK(run.instances().size() == 256);
+  CHECK(addresses.size() == 256);
+  CHECK(out.find("cluster formed: 256 nodes; starting the driver") != std::string::npos);
+  CHECK(harness::count(out, "PING ") == 256);
+  CHECK(out.find("troupe sim: all 256 instances exited 0") != std::string::npos);
+  CHECK(out.find("was lost") == std::string::npos);
+  CHECK(run.leftovers().empty());
 }
 
 TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeout",

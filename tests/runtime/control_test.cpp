@@ -99,7 +99,7 @@ bool within(std::chrono::milliseconds limit, F f) {
 
 }  // namespace
 
-TEST_CASE("control path: heartbeats flow while the caller's thread is held; silence is judged",
+TEST_CASE("control path: heartbeats flow while the caller's thread is held, and silence is judged",
           "[control]") {
   for (bool insecure : {true, false}) {
     INFO((insecure ? "--insecure" : "TLS"));

@@ -469,7 +469,8 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
                 .then([this, &ref]() {
                   backoff = 100 * kj::MILLISECONDS;
                   sent.clear();
-                  return beat(ref).exclusiveJoin(read(ref));
+                  // The first heartbeat at once: a node is heard within a round trip of joining.
+                  return beat(ref, 0).exclusiveJoin(read(ref));
                 })
                 .attach(kj::mv(stream));
           })
@@ -482,8 +483,7 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
           });
     }
 
-    kj::Promise<void> beat(kj::AsyncIoStream& stream) {
-      auto every = client.settings_.heartbeatMs;
+    kj::Promise<void> beat(kj::AsyncIoStream& stream, unsigned every) {
       auto expected = Clock::now() + std::chrono::milliseconds(every);
       {
         std::lock_guard<std::mutex> lock(client.mutex_);
@@ -517,7 +517,7 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
             auto& out = *message;
             return capnp::writeMessage(stream, out).attach(kj::mv(message));
           })
-          .then([this, &stream]() { return beat(stream); });
+          .then([this, &stream]() { return beat(stream, client.settings_.heartbeatMs); });
     }
 
     kj::Promise<void> read(kj::AsyncIoStream& stream) {
