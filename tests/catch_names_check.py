@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Keeps every Catch test case reachable from ctest.
 
-Three ways a Catch test case is silently never run under ctest:
+Three ways a Catch test case is silently never run under ctest, and one way it aborts:
 - a name starting with '-' or '~': Catch takes the filter ctest passes for an option or an
   exclusion;
 - a `;` in its name: catch_discover_tests() splits the name in two at the `;` (CMake's list
   separator), registers two filters that match no test, and Catch v2 exits 0 on "No tests ran";
 - a catch_discover_tests() call without `EXTRA_ARGS -w NoTests`: a filter that matches nothing
-  (for any other reason) passes instead of failing.
+  (for any other reason) passes instead of failing;
+- a first ": " in its name at column 77 or later: Catch v2's console reporter indents the name's
+  wrapped lines to just after it, and asserts the indent is below the width (79), which aborts the
+  test case in a build with assertions (the sanitizer build).
 
 Usage: catch_names_check.py PATH...  (folders are searched for C++ sources and CMake files; files
 given as arguments are checked whatever their name, which the self-test uses). Prints file:line
@@ -26,6 +29,7 @@ CMAKE_SUFFIXES = (".cmake",)
 TEST_MACRO = re.compile(r"\b(TEST_CASE|SCENARIO|TEST_CASE_METHOD|TEMPLATE_TEST_CASE)\s*\(")
 LITERAL = re.compile(r'\s*(?:u8|u|U|L)?"((?:[^"\\\n]|\\.)*)"', re.S)
 DISCOVER = re.compile(r"\bcatch_discover_tests\s*\(")
+CONSOLE_WIDTH = 80  # Catch v2's CATCH_CONFIG_CONSOLE_WIDTH
 
 
 def strip_comments(text):
@@ -84,6 +88,13 @@ def check_source(path):
         if ";" in name:
             yield line, (f"test case name \"{name}\" contains ';': ctest's discovery splits it "
                          "into filters that match nothing, so it never runs. Use ',' or ':'.")
+        colon = name.find(": ")
+        if colon >= 0 and colon + 2 >= CONSOLE_WIDTH - 1:
+            yield line, (f"test case name \"{name}\" has its first ': ' at column {colon}: "
+                         "Catch's console reporter indents the name's wrapped lines to just "
+                         f"after it, and past column {CONSOLE_WIDTH - 3} that fails an assertion "
+                         "and aborts the test in a build without NDEBUG (make test-sanitize). "
+                         "Put the ': ' earlier, or use ','.")
 
 
 def check_cmake(path):
@@ -119,7 +130,7 @@ def main(args):
                 problems += 1
                 print(f"{path}:{line}: {what}")
     if problems == 0:
-        print(f"every Catch test case name is free of ';' and of a leading '-' or '~', and every "
+        print(f"every Catch test case name is free of ';', of a leading '-' or '~' and of a late ': ', and every "
               f"catch_discover_tests() "
               f"passes -w NoTests in {' '.join(args)}")
     return 1 if problems else 0

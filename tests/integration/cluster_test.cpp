@@ -423,8 +423,8 @@ class Oversubscribe {
 }  // namespace
 
 TEST_CASE(
-    "a consumer on the head working inline while 8 streams feed it, every CPU oversubscribed 4x "
-    "by busy loops: every instance exits 0 and every message is counted, 3 of 3 runs",
+    "a consumer on the head works inline while 8 streams feed it and every CPU is oversubscribed "
+    "4x by busy loops, and every instance exits 0 with every message counted, 3 of 3 runs",
     "[cluster][control]") {
   for (int round = 1; round <= 3; ++round) {
     INFO("run " << round << " of 3");

@@ -36,6 +36,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
 
   NodeRuntime& node() { return node_; }
   uint16_t controlPort() const { return control_ ? control_->port() : 0; }
+  void stopControl() { control_.reset(); }
+  // Ends the control thread (the process is about to exit).
   // Where the head's control thread listens (docs/lifecycle.md, "The control path").
 
   // -- Cluster (called by ClusterSession and Driver) --
