@@ -306,14 +306,6 @@ void ActorCore::leaveMailbox() {
   --running_;
 }
 
-namespace {
-int64_t steadyMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 ActorCore::Held::Held(ActorCore& core, const MethodInfo& method)
     : core_(core), method_(method), start_(steadyMicros()) {
   core_.context_->host().methodEntered(core_.self(), &method_.name);

@@ -4,6 +4,8 @@
 
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "troupe.capnp.h"
@@ -11,6 +13,13 @@
 #include "troupe/run.h"
 
 namespace troupe {
+
+inline int64_t steadyMicros() {
+  // The steady clock in microseconds: how long a method body held the loop (loopHeld()).
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class ActorHost {
  public:

@@ -665,17 +665,6 @@ kj::Promise<void> NodeRuntime::stopAll(Exit reason) {
   return chain;
 }
 
-namespace {
-
-int64_t steadyMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-
-}  // namespace
-
 void NodeRuntime::loopHeld(const ActorAddress& actor, const std::string& method, int64_t heldUs) {
   auto now = steadyMicros();
   lastHoldEndUs_ = now;
