@@ -299,3 +299,51 @@ TEST_CASE(
   CHECK(onCommandLine.code == 2);
   CHECK(has(onCommandLine.output, "--token is refused"));
 }
+
+TEST_CASE(
+    "troupe status names the actor method that held a node's event loop, with the time held, "
+    "in the table and in --json",
+    "[status][control]") {
+  roots::TempDir tmp;
+  // One actor on the head and one on a data node each spin 800 ms in one method body.
+  Run job(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge"},
+                       {harness::probeApp(), "--scenario", "stall", "--hold-ms", "800",
+                        "--linger-s", "20"}),
+          {"TMPDIR=" + tmp.path()});
+  REQUIRE_OUTPUT(job, "HELD", 60s);
+  // The holds reach the head with the nodes' next load reports (every 500 ms).
+  json j;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  size_t holding = 0;
+  while (std::chrono::steady_clock::now() < deadline && holding < 2) {
+    j = statusJson(tmp);
+    holding = 0;
+    for (auto& n : j["nodes"]) holding += n["loop_holds"].get<int>() > 0 ? 1 : 0;
+    std::this_thread::sleep_for(200ms);
+  }
+  INFO(j.dump(2));
+  REQUIRE(holding == 2);
+  for (auto& n : j["nodes"]) {
+    if (n["loop_holds"].get<int>() == 0) {
+      CHECK(n["longest_hold_ms"].is_null());
+      continue;
+    }
+    CHECK(n["loop_holds"] == 1);
+    CHECK(n["longest_hold_ms"].get<int>() >= 790);
+    auto by = n["longest_hold_by"].get<std::string>();
+    CHECK(has(by, "(probe.Probe #"));
+    CHECK(has(by, " in Probe.work"));
+    CHECK(has(by, n["host"].get<std::string>()));
+  }
+  auto text = status(tmp, {});
+  INFO(text.output);
+  CHECK(text.code == 0);
+  CHECK(has(text.output, "loop held"));
+  CHECK(has(text.output, "1x, longest 0.8 s"));
+  CHECK(has(text.output, ": the event loop was held 0.8 s by 'holder-head' (probe.Probe #"));
+  CHECK(has(text.output, ": the event loop was held 0.8 s by 'holder-data' (probe.Probe #"));
+  REQUIRE(kill(job.pid(), SIGTERM) == 0);
+  CHECK(job.wait(60s) == 6);
+  CHECK(job.leftovers().empty());
+}
