@@ -528,14 +528,15 @@ class Worker {
                                       "); its actors run elsewhere now");
         return kj::Promise<void>(kj::READY_NOW);
       }
+      // Counted from the join until the first answer: a head lost right after it is lost within
+      // the head timeout too.
       auto silent = control_->sinceHeardMs();
-      if (!control_->answered()) {
-        auto first = ControlSettings::from(node_.options(), nullptr).firstContactMs();
-        if (silent > int64_t(first)) {
-          headGone("no answer on the control path within " + std::to_string(first) +
-                   " ms of joining (can this node reach the head's control port?)");
-          return kj::Promise<void>(kj::READY_NOW);
-        }
+      if (!control_->answered() && silent > int64_t(node_.options().headTimeoutMs)) {
+        headGone("no answer on the control path within " +
+                 std::to_string(node_.options().headTimeoutMs) +
+                 " ms of joining (--head-timeout-ms; can this node reach the head's control "
+                 "port?)");
+        return kj::Promise<void>(kj::READY_NOW);
       } else if (silent > int64_t(node_.options().headTimeoutMs)) {
         headGone("no answer on the control path for " + std::to_string(silent) +
                  " ms (--head-timeout-ms " + std::to_string(node_.options().headTimeoutMs) + ")");

@@ -45,8 +45,9 @@ struct ControlSettings {
   bool insecure = false;
   JobTls* tls = nullptr;  // the node's (its SSL_CTX serves any thread); null: derive one
   unsigned firstContactMs() const { return 2 * nodeTimeoutMaxMs; }
-  // How long a node that joined may take to send its first heartbeat on this path, and a worker
-  // to hear its first answer: formation of hundreds of nodes on a few cores takes seconds.
+  // How long a node that joined may take to send its first heartbeat on this path before the
+  // head declares it lost: formation of hundreds of nodes on a few cores takes seconds. (A worker
+  // waits for the head's first answer only --head-timeout-ms from its join, as for any other.)
 
   PhiDetector::Settings detector() const;
   static ControlSettings from(const RunOptions& options, JobTls* tls);
@@ -144,8 +145,7 @@ class ControlClient final : public ControlThread {
   // Since the head last answered on this path, less this thread's own stalls (or since start).
   std::optional<std::string> fenced();
   bool answered();
-  // The head has answered at least once (before that, firstContactMs() applies, not the head
-  // timeout).
+  // The head has answered at least once on this path.
   // The head answered "fenced": why it declared this node lost.
   int64_t frozenMs();
   std::string roundTrips();
