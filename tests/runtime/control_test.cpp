@@ -1,5 +1,11 @@
 // The control path (runtime/src/control): the phi-accrual detector on plain numbers, then a
 // head's ControlServer and a worker's ControlClient on their own threads over loopback TCP.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -165,4 +171,54 @@ TEST_CASE("control path: a port in use is refused naming it and --control-port",
     CHECK(what.find("127.0.0.1:" + std::to_string(first.port())) != std::string::npos);
     CHECK(what.find("--control-port") != std::string::npos);
   }
+}
+
+namespace {
+
+// A TCP connection to 127.0.0.1:port that sends nothing, or -1.
+int silentConnection(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the peer closed `fd` within `ms` (recv() returns 0 or an error).
+bool closedWithin(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, ms) <= 0) return false;
+  char byte;
+  return recv(fd, &byte, 1, MSG_DONTWAIT) <= 0;
+}
+
+}  // namespace
+
+TEST_CASE("control path: connections past --max-unauthenticated that have not said hello are closed at once",
+          "[control]") {
+  auto settings = fast(false);
+  settings.maxUnauthenticated = 2;
+  ControlServer server(settings, "127.0.0.1", 0);
+  int a = silentConnection(server.port()), b = silentConnection(server.port());
+  REQUIRE(a >= 0);
+  REQUIRE(b >= 0);
+  std::this_thread::sleep_for(200ms);  // both accepted: the cap is full
+  int c = silentConnection(server.port());
+  REQUIRE(c >= 0);
+  CHECK(closedWithin(c, 2000));
+  CHECK_FALSE(closedWithin(a, 300));  // the first two wait for their handshake (5 s)
+  CHECK_FALSE(closedWithin(b, 300));
+  close(a);
+  close(b);
+  close(c);
+  // Their places are free again: a node gets in.
+  std::this_thread::sleep_for(200ms);
+  server.admit(5, "algo-5");
+  ControlClient client(settings, troupe::controlAddress("127.0.0.1:1", server.port()), 5);
+  CHECK(within(3s, [&] { return server.silenceMs(5).value_or(1 << 30) < 100; }));
 }

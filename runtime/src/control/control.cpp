@@ -63,6 +63,7 @@ ControlSettings ControlSettings::from(const RunOptions& o, JobTls* tls) {
   s.nodeTimeoutMaxMs = o.nodeTimeoutMaxMs == 0 ? 2 * o.nodeTimeoutMs : o.nodeTimeoutMaxMs;
   s.headTimeoutMs = o.headTimeoutMs;
   s.loginTimeoutMs = o.loginTimeoutMs;
+  s.maxUnauthenticated = o.maxUnauthenticated;
   s.secret = o.token;
   s.insecure = o.insecure;
   return s;
@@ -194,11 +195,6 @@ std::optional<int64_t> ControlServer::silenceMs(uint32_t nodeId) {
   return int64_t(it->second.detector.silenceMs(nowMs()));
 }
 
-int64_t ControlServer::stallMs() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stallMs_;
-}
-
 namespace {
 
 struct ServerState {
@@ -208,7 +204,22 @@ struct ServerState {
   JobTls* tls = nullptr;
   kj::TaskSet tasks;
   std::map<uint32_t, SteadyTime> refused;  // node id -> when a refusal was last logged
+  unsigned unauthenticated = 0;            // connections that have not said hello yet
+  SteadyTime capLogged{};                  // when a connection over the cap was last logged
   explicit ServerState(kj::TaskSet::ErrorHandler& handler) : tasks(handler) {}
+};
+
+struct Unauthenticated {
+  // Counts a connection among those that have not said hello yet, until release() or its end.
+  explicit Unauthenticated(unsigned& count) : count(count) { ++count; }
+  ~Unauthenticated() { release(); }
+  KJ_DISALLOW_COPY(Unauthenticated);
+  void release() {
+    if (held) --count;
+    held = false;
+  }
+  unsigned& count;
+  bool held = true;
 };
 
 struct LogErrors final : kj::TaskSet::ErrorHandler {
@@ -255,14 +266,18 @@ kj::Promise<void> ControlServer::serve(kj::AsyncIoContext& io) {
   auto& s = *state;
 
   // One connection: (TLS,) a hello naming the node, then heartbeats, each answered at once.
-  auto serveOne = [this, &timer, &s](kj::Own<kj::AsyncIoStream> raw) -> kj::Promise<void> {
+  auto serveOne = [this, &timer, &s](kj::Own<kj::AsyncIoStream> raw,
+                                     kj::Own<Unauthenticated> slot) -> kj::Promise<void> {
+    auto& pending = *slot;
     return wrapControl(timer, s.tls, kj::mv(raw), true, settings_.loginTimeoutMs)
-        .then([this, &timer, &s](kj::Own<kj::AsyncIoStream> stream) {
+        .then([this, &timer, &s, &pending](kj::Own<kj::AsyncIoStream> stream) {
           auto& ref = *stream;
           return timer
               .timeoutAfter(settings_.loginTimeoutMs * kj::MILLISECONDS,
                             capnp::readMessage(ref, controlReaderOptions()))
-              .then([this, &ref, &s](kj::Own<capnp::MessageReader> message) -> kj::Promise<void> {
+              .then([this, &ref, &s, &pending](
+                        kj::Own<capnp::MessageReader> message) -> kj::Promise<void> {
+                pending.release();
                 auto hello = message->getRoot<proto::ControlHello>();
                 uint32_t nodeId = hello.getNodeId();
                 if (settings_.insecure &&
@@ -324,21 +339,36 @@ kj::Promise<void> ControlServer::serve(kj::AsyncIoContext& io) {
                 return l.next().attach(kj::mv(loop));
               })
               .attach(kj::mv(stream));
-        });
+        })
+        .attach(kj::mv(slot));
   };
 
   struct Acceptor {
     kj::ConnectionReceiver& listener;
     ServerState& state;
-    kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>)> serveOne;
+    unsigned limit;
+    kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>, kj::Own<Unauthenticated>)> serveOne;
     kj::Promise<void> next() {
       return listener.accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
-        state.tasks.add(serveOne(kj::mv(stream)));
+        if (state.unauthenticated >= limit) {
+          // Closed at once: strangers cannot hold more of this thread's descriptors.
+          auto now = Clock::now();
+          if (now - state.capLogged > std::chrono::seconds(10)) {
+            spdlog::warn("control path: closed a connection at once: {} have not said hello yet "
+                         "(--max-unauthenticated)",
+                         limit);
+            state.capLogged = now;
+          }
+          return next();
+        }
+        auto slot = kj::heap<Unauthenticated>(state.unauthenticated);
+        state.tasks.add(serveOne(kj::mv(stream), kj::mv(slot)));
         return next();
       });
     }
   };
-  auto acceptor = kj::heap<Acceptor>(Acceptor{*s.listener, s, kj::mv(serveOne)});
+  auto acceptor = kj::heap<Acceptor>(
+      Acceptor{*s.listener, s, std::max(1u, settings_.maxUnauthenticated), kj::mv(serveOne)});
   auto& a = *acceptor;
   return a.next().exclusiveJoin(judge(timer)).attach(kj::mv(acceptor), kj::mv(state));
 }
@@ -356,7 +386,6 @@ kj::Promise<void> ControlServer::judge(kj::Timer& timer) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (late > 0) {
         for (auto& [id, p] : peers_) p.detector.credit(late);
-        stallMs_ = std::max<int64_t>(stallMs_, int64_t(late));
       }
       for (auto& [id, p] : peers_) {
         if (!p.fencedWhy.empty() || p.lost) continue;

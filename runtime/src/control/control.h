@@ -40,7 +40,8 @@ struct ControlSettings {
                                      // plus one heartbeat)
   unsigned nodeTimeoutMaxMs = 6000;  // the hard bound for a node that sends nothing
   unsigned headTimeoutMs = 5000;
-  unsigned loginTimeoutMs = 5000;
+  unsigned loginTimeoutMs = 5000;     // TLS handshake and hello, each
+  unsigned maxUnauthenticated = 64;  // connections before their hello; more are closed at once
   std::string secret;  // the job secret: TLS keys, or the token itself with --insecure
   bool insecure = false;
   JobTls* tls = nullptr;  // the node's (its SSL_CTX serves any thread); null: derive one
@@ -110,8 +111,6 @@ class ControlServer final : public ControlThread {
   // The nodes the detector declared lost since the last call, each once (they are fenced here).
   std::optional<int64_t> silenceMs(uint32_t nodeId);
   // Since its last heartbeat on this path (none for an unknown or fenced node).
-  int64_t stallMs();
-  // The longest stall of this thread itself so far (it never judges its own stall as silence).
 
  private:
   struct Peer {
@@ -131,7 +130,6 @@ class ControlServer final : public ControlThread {
   std::mutex mutex_;
   std::map<uint32_t, Peer> peers_;
   std::vector<Lost> lost_;
-  int64_t stallMs_ = 0;
 };
 
 class ControlClient final : public ControlThread {
