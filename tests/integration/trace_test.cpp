@@ -171,3 +171,30 @@ TEST_CASE("trace: a --trace file in a folder that does not exist is refused befo
         std::string::npos);
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("trace: an actor method that held its node's event loop is a stall span named after it",
+          "[train][trace][control]") {
+  // docs/lifecycle.md, "Who holds the loop": one actor on the head and one on a data node each
+  // spin 400 ms in one method body (--stall-warn-ms is 200).
+  auto path = tempPath("stall-trace.json");
+  auto simArgs = kCluster;
+  simArgs.insert(simArgs.end(), {"--trace", path});
+  Run run(harness::sim(simArgs, {harness::probeApp(), "--scenario", "stall", "--hold-ms", "400"}));
+  CHECK(run.wait(60s) == 0);
+  INFO(run.output());
+  auto trace = readTrace(path);
+  checkShape(trace);
+  std::set<int> pids;
+  int stalls = 0;
+  for (auto& e : trace["traceEvents"]) {
+    if (!e.contains("cat") || e["cat"] != "stall") continue;
+    ++stalls;
+    CHECK(e["name"] == "Probe.work");
+    CHECK(e["dur"].get<double>() >= 390'000);  // microseconds
+    pids.insert(e["pid"].get<int>());
+  }
+  CHECK(stalls == 2);
+  CHECK(pids.size() == 2);  // one on each node's rows
+  std::remove(path.c_str());
+}
+
