@@ -532,10 +532,10 @@ class Worker {
       // the head timeout too.
       auto silent = control_->sinceHeardMs();
       if (!control_->answered() && silent > int64_t(node_.options().headTimeoutMs)) {
-        headGone("no answer on the control path within " +
+        headGone("no answer on the control path for " + std::to_string(silent) +
+                 " ms since joining (--head-timeout-ms " +
                  std::to_string(node_.options().headTimeoutMs) +
-                 " ms of joining (--head-timeout-ms; can this node reach the head's control "
-                 "port?)");
+                 "; can this node reach the head's control port?)");
         return kj::Promise<void>(kj::READY_NOW);
       } else if (silent > int64_t(node_.options().headTimeoutMs)) {
         headGone("no answer on the control path for " + std::to_string(silent) +

@@ -373,7 +373,7 @@ TEST_CASE("a silent worker (SIGSTOP) is declared lost by missed heartbeats", "[c
 TEST_CASE(
     "an actor method holding the head's and a worker's event loop for 8 s (past the node and head "
     "timeouts) loses no node, and each node names the actor, its type and the method",
-    "[cluster][control]") {
+    "[cluster][control][whole-machine]") {
   Run run(harness::sim(kThree, with(probe("stall"), {"--hold-ms", "8000"})));
   REQUIRE_OUTPUT(run, "READY", 30s);
   REQUIRE_OUTPUT(run, "HELD", 30s);
@@ -425,7 +425,7 @@ class Oversubscribe {
 TEST_CASE(
     "a consumer on the head works inline while 8 streams feed it and every CPU is oversubscribed "
     "4x by busy loops, and every instance exits 0 with every message counted, 3 of 3 runs",
-    "[cluster][control]") {
+    "[cluster][control][whole-machine]") {
   for (int round = 1; round <= 3; ++round) {
     INFO("run " << round << " of 3");
     Oversubscribe busy(4);
@@ -447,7 +447,7 @@ TEST_CASE(
 TEST_CASE(
     "256 instances in 4 groups form on loopback: 256 distinct ports, every node counted alive, "
     "every process exits 0",
-    "[cluster][control]") {
+    "[cluster][control][whole-machine]") {
   int perGroup = 64;
 #if defined(__SANITIZE_ADDRESS__)
   // 256 instrumented processes hold about 13 GB of shadow memory and quarantine on a 24 GiB VM.
@@ -500,7 +500,11 @@ TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeou
   checkWorkersLostHead(run, head.host);
   CHECK(run.exitLine(head.host).find("exited with 1 (JOB_FAILED)") != std::string::npos);
   CHECK(out.find("no answer on the control path for ") != std::string::npos);
-  CHECK(out.find(" ms (--head-timeout-ms 1500)") != std::string::npos);
+  // "... for 1972 ms (--head-timeout-ms 1500)", or "... ms since joining (--head-timeout-ms 1500;
+  // ...)" when the head froze before its first answer (a loaded machine).
+  bool afterAnswers = out.find(" ms (--head-timeout-ms 1500)") != std::string::npos;
+  bool beforeFirst = out.find(" ms since joining (--head-timeout-ms 1500;") != std::string::npos;
+  CHECK((afterAnswers || beforeFirst));
   CHECK(run.leftovers().empty());
 }
 
