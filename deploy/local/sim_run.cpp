@@ -56,6 +56,7 @@ std::vector<unsigned> freePorts(size_t count) {
 
 struct Instance {
   std::string host, group, instanceType, address, root, cpus;
+  unsigned controlPort = 0;  // on loopback: reserved with the others (TROUPE_CONTROL_PORT)
   double cpuQuota = 0;  // --cpu-quota: CPUs (0: none)
   std::unique_ptr<CpuQuotaCgroup> cgroup;
   kj::Own<troupe::ChildProcess> process;
@@ -177,6 +178,7 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   env.push_back("TROUPE_SM_ROOT=" + in.root);
   if (!netns) env.push_back("TROUPE_HOST_MAP=" + hostMap.string());
   if (!in.cpus.empty()) env.push_back("TROUPE_CPUS=" + in.cpus);
+  if (in.controlPort != 0) env.push_back("TROUPE_CONTROL_PORT=" + std::to_string(in.controlPort));
   // The instance type's size, explicitly: a node otherwise reports what this machine allows
   // (troupe/node_size.h), and one small machine emulates the whole cluster.
   if (auto type = troupe::sched::findInstanceType(in.instanceType)) {
@@ -222,7 +224,10 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   std::shuffle(slots.begin(), slots.end(), rng);
 
   std::vector<Instance> instances;
-  auto ports = lab ? std::vector<unsigned>() : freePorts(slots.size());
+  // On loopback, two ports each: its node's, and its control path's should it be the head. A
+  // head's control listener on any free port could take a port reserved here for an instance
+  // that has not bound it yet (seen: "Address already in use" for a worker's own port).
+  auto ports = lab ? std::vector<unsigned>() : freePorts(2 * slots.size());
   json hostMap = json::object();
   json allHosts = json::array();
   json instanceGroups = json::array();
@@ -233,6 +238,7 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
     in.instanceType = slots[i].second;
     // With --netns every instance is reached by its name, on its own eth0 address.
     in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(ports[i]);
+    if (!lab) in.controlPort = ports[slots.size() + i];
     in.root = (dir / in.host).string();
     hostMap[in.host] = in.address;
     allHosts.push_back(in.host);

@@ -469,6 +469,12 @@ TEST_CASE(
   for (auto& [host, i] : run.instances()) addresses.insert(i.address);
   CHECK(run.instances().size() == size_t(4 * perGroup));
   CHECK(addresses.size() == size_t(4 * perGroup));
+  // The head's control port is none of them (troupe sim reserves it with the others).
+  const std::string listening = "control path listening on port ";
+  auto at = out.find(listening);
+  REQUIRE(at != std::string::npos);
+  auto control = "127.0.0.1:" + std::to_string(std::stoi(out.substr(at + listening.size())));
+  CHECK(addresses.count(control) == 0);
   CHECK(out.find("cluster formed: " + n + " nodes; starting the driver") != std::string::npos);
   CHECK(harness::count(out, "PING ") == size_t(4 * perGroup));
   CHECK(out.find("troupe sim: all " + n + " instances exited 0") != std::string::npos);

@@ -210,7 +210,7 @@ kj::Promise<void> Head::run() {
                            : address.substr(0, colon);
     control_ = std::make_unique<ControlServer>(ControlSettings::from(node_.options(), node_.tls()), host,
                                                node_.options().controlPort);
-    spdlog::debug("control path listening on port {}", control_->port());
+    spdlog::info("control path listening on port {}", control_->port());
   }
   tasks_.add(formCluster().then(
       [this]() {
