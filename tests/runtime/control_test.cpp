@@ -46,7 +46,6 @@ TEST_CASE("detector: on a steady link a silent node is lost a little after --nod
   double after = lostAfter(d, t);
   CHECK(after > 3000);
   CHECK(after < 3700);
-  CHECK(std::abs(d.lostAfterMs() - after) <= 10);
   CHECK(d.verdict(t + after).find("no heartbeat for ") == 0);
   CHECK(d.verdict(t + after).find("phi ") != std::string::npos);
 }

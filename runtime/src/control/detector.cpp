@@ -48,17 +48,6 @@ double PhiDetector::phi(double nowMs) const {
   return std::max(0.0, -std::log10(later));
 }
 
-double PhiDetector::lostAfterMs() const {
-  // Bisect phi(silence) = threshold: phi grows with the silence.
-  double lo = 0, hi = settings_.maxSilenceMs;
-  if (phi(last_ + hi) < settings_.threshold) return hi;
-  for (int i = 0; i < 40; ++i) {
-    double mid = (lo + hi) / 2;
-    (phi(last_ + mid) >= settings_.threshold ? hi : lo) = mid;
-  }
-  return hi;
-}
-
 std::string PhiDetector::verdict(double nowMs) const {
   char text[200];
   double silence = silenceMs(nowMs);

@@ -47,9 +47,6 @@ class PhiDetector {
   double meanGapMs() const { return sum_ / gaps_.size(); }
   double stdDevMs() const;
   // Of the gaps in the history (at least minStdDevMs).
-  double lostAfterMs() const;
-  // The silence at which phi reaches the threshold with the history as it is now (bounded by
-  // maxSilenceMs): when a node that stops now would be declared lost.
   const Settings& settings() const { return settings_; }
 
  private:
