@@ -83,7 +83,8 @@ json recordJson(const EpochRecord& r) {
           {"seconds", r.seconds},
           {"loss", r.loss},
           {"accuracy", r.accuracy},
-          {"from_checkpoint", r.fromCheckpoint}};
+          {"from_checkpoint", r.fromCheckpoint},
+          {"digest", r.digest}};
 }
 
 EpochRecord recordFrom(const json& j) {
@@ -101,6 +102,7 @@ EpochRecord recordFrom(const json& j) {
   r.loss = j.at("loss");
   r.accuracy = j.at("accuracy");
   r.fromCheckpoint = j.at("from_checkpoint");
+  r.digest = j.value("digest", uint64_t(0));  // absent in older checkpoints: see restore()
   return r;
 }
 

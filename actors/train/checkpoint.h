@@ -73,7 +73,19 @@ struct EpochRecord {
   /// Samples of this epoch trained on by earlier runs of the job, before the resume that
   /// continued it (0 for an epoch a single run did).
   uint64_t fromCheckpoint = 0;
+  /// The sum (mod 2^64) of sampleDigest(id) over every sample trained on, each time it was: a
+  /// checker that knows the epoch's ids computes what it must be (exactly once), without trusting
+  /// the counters above (docs/hetero_train.md, "the report").
+  uint64_t digest = 0;
 };
+
+/// splitmix64's finaliser of a sample id: the term of EpochRecord::digest.
+inline uint64_t sampleDigest(uint64_t id) {
+  uint64_t z = id + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 /// The trainer's state between two steps.
 struct TrainingState {

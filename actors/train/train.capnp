@@ -95,6 +95,7 @@ struct EpochReport {
   fromCheckpoint @11 :UInt64;     # samples of this epoch trained on before this run resumed it
   stepCpuSeconds @12 :Float64;    # CPU time of the steps' pool thread (the CPU trainer's compute)
   fillSeconds @13 :Float64;       # of waitSeconds: waiting for the epoch's first batch
+  digest @14 :UInt64;             # sum of sampleDigest(id) over every sample trained on (checkpoint.h)
 }
 
 struct TrainerCpu {

@@ -192,6 +192,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
           e.setWaitSeconds(h.waitSeconds);
           e.setLoss(h.loss);
           e.setFromCheckpoint(h.fromCheckpoint);
+          e.setDigest(h.digest);
         }
         if (!modelDir_.empty()) {
           model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history_.size()),
@@ -473,6 +474,7 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   }
   for (auto id : b.ids) {
     if (seen_[id]++) ++stats_.duplicates;
+    stats_.digest += sampleDigest(id);
   }
   stats_.samples += b.ids.size();
   // Learning rate decays linearly to zero over the whole run.

@@ -116,6 +116,10 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
   stats_ = s.current;
   stats_.fromCheckpoint = s.current.samples;
   seen_ = s.seen;
+  if (stats_.digest == 0) {
+    // A checkpoint from before the digest: the samples it counted, each as often as it did.
+    for (size_t id = 0; id < seen_.size(); ++id) stats_.digest += seen_[id] * sampleDigest(id);
+  }
   totalSteps_ = s.steps;
   epochSecondsBefore_ = s.current.seconds;
   waitBefore_ = s.current.waitSeconds;
@@ -164,6 +168,7 @@ void TrainerActor::takeBackUnappliedStep() {
       sources_[step->source].acked = step->begin;
       for (auto id : step->ids) {
         if (--seen_[id] > 0) --stats_.duplicates;
+        stats_.digest -= sampleDigest(id);
       }
       stats_.samples -= step->ids.size();
       --stats_.steps;

@@ -214,6 +214,14 @@ Settings parseSettings(int argc, char* argv[]) {
   return s;
 }
 
+// "0x" and 16 hex digits: a 64-bit value JSON readers keep exactly (a number above 2^53 loses
+// its low bits in many of them).
+std::string hex(uint64_t v) {
+  char text[24];
+  snprintf(text, sizeof(text), "0x%016llx", (unsigned long long)v);
+  return text;
+}
+
 std::string fmt(const char* format, double v) {
   char buf[64];
   snprintf(buf, sizeof(buf), format, v);
@@ -424,7 +432,8 @@ class Job {
                         {"rejected", e.getRejected()},
                         {"test_accuracy", e.getTestAccuracy()},
                         {"seconds", e.getSeconds()},
-                        {"from_checkpoint", e.getFromCheckpoint()}});
+                        {"from_checkpoint", e.getFromCheckpoint()},
+                        {"digest", hex(e.getDigest())}});
     }
     auto c = r.getCheckpoints();
     nlohmann::json resumed = nullptr;

@@ -275,6 +275,22 @@ bool insecure(const JobSpec& spec) {
   return false;
 }
 
+// <dir>/exit-status/<host>: what the kernel said of the instance when it was reaped, written at
+// once, so that a tool (the fault matrix) reads each instance's end from the OS's word rather
+// than from what this process prints. One JSON object: host, pid, exit_status (the code when it
+// exited), term_signal (the signal that ended it, or 0).
+void writeExitStatus(const fs::path& dir, const Instance& in, const troupe::ChildExit& e) {
+  std::error_code ec;
+  fs::create_directories(dir / "exit-status", ec);
+  auto file = dir / "exit-status" / in.host;
+  json j = {{"host", in.host},
+            {"pid", in.process->pid()},
+            {"exit_status", e.signal ? 0 : e.status},
+            {"term_signal", e.signal}};
+  std::ofstream(file.string() + ".tmp") << j.dump() << "\n";
+  fs::rename(file.string() + ".tmp", file, ec);
+}
+
 bool isHead(const Instance& in) {
   std::ifstream role(in.root + "/role");
   std::string word;
@@ -482,6 +498,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
         in.process->onExit()
             .then([&](troupe::ChildExit e) {
               in.exit = e;
+              writeExitStatus(dir, in, e);
               if (lingering || !isHead(in)) return;
               lingering = true;
               ended = true;

@@ -196,22 +196,32 @@ void reapOrphans(Observation& obs) {
   }
 }
 
-// Exit codes the sim printed; an instance without a line exited 0, when the sim got to print.
-void readCodes(Observation& obs, harness::Run& run) {
+// Each instance's end as the kernel reported it: reaped here (an orphan of a killed sim), or the
+// wait status the sim wrote to <roots>/exit-status/<host> when it reaped it. Never inferred from
+// what the sim prints: an instance with neither keeps code -1, which fails its case.
+void readCodes(Observation& obs, harness::Run& run, const std::string& roots) {
   obs.simCode = run.wait(0ms);
-  auto out = run.output();
-  bool printed = out.find("exited with") != std::string::npos ||
-                 out.find("instances exited 0") != std::string::npos;
-  if (!printed && obs.simGoneS) reapOrphans(obs);
-  static const std::regex exitLine(R"(exited with (\d+))");
+  if (obs.simGoneS) reapOrphans(obs);
   for (auto& e : obs.instances) {
-    if (e.code >= 0) continue;  // reaped here
-    auto line = run.exitLine(e.instance.host);
-    std::smatch m;
-    if (std::regex_search(line, m, exitLine)) {
-      e.code = std::stoi(m[1].str());
-    } else if (printed) {
-      e.code = 0;
+    if (e.code >= 0) {
+      e.codeFrom = "reaped by the harness";
+      continue;
+    }
+    if (roots.empty()) continue;
+    auto path = fs::path(roots) / "exit-status" / e.instance.host;
+    if (!fs::exists(path)) continue;
+    try {
+      auto j = nlohmann::json::parse(readFile(path));
+      if (j.at("pid").get<pid_t>() != e.instance.pid) {
+        e.codeFrom = path.string() + " names pid " + std::to_string(j.at("pid").get<pid_t>()) +
+                     ", not " + std::to_string(e.instance.pid);
+        continue;
+      }
+      int sig = j.at("term_signal").get<int>();
+      e.code = sig ? 128 + sig : j.at("exit_status").get<int>();
+      e.codeFrom = path.string();
+    } catch (const std::exception& ex) {
+      e.codeFrom = path.string() + " does not parse: " + ex.what();
     }
   }
 }
@@ -233,12 +243,51 @@ void readReport(Observation& obs, const std::string& path) {
     std::vector<EpochCount> epochs;
     for (auto& e : j.at("epochs")) {
       epochs.push_back({e.at("samples").get<uint64_t>(), e.at("duplicates").get<uint64_t>(),
-                        e.at("missing").get<uint64_t>()});
+                        e.at("missing").get<uint64_t>(), e.at("digest").get<std::string>()});
     }
     obs.report = epochs;
   } catch (const std::exception& e) {
     obs.reportError = "the report " + path + " does not parse: " + e.what();
   }
+}
+
+// The last "step S/T" of a progress line: steps done and planned.
+std::optional<std::pair<uint64_t, uint64_t>> lastStep(const std::string& out) {
+  auto at = out.rfind(", step ");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned long done = 0, planned = 0;
+  if (sscanf(out.c_str() + at, ", step %lu/%lu", &done, &planned) != 2) return std::nullopt;
+  return std::make_pair(uint64_t(done), uint64_t(planned));
+}
+
+// Waits until training has done a step drawn from the first `share` of its planned steps, then
+// a little more (so that the fault may land inside a step): where a fault hurts. A fault before
+// the first step tests formation, not training (issue 21: the old moment, 0-3 s after the first
+// progress line, came before the first step in 3 of 4 runs). Notes the moment in words.
+void waitForMoment(Observation& obs, harness::Run& run, Rng& rng, const Options& o,
+                   Clock::time_point firstProgress) {
+  std::optional<std::pair<uint64_t, uint64_t>> step;
+  for (auto until = Clock::now() + 60s; Clock::now() < until; std::this_thread::sleep_for(20ms)) {
+    if ((step = lastStep(run.output()))) break;
+  }
+  if (!step) {
+    obs.moment = "no progress line with a step count";
+    return;
+  }
+  uint64_t planned = step->second;
+  uint64_t last = std::max<uint64_t>(1, uint64_t(o.maxStepShare * double(planned)));
+  uint64_t target = std::uniform_int_distribution<uint64_t>(1, last)(rng);
+  int extra = std::uniform_int_distribution<int>(0, o.maxExtraMs)(rng);
+  uint64_t seen = step->first;
+  for (auto until = Clock::now() + 120s; Clock::now() < until; std::this_thread::sleep_for(10ms)) {
+    if (auto now = lastStep(run.output())) seen = now->first;
+    if (seen >= target || run.wait(0ms) >= 0) break;
+  }
+  std::this_thread::sleep_for(Millis(extra));
+  obs.momentMs = int(std::chrono::duration_cast<Millis>(Clock::now() - firstProgress).count());
+  obs.moment = "after step " + std::to_string(target) + " of " + std::to_string(planned) +
+               " (seen at step " + std::to_string(seen) + ", +" +
+               std::to_string(extra) + " ms)";
 }
 
 // Waits for training to start; false (with the reason noted) when it does not.
@@ -270,15 +319,15 @@ Observation runCase(const Case& c, uint64_t seed, const Options& options) {
   if (started(obs, run)) {
     auto target = targetOf(c, run, rng);
     obs.instances = endsOf(c, target);
-    obs.momentMs = std::uniform_int_distribution<int>(0, options.maxMomentMs)(rng);
-    std::this_thread::sleep_for(Millis(obs.momentMs));
+    waitForMoment(obs, run, rng, options, Clock::now());
     auto plan = c.inject(target, rng);
     obs.plan = plan.text;
     obs.late = run.output().find("job finished") != std::string::npos;
     watch(obs, run, plan, longestBound(c.expect));
     obs.notInjected = *plan.failed;
-    readCodes(obs, run);
-    readFailureFiles(obs, rootsDir(run.output()));
+    auto roots = rootsDir(run.output());
+    readCodes(obs, run, roots);
+    readFailureFiles(obs, roots);
     if (const auto* head = obs.head(); head && head->code == 0) readReport(obs, scene.report());
   }
   obs.output = run.output();

@@ -16,7 +16,8 @@ namespace faults {
 struct Options {
   std::string troupe;      // the `troupe` binary
   std::string app;         // hetero_train
-  int maxMomentMs = 3000;  // the fault lands 0..maxMomentMs after the first progress line
+  double maxStepShare = 0.5;  // the fault lands after step K, K drawn from 1..share x planned steps
+  int maxExtraMs = 200;       // and 0..maxExtraMs after the progress line that showed step >= K
   static Options fromBuild();
   // The binaries this test was built with; FAULT_TROUPE and FAULT_HETERO_TRAIN override them.
 };
@@ -25,12 +26,14 @@ struct InstanceEnd {
   harness::Instance instance;
   std::string role;             // "head", "victim" (the data instance hit) or "worker"
   int code = -1;                // exit code, 128 + signal when killed; -1: never seen to exit
+  std::string codeFrom;         // where `code` was read (the OS's word), or why it could not be
   std::optional<double> goneS;  // seconds from the moment to when it was seen gone
   std::string failure;          // its output/failure ("" when there is none)
 };
 
 struct EpochCount {
-  uint64_t samples = 0, duplicates = 0, missing = 0;
+  uint64_t samples = 0, duplicates = 0, missing = 0;  // the trainer's own counters
+  std::string digest;  // the trainer's digest of the ids it trained on (docs/hetero_train.md)
 };
 
 struct Observation {
@@ -40,6 +43,7 @@ struct Observation {
   std::string notStarted;  // why training never started, or ""
   bool late = false;       // training had ended when the fault came: the run proves nothing
   int momentMs = 0;        // after the first progress line
+  std::string moment;      // "after step 143 of 564 (seen at step 150, +87 ms)"
   std::string plan;        // the injection in words
   std::vector<std::string> notInjected;  // steps of it that did not happen
   std::vector<InstanceEnd> instances;

@@ -100,8 +100,8 @@ void saveLog(const Settings& s, int index, const Result& r) {
   auto path = s.logDir + "/" + std::to_string(index) + "-" + r.caseName + "-" +
               std::to_string(r.obs.seed) + ".log";
   std::ofstream out(path);
-  out << "case " << r.caseName << " seed " << r.obs.seed << " moment " << r.obs.momentMs
-      << " ms: " << r.obs.plan << "\ncodes " << faults::codesText(r.obs) << "\n";
+  out << "case " << r.caseName << " seed " << r.obs.seed << " moment " << r.obs.moment << ": "
+      << r.obs.plan << "\ncodes " << faults::codesText(r.obs) << "\n";
   for (auto& b : r.broken) out << "BROKEN " << b << "\n";
   out << "\n" << r.obs.output;
 }
@@ -118,10 +118,10 @@ Result runOne(const faults::Case& c, uint64_t seed, const faults::Options& optio
 }
 
 void printLine(FILE* to, int index, int total, const Result& r) {
-  fprintf(to, "[%3d/%d] %-20s seed=%-20llu moment=%4d ms  %-15s %-52s %6.1f s  %s\n", index, total,
-          r.caseName.c_str(), (unsigned long long)r.obs.seed, r.obs.momentMs,
-          faults::outcomeName(r.outcome), faults::codesText(r.obs).c_str(), r.obs.seconds,
-          r.obs.plan.c_str());
+  fprintf(to, "[%3d/%d] %-20s seed=%-20llu %-15s %-52s %6.1f s  %s, %s\n", index, total,
+          r.caseName.c_str(), (unsigned long long)r.obs.seed, faults::outcomeName(r.outcome),
+          faults::codesText(r.obs).c_str(), r.obs.seconds, r.obs.plan.c_str(),
+          r.obs.moment.c_str());
   if (r.outcome != Outcome::PASS) {
     for (size_t i = 0; i < r.broken.size() && i < 4; ++i) {
       fprintf(to, "          %s\n", r.broken[i].c_str());
@@ -159,6 +159,7 @@ nlohmann::json toJson(const Settings& s, const std::vector<Result>& results, con
     runs.push_back({{"case", r.caseName},
                     {"seed", r.obs.seed},
                     {"moment_ms", r.obs.momentMs},
+                    {"moment", r.obs.moment},
                     {"injection", r.obs.plan},
                     {"outcome", faults::outcomeName(r.outcome)},
                     {"codes", faults::codesText(r.obs)},

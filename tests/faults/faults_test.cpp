@@ -10,6 +10,8 @@
 #include "fault_run.h"
 #include "verdict.h"
 
+#include <troupe/exit_codes.h>
+
 namespace {
 
 uint64_t seedFromEnvironment() {
@@ -48,8 +50,8 @@ void runQuick(const char* name) {
   }
   auto checks = faults::judge(*c, obs);
   std::ostringstream run;
-  run << "case " << name << " (" << c->what << "), seed " << seed << ", moment " << obs.momentMs
-      << " ms after the first progress line: " << obs.plan << "; codes " << faults::codesText(obs);
+  run << "case " << name << " (" << c->what << "), seed " << seed << ", " << obs.moment << ", "
+      << obs.momentMs << " ms after the first progress line: " << obs.plan << "; codes " << faults::codesText(obs);
   bool ok = true;
   for (auto& check : checks) {
     // The promise first: it is what a failure means.
@@ -111,4 +113,74 @@ TEST_CASE("the fault table - unique names and the quick subset registered here",
   CHECK(quick == std::set<std::string>{"data-kill9", "head-kill9", "head-sigterm", "data-stop-long",
                                        "data-partition-long", "data-slow-link",
                                        "head-garbage"});
+}
+
+namespace {
+
+// A data-kill9 run that ended as promised, as the harness would have observed it; each check of
+// the verdict below breaks one thing in it.
+faults::Observation goodDataKill9() {
+  faults::Observation obs;
+  obs.caseName = "data-kill9";
+  obs.plan = "SIGKILL to algo-3 (data_group)";
+  harness::Instance head{"algo-1", "dnn_group", "127.0.0.1:1", 101};
+  harness::Instance worker{"algo-2", "data_group", "127.0.0.1:2", 102};
+  harness::Instance victim{"algo-3", "data_group", "127.0.0.1:3", 103};
+  obs.instances = {{head, "head", 0, "exit-status", 10.0, ""},
+                   {worker, "worker", 0, "exit-status", 10.0, ""},
+                   {victim, "victim", 137, "exit-status", 0.1, ""}};
+  obs.simCode = 0;
+  obs.simGoneS = 10.5;
+  return obs;
+}
+
+std::vector<std::string> broken(const faults::Observation& obs) {
+  std::vector<std::string> out;
+  for (auto& c : faults::judge(*faults::findCase(obs.caseName), obs)) {
+    if (!c.ok) out.push_back(c.promise);
+  }
+  return out;
+}
+
+bool anyMentions(const std::vector<std::string>& promises, const std::string& text) {
+  for (auto& p : promises) {
+    if (p.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the verdict - each oracle check fails on the run it exists to catch", "[faults]") {
+  auto good = goodDataKill9();
+  std::string digest = faults::expectedDigestText(faults::kSamples);
+  std::vector<faults::EpochCount> epochs(faults::kEpochs, {faults::kSamples, 0, 0, digest});
+  good.report = epochs;
+  INFO("the good run breaks: " << (broken(good).empty() ? "nothing" : broken(good).front()));
+  REQUIRE(broken(good).empty());
+
+  SECTION("a trainer whose counters agree but whose digest does not (one sample swapped)") {
+    auto obs = good;
+    (*obs.report)[2].digest = faults::expectedDigestText(faults::kSamples - 1);
+    CHECK(anyMentions(broken(obs), "epoch 3's digest"));
+  }
+  SECTION("an instance gone with no word from the OS of how it ended") {
+    auto obs = good;
+    obs.instances[1].code = -1;
+    obs.instances[1].codeFrom = "";
+    CHECK(anyMentions(broken(obs), "its status is unknown"));
+  }
+  SECTION("a failure file that names another code, or no cause") {
+    auto obs = good;
+    obs.instances[1].code = troupe::FENCED;
+    obs.instances[1].failure = "something went wrong\nexit code 3 (HEAD_LOST) on algo-2\n";
+    auto b = broken(obs);
+    CHECK(anyMentions(b, "must say 'exit code 7 (FENCED)'"));
+    CHECK(anyMentions(b, "must name its cause"));
+  }
+  SECTION("an injection one of whose steps did not happen") {
+    auto obs = good;
+    obs.notInjected = {"SIGKILL to algo-3 (pid 103): No such process"};
+    CHECK(anyMentions(broken(obs), "every step of the injection must happen"));
+  }
 }

@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace faults {
 
@@ -30,10 +32,16 @@ int Garbage::connect() {
   addr.sin_port = htons(port_);
   if (inet_pton(AF_INET, host_.c_str(), &addr.sin_addr) != 1 ||
       ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    failures_.push_back("connect to " + host_ + ":" + std::to_string(port_) + ": " +
+                        strerror(errno));
     close(fd);
     return -1;
   }
   return fd;
+}
+
+std::vector<std::string> Garbage::takeFailures() {
+  return std::exchange(failures_, {});
 }
 
 void Garbage::send(int fd, const std::vector<uint8_t>& bytes) {

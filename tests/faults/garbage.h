@@ -27,6 +27,9 @@ class Garbage {
   // then silence; stays open.
   void hugeSegmentCount();
   // A frame header announcing 2^28 segments; stays open.
+  std::vector<std::string> takeFailures();
+  // Connections that could not be opened since the last call, in words: each is a stranger that
+  // never reached the node, so the case proved less than it says.
 
  private:
   int connect();
@@ -38,6 +41,7 @@ class Garbage {
   int port_ = 0;
   std::mt19937_64 rng_;
   std::vector<int> open_;
+  std::vector<std::string> failures_;
 };
 
 }  // namespace faults

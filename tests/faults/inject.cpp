@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <cerrno>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "garbage.h"
 #include "subprocess.h"
@@ -27,9 +30,55 @@ int pick(Rng& rng, int minMs, int maxMs) {
   return std::uniform_int_distribution<int>(minMs, maxMs)(rng);
 }
 
-std::function<void()> setLink(std::string ns, std::string state) {
+// A process's state letter from /proc/PID/stat ('T' stopped, 'Z' zombie), or 0 when it is gone.
+char stateOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() ? 0 : text[paren + 2];
+}
+
+// Polls `ok` for up to `ms`: whether it came true.
+bool within(int ms, const std::function<bool()>& ok) {
+  for (int waited = 0;; waited += 5) {
+    if (ok()) return true;
+    if (waited >= ms) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+using Failed = std::shared_ptr<std::vector<std::string>>;
+
+// kill(), its result checked: a signal that was not sent is an injection that did not happen.
+void sendSignal(pid_t pid, int sig, const std::string& who, const Failed& failed) {
+  if (kill(pid, sig) != 0) {
+    failed->push_back(sigName(sig) + " to " + who + " (pid " + std::to_string(pid) +
+                      "): " + strerror(errno));
+  }
+}
+
+// What `ip -n NS link show eth0` says.
+std::string linkShown(const std::string& ns) {
+  std::string text;
+  troupe::subprocess::Spec spec;
+  spec.argv = {"ip", "-n", ns, "link", "show", "eth0"};
+  troupe::subprocess::runToEnd(spec, &text);
+  return text;
+}
+
+// Sets eth0 in `ns` down or up and checks that it is: ip's exit code and the state it then shows
+// (an interface that is down lacks ",UP" in its flags).
+std::function<void()> setLink(std::string ns, std::string state, Failed failed) {
   // eth0 is the namespace's end of its veth pair (deploy/local/netns.cpp).
-  return [ns, state]() { runCommand({"ip", "-n", ns, "link", "set", "eth0", state}); };
+  return [ns, state, failed]() {
+    int rc = runCommand({"ip", "-n", ns, "link", "set", "eth0", state});
+    auto shown = linkShown(ns);
+    bool up = shown.find(",UP") != std::string::npos || shown.find("<UP") != std::string::npos;
+    if (rc != 0 || up != (state == "up")) {
+      failed->push_back("ip link set eth0 " + state + " in " + ns + " (exit " +
+                        std::to_string(rc) + "; now: " + shown.substr(0, shown.find('\n')) + ")");
+    }
+  };
 }
 
 }  // namespace
@@ -37,17 +86,28 @@ std::function<void()> setLink(std::string ns, std::string state) {
 Plan signalOne(const harness::Instance& who, int sig) {
   Plan p;
   pid_t pid = who.pid;
-  p.actions.push_back({Millis(0), [pid, sig]() { kill(pid, sig); }});
-  p.text = sigName(sig) + " to " + nameOf(who);
+  auto name = nameOf(who);
+  auto failed = p.failed;
+  p.actions.push_back({Millis(0), [pid, sig, name, failed]() {
+                         sendSignal(pid, sig, name, failed);
+                         if (sig == SIGKILL && !within(2000, [pid]() {
+                               char st = stateOf(pid);
+                               return st == 0 || st == 'Z';
+                             })) {
+                           failed->push_back(name + " still runs 2 s after SIGKILL");
+                         }
+                       }});
+  p.text = sigName(sig) + " to " + name;
   return p;
 }
 
 Plan signalAll(const Target& t, int sig) {
-  std::vector<pid_t> pids = {t.head.pid};
-  for (auto& d : t.data) pids.push_back(d.pid);
+  std::vector<std::pair<pid_t, std::string>> all = {{t.head.pid, nameOf(t.head)}};
+  for (auto& d : t.data) all.emplace_back(d.pid, nameOf(d));
   Plan p;
-  p.actions.push_back({Millis(0), [pids, sig]() {
-                         for (auto pid : pids) kill(pid, sig);
+  auto failed = p.failed;
+  p.actions.push_back({Millis(0), [all, sig, failed]() {
+                         for (auto& [pid, name] : all) sendSignal(pid, sig, name, failed);
                        }});
   p.text = sigName(sig) + " to every instance";
   return p;
@@ -56,7 +116,8 @@ Plan signalAll(const Target& t, int sig) {
 Plan signalSim(const Target& t, int sig) {
   Plan p;
   pid_t pid = t.sim;
-  p.actions.push_back({Millis(0), [pid, sig]() { kill(pid, sig); }});
+  auto failed = p.failed;
+  p.actions.push_back({Millis(0), [pid, sig, failed]() { sendSignal(pid, sig, "troupe sim", failed); }});
   p.text = sigName(sig) + " to troupe sim";
   return p;
 }
@@ -64,23 +125,38 @@ Plan signalSim(const Target& t, int sig) {
 Plan freeze(const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
   int hold = pick(rng, minMs, maxMs);
   pid_t pid = who.pid;
+  auto name = nameOf(who);
   Plan p;
-  p.actions.push_back({Millis(0), [pid]() { kill(pid, SIGSTOP); }});
-  p.actions.push_back({Millis(hold), [pid]() { kill(pid, SIGCONT); }});
-  p.text = "SIGSTOP " + nameOf(who) + " for " + std::to_string(hold) + " ms";
+  auto failed = p.failed;
+  // Checked by the process's state: stopped ('T') after SIGSTOP, running again after SIGCONT.
+  p.actions.push_back({Millis(0), [pid, name, failed]() {
+                         sendSignal(pid, SIGSTOP, name, failed);
+                         if (!within(500, [pid]() { return stateOf(pid) == 'T'; })) {
+                           failed->push_back(name + " is not stopped after SIGSTOP (state '" +
+                                             std::string(1, stateOf(pid) ? stateOf(pid) : '-') +
+                                             "')");
+                         }
+                       }});
+  p.actions.push_back({Millis(hold), [pid, name, failed]() {
+                         if (stateOf(pid) != 'T') {
+                           failed->push_back(name + " was no longer stopped when its hold ended");
+                         }
+                         sendSignal(pid, SIGCONT, name, failed);
+                       }});
+  p.text = "SIGSTOP " + name + " for " + std::to_string(hold) + " ms";
   return p;
 }
 
 Plan partition(const Target& t, const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
   auto ns = namespaceOf(t.simPid, who.host);
   Plan p;
-  p.actions.push_back({Millis(0), setLink(ns, "down")});
+  p.actions.push_back({Millis(0), setLink(ns, "down", p.failed)});
   if (maxMs < 0) {
     p.text = "link down on " + nameOf(who) + " for good";
     return p;
   }
   int hold = pick(rng, minMs, maxMs);
-  p.actions.push_back({Millis(hold), setLink(ns, "up")});
+  p.actions.push_back({Millis(hold), setLink(ns, "up", p.failed)});
   p.text = "link down on " + nameOf(who) + " for " + std::to_string(hold) + " ms";
   return p;
 }
@@ -125,11 +201,19 @@ Plan garbage(const harness::Instance& who, Rng& rng) {
   Plan p;
   p.holds = g;
   // Each kind on its own, a little apart, so a node that survives one meets the next mid-job.
-  p.actions.push_back({Millis(0), [g]() { g->randomBytes(3, 64 * 1024); }});
-  p.actions.push_back({Millis(0), [g]() { g->halfOpen(2); }});
-  p.actions.push_back({Millis(300), [g]() { g->hugeLengthPrefix(); }});
-  p.actions.push_back({Millis(600), [g]() { g->hugeSegmentCount(); }});
-  p.actions.push_back({Millis(900), [g]() { g->randomBytes(3, 1024); }});
+  // Every connection must reach the node: a stranger that could not connect tested nothing.
+  auto failed = p.failed;
+  auto step = [g, failed](std::function<void(Garbage&)> f) {
+    return [g, failed, f]() {
+      f(*g);
+      for (auto& why : g->takeFailures()) failed->push_back(why);
+    };
+  };
+  p.actions.push_back({Millis(0), step([](Garbage& x) { x.randomBytes(3, 64 * 1024); })});
+  p.actions.push_back({Millis(0), step([](Garbage& x) { x.halfOpen(2); })});
+  p.actions.push_back({Millis(300), step([](Garbage& x) { x.hugeLengthPrefix(); })});
+  p.actions.push_back({Millis(600), step([](Garbage& x) { x.hugeSegmentCount(); })});
+  p.actions.push_back({Millis(900), step([](Garbage& x) { x.randomBytes(3, 1024); })});
   p.text = "garbage on " + nameOf(who) + "'s port " + who.address;
   return p;
 }

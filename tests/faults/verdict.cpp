@@ -78,6 +78,23 @@ const RoleExpect& expectOf(const Case& c, const InstanceEnd& e) {
   return e.role == "victim" ? c.expect.victim : c.expect.workers;
 }
 
+}  // namespace
+
+std::string expectedDigestText(uint64_t samples) {
+  uint64_t sum = 0;
+  for (uint64_t id = 0; id < samples; ++id) {
+    uint64_t z = id + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    sum += z ^ (z >> 31);
+  }
+  char text[24];
+  snprintf(text, sizeof(text), "0x%016llx", (unsigned long long)sum);
+  return text;
+}
+
+namespace {
+
 std::string seconds(double s) {
   char buf[32];
   snprintf(buf, sizeof(buf), "%.1f s", s);
@@ -125,7 +142,17 @@ class Judge {
             codeText(e.code),
         !isCrash(e.code));
     bound(label(e), e.goneS, want.withinS);
-    if (e.code < 0) return;  // the bound speaks for it
+    if (e.code < 0) {
+      // Gone, but no word from the OS of how: the case cannot say it ended as promised.
+      if (e.goneS) {
+        add(Outcome::WRONG_EXIT,
+            "exit status from the OS (troupe sim's exit-status file, or reaped here): " +
+                label(e) + " is gone but its status is unknown" +
+                (e.codeFrom.empty() ? std::string(" (no exit-status file)") : ": " + e.codeFrom),
+            false);
+      }
+      return;
+    }
     bool allowed = want.codes.empty() ? !isCrash(e.code) : want.codes.count(e.code) > 0;
     add(Outcome::WRONG_EXIT,
         "exit code (docs/exit-codes.md): " + after() + label(e) + " must exit " +
@@ -137,7 +164,33 @@ class Judge {
               ", so " + e.instance.host + "/output/failure must say why; it is " +
               (e.failure.empty() ? "missing or empty" : "there"),
           !e.failure.empty());
+      if (!e.failure.empty()) failureSays(e);
     }
+  }
+
+  // The failure file names the code the instance really exited with, and a reason of its kind.
+  void failureSays(const InstanceEnd& e) {
+    auto stamp = "exit code " + std::to_string(e.code) + " (" + troupe::exitCodeName(e.code) + ")";
+    auto firstLine = e.failure.substr(0, e.failure.find('\n'));
+    add(Outcome::NO_FAILURE_FILE,
+        "failure file (docs/exit-codes.md): " + label(e) + "'s must say '" + stamp + "'; it says '" +
+            e.failure.substr(0, 300) + "'",
+        e.failure.find(stamp) != std::string::npos);
+    std::vector<std::string> words;
+    if (e.code == troupe::HEAD_LOST) words = {"head"};
+    if (e.code == troupe::FENCED) words = {"lost", "frozen", "fenced", "cut"};
+    if (e.code == troupe::INTERRUPTED) words = {"SIGTERM", "SIGINT"};
+    if (words.empty()) return;
+    bool said = false;
+    std::string list;
+    for (auto& w : words) {
+      said = said || firstLine.find(w) != std::string::npos;
+      list += (list.empty() ? "'" : " or '") + w + "'";
+    }
+    add(Outcome::NO_FAILURE_FILE,
+        "failure file (docs/exit-codes.md): the reason " + label(e) + " gives for " + stamp +
+            " must name its cause (" + list + "); its first line is '" + firstLine + "'",
+        said);
   }
 
   // Under `make test-sanitize` a finding ends its process with a plain exit code: the report in
@@ -202,6 +255,7 @@ class Judge {
         promise + "the report must have " + std::to_string(kEpochs) + " epochs; it has " +
             std::to_string(epochs.size()),
         epochs.size() == kEpochs);
+    static const std::string want = expectedDigestText(kSamples);
     for (size_t i = 0; i < epochs.size(); ++i) {
       auto& e = epochs[i];
       add(Outcome::SAMPLES_LOST,
@@ -209,6 +263,11 @@ class Judge {
               " samples, 0 duplicates, 0 missing; it has " + std::to_string(e.samples) + ", " +
               std::to_string(e.duplicates) + ", " + std::to_string(e.missing),
           e.samples == kSamples && e.duplicates == 0 && e.missing == 0);
+      add(Outcome::SAMPLES_LOST,
+          promise + "epoch " + std::to_string(i + 1) +
+              "'s digest of the ids trained on must be that of ids 0.." +
+              std::to_string(kSamples - 1) + " once each, " + want + "; it is " + e.digest,
+          e.digest == want);
     }
   }
 

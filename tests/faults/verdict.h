@@ -37,6 +37,11 @@ struct Check {
 std::vector<Check> judge(const Case& c, const Observation& obs);
 Outcome outcomeOf(const Observation& obs, const std::vector<Check>& checks);
 
+std::string expectedDigestText(uint64_t samples);
+// The digest docs/hetero_train.md defines for an epoch that trained on every id below `samples`
+// exactly once ("0x..."), computed from the ids alone, with no runtime code: the oracle is not
+// the system under test.
+
 std::string codesText(const Observation& obs);
 // "head algo-3=0 victim algo-1=137 worker algo-2=0 sim=0"
 
