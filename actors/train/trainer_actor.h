@@ -154,6 +154,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint64_t resumedSteps_ = 0, resumedSamples_ = 0;
   std::string resumedFrom_, lastWritten_;
   uint32_t written_ = 0;
+  uint32_t failedInARow_ = 0;  // checkpoints not written since the last one that was
+  static constexpr uint32_t kCheckpointFailuresInARow = 2;  // then the job fails
   CpuTimes cpuAtStart_;  // when train() began, on its (the event loop's) thread
   // Process CPU from each epoch's first batch to its end: `steadyFrom_` is set while counting.
   kj::Maybe<double> steadyFrom_;

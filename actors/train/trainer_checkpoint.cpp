@@ -200,6 +200,7 @@ kj::Promise<void> TrainerActor::checkpoint(std::string why) {
             ++written_;
             writeSeconds_ += took;
             lastWritten_ = path;
+            failedInARow_ = 0;
             spdlog::info(
                 "checkpoint {} written ({}): epoch {}/{} at sample {} of {}, step {}, "
                 "{:.0f} ms",
@@ -207,9 +208,21 @@ kj::Promise<void> TrainerActor::checkpoint(std::string why) {
                 took * 1000);
           },
           [this](kj::Exception&& e) {
+            // One failure may pass (the next one is due soon); two in a row fail the job: it
+            // asked for checkpoints, and one that cannot write them cannot resume after an
+            // interruption (docs/exit-codes.md).
+            ++failedInARow_;
+            auto newest = lastWritten_.empty() ? std::string("there is none") : lastWritten_;
             spdlog::error("checkpoint not written: {}; the newest one is still {}",
-                          e.getDescription().cStr(),
-                          lastWritten_.empty() ? std::string("the one before") : lastWritten_);
+                          e.getDescription().cStr(), newest);
+            if (failedInARow_ >= kCheckpointFailuresInARow && !stopping_) {
+              kj::throwFatalException(KJ_EXCEPTION(
+                  FAILED, kj::str("checkpoints cannot be written: ", failedInARow_,
+                                  " failed in a row, the last with '", e.getDescription(),
+                                  "' (the newest is ", newest,
+                                  "); free space or fix --checkpoint-dir, then run the job "
+                                  "again: it resumes from the newest one")));
+            }
           });
 }
 

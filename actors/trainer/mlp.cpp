@@ -1,5 +1,10 @@
 #include "troupe/trainer/mlp.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include <bit>
@@ -41,15 +46,35 @@ class InitRandom {
   uint64_t state_;
 };
 
+// Whole or not at all, and never a partial file left behind: model/ is shipped as the job's
+// output (SageMaker's model.tar.gz), so a .tmp there would be shipped too.
 void writeFileAtomically(const std::filesystem::path& path, const void* data, size_t size) {
   const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(static_cast<const char*>(data), std::streamsize(size));
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+  auto fail = [&](const char* what, int error) {
+    unlink(tmp.c_str());
+    throw std::runtime_error(std::string("cannot ") + what + " " + path.string() + ": " +
+                             strerror(error));
+  };
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create", errno);
+  auto bytes = static_cast<const char*>(data);
+  for (size_t done = 0; done < size;) {
+    ssize_t n = ::write(fd, bytes + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int error = n < 0 ? errno : ENOSPC;
+      close(fd);
+      fail("write", error);
+    }
+    done += static_cast<size_t>(n);
   }
-  std::filesystem::rename(tmp, path);
+  if (fsync(fd) != 0) {
+    int error = errno;
+    close(fd);
+    fail("sync", error);
+  }
+  if (close(fd) != 0) fail("write", errno);
+  if (rename(tmp.c_str(), path.c_str()) != 0) fail("rename into place", errno);
 }
 
 }  // namespace

@@ -343,7 +343,11 @@ void checkTraceFile(const std::string& path, bool isHead) {
 // The end of the process, and on SageMaker its outcome file.
 class Outcome {
  public:
-  void setOutputDir(std::string dir) { outputDir_ = std::move(dir); }
+  void setOutputDir(std::string dir) {
+    // Room for the outcome file now, while the disk has it (sagemaker.h).
+    if (dir != outputDir_) reserveOutcomeSpace(dir);
+    outputDir_ = std::move(dir);
+  }
   void setWho(std::string who) { who_ = std::move(who); }
   const std::string& who() const { return who_; }
 

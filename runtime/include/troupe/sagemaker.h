@@ -125,5 +125,10 @@ bool writeFailureFile(const std::string& outputDir, const std::string& reason,
 // `details`. Removes a stale `success`. Returns false when the file cannot be written.
 bool writeSuccessFile(const std::string& outputDir, const std::string& reason);
 // Writes `outputDir`/success with `reason`, and removes a stale `failure`.
+bool reserveOutcomeSpace(const std::string& outputDir);
+// Allocates `outputDir`/.troupe-outcome (64 KiB) for the outcome file to be written into, so
+// that a disk that fills up during the job (a checkpoint, the model) still gets its failure file
+// with the reason. troupe::run() calls it at start under a SageMaker root. False when the space
+// cannot be allocated (the outcome file is then written the ordinary way).
 
 }  // namespace troupe

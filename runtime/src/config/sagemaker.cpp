@@ -1,6 +1,8 @@
 #include "troupe/sagemaker.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <algorithm>
@@ -220,23 +222,54 @@ std::string SageMakerEnv::channelDir(const std::string& name) const {
 
 namespace {
 
+constexpr char kReserveName[] = ".troupe-outcome";
+constexpr size_t kReserveBytes = 64 * 1024;  // SageMaker reads the first 1,024 characters
+
+// Writes `text` into the reserved file, whose blocks were allocated at start (a write there needs
+// no free space), and renames it to `file`. False when there is no reserve or it is too small.
+bool writeIntoReserve(const std::string& dir, const std::string& file, const std::string& text) {
+  auto reserve = dir + "/" + kReserveName;
+  if (text.size() > kReserveBytes) return false;
+  int fd = open(reserve.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()) &&
+            ftruncate(fd, static_cast<off_t>(text.size())) == 0 && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  return ok && rename(reserve.c_str(), file.c_str()) == 0;
+}
+
 bool writeOutput(const std::string& dir, const char* name, const std::string& text) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   auto file = dir + "/" + name;
+  // Whole or nothing: SageMaker may read the file as soon as the process ends.
+  if (writeIntoReserve(dir, file, text)) return true;
   auto temp = file + ".tmp";
+  bool ok;
   {
     std::ofstream out(temp, std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) return false;
+    ok = static_cast<bool>(out);
   }
-  // Whole or nothing: SageMaker may read the file as soon as the process ends.
-  fs::rename(temp, file, ec);
-  return !ec;
+  if (ok) fs::rename(temp, file, ec);
+  if (!ok || ec) fs::remove(temp, ec);  // never a partial file in output/
+  return ok && !ec;
 }
 
 }  // namespace
+
+bool reserveOutcomeSpace(const std::string& outputDir) {
+  std::error_code ec;
+  fs::create_directories(outputDir, ec);
+  auto reserve = outputDir + "/" + kReserveName;
+  int fd = open(reserve.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = posix_fallocate(fd, 0, kReserveBytes) == 0;
+  close(fd);
+  if (!ok) unlink(reserve.c_str());
+  return ok;
+}
 
 bool writeFailureFile(const std::string& outputDir, const std::string& reason,
                       const std::string& details) {
