@@ -4,6 +4,7 @@
 // `--help` lists the settings. Nothing here names a host, detects a role, or signals an exit:
 // troupe does that.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -636,7 +637,11 @@ int main(int argc, char* argv[]) {
   if (getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("OMP_NUM_THREADS", "1", 0);
+    // A stop that came already, or comes during the exec, is pending for the new image
+    // (troupe/loop.h).
+    troupe::blockStopSignalsForExec();
     execv("/proc/self/exe", argv);
+    troupe::holdStopSignals();  // the exec failed: this image goes on
   }
   auto settings = parseSettings(argc, argv);
   troupe::Registry types;

@@ -541,6 +541,9 @@ int runSim(int argc, char* argv[]) {
 }
 
 int main(int argc, char* argv[]) {
+  // troupe::run() is linked in (troupe env uses its functions) and holds SIGTERM and SIGINT for an
+  // app's node; this tool is no app: the signals act as usual until `troupe sim` takes them.
+  troupe::releaseStopSignals();
   // Caught here so that the stack unwinds: the per-instance roots and --netns namespaces are
   // removed by destructors.
   try {

@@ -31,6 +31,19 @@ namespace troupe {
 
 namespace {
 
+// A program that calls troupe::run() holds SIGTERM and SIGINT from before its static initialisation on,
+// until its node installs its handlers (troupe/loop.h): its first half second (loading the
+// cluster, TLS, joining) is no longer a window where a stop kills it without a failure file, or
+// where, as PID 1 of a container, the kernel drops it. (This file is linked only into programs
+// that reference run(); the `troupe` tool gives the signals back with releaseStopSignals().)
+// In .preinit_array: the dynamic linker calls it before any library's initialisation (OpenCV's,
+// BLAS's, which take tens of milliseconds), right after loading and relocating them.
+void holdStopsFromTheStart(int, char**, char**) {
+  holdStopSignals();
+}
+[[gnu::used, gnu::section(".preinit_array")]] void (*const holdStopsEntry)(int, char**, char**) =
+    &holdStopsFromTheStart;
+
 [[noreturn]] void endProcess(int code) {
   // Flush the logger, never destroy it: another thread (the control thread, the pool) may log
   // until _exit ends it, and spdlog::shutdown() freed the logger under one (a segfault at exit,

@@ -72,6 +72,22 @@ struct Expect {
   std::string why;         // the promise in words, for messages
 };
 
+// When the fault lands.
+enum class When {
+  TRAINING,  // after a drawn training step (fault_run.cpp): the default
+  STARTING,  // 0..startMs after the sim started the instances: before any of them joined
+  FORMED     // right after the head's "cluster formed", before the first step
+};
+
+// How the job runs, where a case differs from `make run`'s.
+struct Setting {
+  When when = When::TRAINING;
+  int startMs = 150;  // STARTING: the latest moment
+  std::vector<std::string> groups = {"data_group=2:ml.c5.xlarge", "dnn_group=1:ml.p3.2xlarge"};
+  std::vector<std::string> appArgs;  // added to hetero_train's
+  int hogsPerCore = 0;  // busy processes per CPU of this machine, for the whole run
+};
+
 struct Case {
   std::string name;  // "data-kill9"; no spaces, no ';' (ctest filters)
   std::string what;  // "kill -9 a data instance"
@@ -80,6 +96,7 @@ struct Case {
   bool quick;  // part of the quick subset in `make test`
   Inject inject;
   Expect expect;
+  Setting setting = {};
 };
 
 const std::vector<Case>& allCases();

@@ -1,6 +1,7 @@
 #include "fault_run.h"
 
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,10 +48,10 @@ std::vector<std::string> command(const Case& c, uint64_t seed, const Options& o,
   std::vector<std::string> argv = {o.troupe, "sim", "--keep", "--seed",
                                    std::to_string(seed % 2147483647 + 1)};
   if (c.netns) argv.push_back("--netns");
-  argv.insert(argv.end(),
-              {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge", "--",
-               o.app, "--epochs", std::to_string(kEpochs), "--train-samples",
-               std::to_string(kSamples), "--progress-every", "0.2", "--report", report});
+  for (auto& g : c.setting.groups) argv.insert(argv.end(), {"--group", g});
+  argv.insert(argv.end(), {"--", o.app, "--epochs", std::to_string(kEpochs), "--train-samples",
+                           std::to_string(kSamples), "--progress-every", "0.2", "--report", report});
+  argv.insert(argv.end(), c.setting.appArgs.begin(), c.setting.appArgs.end());
   return argv;
 }
 
@@ -80,13 +81,42 @@ std::string rootsDir(const std::string& output) {
   return std::regex_search(output, m, roots) ? m[1].str() : "";
 }
 
+// Busy processes, `perCore` for each CPU this process may run on: a machine whose CPUs are
+// oversubscribed 3-4x, as an instance with an augmenter on every vCPU is. Killed with the object.
+class Hogs {
+ public:
+  explicit Hogs(int perCore) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    for (int i = 0; i < perCore * cpus; ++i) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (volatile uint64_t n = 0;; n = n + 1) {
+        }
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~Hogs() {
+    for (auto pid : pids_) kill(pid, SIGKILL);
+    for (auto pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  size_t count() const { return pids_.size(); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 // The process, its roots and report, and (with --netns) its namespaces go on every path.
 class Scene {
  public:
   Scene(const Case& c, uint64_t seed, const Options& o)
       : report_("/tmp/troupe-fault-" + std::to_string(getpid()) + "-" + std::to_string(seed) +
                 ".json"),
-        netns_(c.netns) {
+        netns_(c.netns),
+        hogs_(c.setting.hogsPerCore) {
     becomeSubreaper();
     run_.emplace(command(c, seed, o, report_));
   }
@@ -112,6 +142,7 @@ class Scene {
  private:
   std::string report_;
   bool netns_;
+  Hogs hogs_;  // declared before run_: the job ends first
   std::optional<harness::Run> run_;
 };
 
@@ -304,6 +335,71 @@ bool started(Observation& obs, harness::Run& run) {
   return false;
 }
 
+size_t instanceCount(const Case& c) {
+  size_t n = 0;
+  for (auto& g : c.setting.groups) n += std::stoul(g.substr(g.find('=') + 1));
+  return n;
+}
+
+// Waits for the case's moment (Setting::when); false, with the reason noted, when the job never
+// got there.
+bool reachedMoment(Observation& obs, const Case& c, harness::Run& run, Rng& rng,
+                   const Options& o) {
+  switch (c.setting.when) {
+    case When::TRAINING: {
+      if (!started(obs, run)) return false;
+      waitForMoment(obs, run, rng, o, Clock::now());
+      return true;
+    }
+    case When::STARTING: {
+      auto until = Clock::now() + 30s;
+      while (run.instances().size() < instanceCount(c) && Clock::now() < until) {
+        std::this_thread::sleep_for(1ms);
+      }
+      if (run.instances().size() < instanceCount(c)) {
+        obs.notStarted = "the sim did not start its " + std::to_string(instanceCount(c)) +
+                         " instances within 30 s";
+        return false;
+      }
+      obs.momentMs = std::uniform_int_distribution<int>(0, c.setting.startMs)(rng);
+      std::this_thread::sleep_for(Millis(obs.momentMs));
+      obs.moment = std::to_string(obs.momentMs) + " ms after the instances started";
+      return true;
+    }
+    case When::FORMED: {
+      if (!run.waitFor("cluster formed", 120s)) {
+        obs.notStarted = "no 'cluster formed' line within 120 s";
+        return false;
+      }
+      obs.momentMs = std::uniform_int_distribution<int>(0, 100)(rng);
+      std::this_thread::sleep_for(Millis(obs.momentMs));
+      obs.moment = std::to_string(obs.momentMs) + " ms after 'cluster formed'";
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether the fault came after the stage it is meant for: the run then proves nothing.
+bool tooLate(const Case& c, const Target& t, const std::string& out) {
+  switch (c.setting.when) {
+    case When::TRAINING:
+      return out.find("job finished") != std::string::npos;
+    case When::STARTING:
+      // Before the victim joined (the head's "algo-2 (data_group) joined from ..."), or before
+      // the cluster formed when the victim is the head or everyone.
+      if (c.role == Role::DATA) {
+        return out.find(t.victim.host + " (" + t.victim.group + ") joined") != std::string::npos;
+      }
+      return out.find("cluster formed") != std::string::npos;
+    case When::FORMED: {
+      auto step = lastStep(out);
+      return step && step->first > 0;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Observation runCase(const Case& c, uint64_t seed, const Options& options) {
@@ -316,13 +412,12 @@ Observation runCase(const Case& c, uint64_t seed, const Options& options) {
   Rng rng(seed);
   Scene scene(c, seed, options);
   auto& run = scene.run();
-  if (started(obs, run)) {
+  if (reachedMoment(obs, c, run, rng, options)) {
     auto target = targetOf(c, run, rng);
     obs.instances = endsOf(c, target);
-    waitForMoment(obs, run, rng, options, Clock::now());
     auto plan = c.inject(target, rng);
     obs.plan = plan.text;
-    obs.late = run.output().find("job finished") != std::string::npos;
+    obs.late = tooLate(c, target, run.output());
     watch(obs, run, plan, longestBound(c.expect));
     obs.notInjected = *plan.failed;
     auto roots = rootsDir(run.output());

@@ -102,6 +102,11 @@ TEST_CASE("head-garbage - garbage on the head's port - the job completes exactly
   runQuick("head-garbage");
 }
 
+TEST_CASE("all-sigterm-early - SIGTERM to every instance in its first 500 ms - all exit 6",
+          "[faults]") {
+  runQuick("all-sigterm-early");
+}
+
 TEST_CASE("the fault table - unique names and the quick subset registered here", "[faults]") {
   std::set<std::string> names, quick;
   for (auto& c : faults::allCases()) {
@@ -112,7 +117,7 @@ TEST_CASE("the fault table - unique names and the quick subset registered here",
   // The TEST_CASEs above: a row marked quick runs in `make test` only when it has one.
   CHECK(quick == std::set<std::string>{"data-kill9", "head-kill9", "head-sigterm", "data-stop-long",
                                        "data-partition-long", "data-slow-link",
-                                       "head-garbage"});
+                                       "head-garbage", "all-sigterm-early"});
 }
 
 namespace {

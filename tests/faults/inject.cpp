@@ -101,6 +101,19 @@ Plan signalOne(const harness::Instance& who, int sig) {
   return p;
 }
 
+Plan signalTwice(const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
+  int apart = pick(rng, minMs, maxMs);
+  pid_t pid = who.pid;
+  auto name = nameOf(who);
+  Plan p;
+  auto failed = p.failed;
+  p.actions.push_back({Millis(0), [pid, name, failed]() { sendSignal(pid, SIGTERM, name, failed); }});
+  // The second may find the process gone already: that is the runtime's answer, not a miss.
+  p.actions.push_back({Millis(apart), [pid]() { kill(pid, SIGTERM); }});
+  p.text = "SIGTERM to " + name + " twice, " + std::to_string(apart) + " ms apart";
+  return p;
+}
+
 Plan signalAll(const Target& t, int sig) {
   std::vector<std::pair<pid_t, std::string>> all = {{t.head.pid, nameOf(t.head)}};
   for (auto& d : t.data) all.emplace_back(d.pid, nameOf(d));

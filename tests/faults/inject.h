@@ -9,6 +9,9 @@ namespace faults {
 
 Plan signalOne(const harness::Instance& who, int sig);
 // `sig` to one instance.
+Plan signalTwice(const harness::Instance& who, Rng& rng, int minMs, int maxMs);
+// SIGTERM, and a second one a random [minMs, maxMs] later (an impatient operator, a supervisor
+// that escalates).
 Plan signalAll(const Target& t, int sig);
 // `sig` to every instance, in one go.
 Plan signalSim(const Target& t, int sig);

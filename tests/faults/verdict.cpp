@@ -111,9 +111,13 @@ class Judge {
           "training must start (a case proves nothing without it): " + obs_.notStarted, false);
       return checks_;
     }
+    const char* stage = c_.setting.when == When::TRAINING ? "while training runs (it came after 'job finished')"
+                        : c_.setting.when == When::STARTING
+                            ? "before the instance it hits joined (it came after)"
+                            : "between 'cluster formed' and the first step (it came after)";
     add(Outcome::LATE,
-        "the fault must land while training runs (else the case proves nothing); it came after "
-        "'job finished'",
+        std::string("the fault must land ") + stage + ", else the case proves nothing (" +
+            obs_.moment + ")",
         !obs_.late);
     std::string missing;
     for (auto& step : obs_.notInjected) missing += (missing.empty() ? "" : "; ") + step;
@@ -180,6 +184,7 @@ class Judge {
     if (e.code == troupe::HEAD_LOST) words = {"head"};
     if (e.code == troupe::FENCED) words = {"lost", "frozen", "fenced", "cut"};
     if (e.code == troupe::INTERRUPTED) words = {"SIGTERM", "SIGINT"};
+    if (e.code == troupe::JOIN_FAILED) words = {"did not form", "missing"};
     if (words.empty()) return;
     bool said = false;
     std::string list;

@@ -100,7 +100,7 @@ class EventLoop {
   // Calls `handler` on the loop thread each time `signum` arrives (through uv_signal). Then
   // unblocks `signum` in the calling thread: a signal that arrived while it was blocked (the
   // image's entry point, hold-signals, blocks SIGTERM and SIGINT from PID 1's first instruction)
-  // is delivered now instead of lost.
+  // is delivered now instead of lost; and one holdStopSignals() recorded is raised again.
 
   uint64_t pumpWakeups() const { return wakeups_; }
   // How many times the pump has woken. Tests use it to check that an idle loop does not spin.
@@ -228,5 +228,22 @@ auto EventLoop::offloadCounted(WorkGroup::State* group, Fn&& fn)
   }
   return kj::newAdaptedPromise<T, WorkAdapter<T>>(*this, work);
 }
+
+void holdStopSignals();
+// From now until EventLoop::onSignal takes them, SIGTERM and SIGINT are recorded instead of
+// acted on, then handed to the handler onSignal installs. troupe::run() does this from the
+// program's static initialisation on (run.cpp): a stop in an app's first half second, before its
+// node is up, still ends the job as INTERRUPTED with a failure file, and as PID 1 of a PID
+// namespace (a container) it is not dropped by the kernel, which ignores a signal that init has
+// no handler for. A signal that was being ignored (SIG_IGN) stays ignored. Unblocks both: one
+// that was blocked and pending is recorded at once.
+void blockStopSignalsForExec();
+// For a program that execs itself before troupe::run() (hetero_train does, for OpenMP's
+// settings): blocks SIGTERM and SIGINT and makes a recorded one pending again, so that it
+// survives the exec (the mask and pending signals do, handlers and memory do not) and the new
+// image records it. Unblocks nothing: call it right before execve.
+void releaseStopSignals();
+// Gives SIGTERM and SIGINT back their default action and raises one that was recorded: for a
+// program that links troupe::run() without being an app (the `troupe` tool).
 
 }  // namespace troupe

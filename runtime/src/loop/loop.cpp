@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <kj/debug.h>
 
 namespace troupe {
@@ -155,6 +156,65 @@ void EventLoop::queue(WorkBase& work) {
   kick();
 }
 
+namespace {
+
+std::atomic<int> recordedStop[2] = {0, 0};  // SIGTERM's, SIGINT's: the signal, once it came
+std::atomic<bool> holding{false};
+
+int stopIndex(int signum) {
+  return signum == SIGTERM ? 0 : signum == SIGINT ? 1 : -1;
+}
+
+void recordStop(int signum) {
+  int i = stopIndex(signum);
+  if (i >= 0) recordedStop[i].store(signum);
+}
+
+}  // namespace
+
+void holdStopSignals() {
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction old{};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // nohup, a background job: stays ignored
+    struct sigaction sa{};
+    sa.sa_handler = recordStop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, nullptr);
+  }
+  holding.store(true);
+  // A stop held blocked until now (hold-signals, an exec by a program that blocked it first) is
+  // recorded now.
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
+}
+
+void blockStopSignalsForExec() {
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+  for (int sig : {SIGTERM, SIGINT}) {
+    if (recordedStop[stopIndex(sig)].exchange(0) != 0) raise(sig);  // pending, blocked
+  }
+}
+
+void releaseStopSignals() {
+  if (!holding.exchange(false)) return;
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction now{};
+    sigaction(sig, nullptr, &now);
+    if (now.sa_handler != recordStop) continue;
+    signal(sig, SIG_DFL);
+    if (recordedStop[stopIndex(sig)].exchange(0) != 0) raise(sig);
+  }
+}
+
 void EventLoop::onSignal(int signum, kj::Function<void(int)> handler) {
   auto* s = new uv_signal_t;
   uv_signal_init(&uv_, s);
@@ -169,6 +229,9 @@ void EventLoop::onSignal(int signum, kj::Function<void(int)> handler) {
   sigemptyset(&held);
   sigaddset(&held, signum);
   KJ_REQUIRE(pthread_sigmask(SIG_UNBLOCK, &held, nullptr) == 0, "pthread_sigmask failed", signum);
+  // A stop recordStop() kept since the program started: libuv's handler has it now.
+  int i = stopIndex(signum);
+  if (i >= 0 && recordedStop[i].exchange(0) != 0) raise(signum);
   kick();
 }
 
