@@ -461,8 +461,17 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   }
   auto& s = sources_[b.source];
   if (b.session != s.session || b.epoch != epoch || b.begin != s.acked) {
-    // Stale (from before a restart) or out of order: the current stream resends it.
+    // Stale (from before a restart) or out of order: the current stream resends it. Logged once
+    // per stream (after a restart a few are expected); the report counts every one.
     ++stats_.rejected;
+    if (s.staleLogged != s.session) {
+      s.staleLogged = s.session;
+      spdlog::info(
+          "rejected a batch of shard {} from stream {} at position {} of epoch {} (expected "
+          "stream {} at {}, epoch {}): from before a restart or out of order, it is resent; "
+          "the report counts every rejected batch",
+          s.shard, b.session, b.begin, b.epoch + 1, s.session, s.acked, epoch + 1);
+    }
     if (b.session == s.session) grant(s, 1);
     return consume(epoch);
   }

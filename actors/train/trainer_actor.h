@@ -54,6 +54,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint64_t acked = 0;              // every sample before this position was trained on
     uint64_t end = 0;                // shard size, known once produce() resolved
     bool produced = false;           // produce() resolved for this epoch
+    uint64_t staleLogged = ~0ull;    // the session whose first stale batch was logged
     std::vector<uint32_t> expected;  // this epoch's order of the shard
   };
   struct Pending {

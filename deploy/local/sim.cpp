@@ -308,7 +308,17 @@ sim::JobSpec jobSpec(Options& o) {
     throw std::invalid_argument("no app given; usage: troupe sim [OPTIONS] -- APP [ARGS...]");
   }
   if (o.groupArgs.empty()) o.groupArgs = {"data_group=2:ml.c5.xlarge", "dnn_group=1:ml.p3.2xlarge"};
-  for (auto& g : o.groupArgs) spec.groups.push_back(sim::parseGroup(g));
+  for (auto& g : o.groupArgs) {
+    auto group = sim::parseGroup(g);
+    for (auto& earlier : spec.groups) {
+      if (earlier.name == group.name) {
+        throw std::invalid_argument("--group '" + g + "': the group '" + group.name +
+                                    "' is already given; give each group once, with its whole "
+                                    "COUNT");
+      }
+    }
+    spec.groups.push_back(group);
+  }
   for (auto& e : o.envArgs) {
     auto colon = e.find(':');
     if (colon == std::string::npos || e.find('=', colon) == std::string::npos) {

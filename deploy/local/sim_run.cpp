@@ -352,6 +352,10 @@ GroupArg parseGroup(const std::string& text) {
                                 "' must be a number from 1 to 64");
   }
   g.instanceType = colon == std::string::npos ? "ml.c5.xlarge" : rest.substr(colon + 1);
+  if (g.instanceType.empty()) {
+    throw std::invalid_argument("--group '" + text + "': the INSTANCE_TYPE after ':' is empty; give "
+                                "one (ml.c5.xlarge) or leave out the ':' for ml.c5.xlarge");
+  }
   return g;
 }
 

@@ -163,3 +163,21 @@ TEST_CASE("sim refuses an unknown option, naming it, instead of dropping it and 
   CHECK(out.find("unknown option '--grop' (did you mean '--group'?)") != std::string::npos);
   CHECK(out.find("instances exited") == std::string::npos);  // nothing started
 }
+
+TEST_CASE("sim refuses an empty instance type and a group given twice, starting nothing",
+          "[sim][bad-input]") {
+  auto refused = [](std::vector<std::string> groups, const std::string& says) {
+    std::vector<std::string> argv = {TROUPE_BINARY, "sim"};
+    for (auto& g : groups) argv.insert(argv.end(), {"--group", g});
+    argv.insert(argv.end(), {"--", "/bin/true"});
+    harness::Run run(argv);
+    CHECK(run.wait(30s) == 2);
+    auto out = run.output();
+    INFO(out);
+    CHECK(out.find(says) != std::string::npos);
+    CHECK(out.find("pid=") == std::string::npos);  // no process started
+  };
+  refused({"a=1:"}, "--group 'a=1:': the INSTANCE_TYPE after ':' is empty");
+  refused({"a=1:ml.c5.xlarge", "b=1", "a=2:ml.c5.xlarge"},
+          "--group 'a=2:ml.c5.xlarge': the group 'a' is already given");
+}

@@ -125,3 +125,40 @@ TEST_CASE("train passes underscore hyperparameters as the app's dashed flags",
   CHECK(roots::readFile(root + "/output/data/report.json").find("\"batch_size\": 64") !=
         std::string::npos);
 }
+
+TEST_CASE("train names a bad hyperparameter and its file, and never logs a secret's value",
+          "[sagemaker][train][bad-input]") {
+  roots::TempDir dir;
+  // "epochs": "two" and a secret under a key troupe does not know (the user's mistake: troupe's
+  // own secret comes as the troupe-secret channel).
+  auto root = roots::makeRoot(dir / "algo-1", R"({"current_host": "algo-1", "hosts": ["algo-1"],
+      "current_group_name": "dnn_group", "current_instance_type": "ml.p3.2xlarge"})",
+                              R"({"troupe_app": ")" HETERO_TRAIN R"(", "epochs": "two",
+      "api_token": "s3cr3t-value-that-must-not-be-logged"})");
+  harness::Run run({deploy::trainScript(), "train"},
+                   {"TROUPE_SM_ROOT=" + root, "TROUPE_PORT=" + std::to_string(deploy::freePort())});
+  CHECK(run.wait(60s) == 2);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("s3cr3t-value") == std::string::npos);
+  CHECK(out.find("--api-token '<hidden>'") != std::string::npos);
+  auto failure = roots::readFile(root + "/output/failure");
+  CHECK(failure.find("s3cr3t-value") == std::string::npos);
+  // One bad value at a time: the unknown key is refused first, naming the file; without it,
+  // "two" names the hyperparameter and the file.
+  CHECK(failure.find("unknown hyperparameter 'api_token' in " + root +
+                     "/input/config/hyperparameters.json") != std::string::npos);
+  CHECK(failure.find("test-kill-during-checkpoint") == std::string::npos);  // a test-only flag
+  roots::TempDir dir2;
+  auto root2 = roots::makeRoot(dir2 / "algo-1", R"({"current_host": "algo-1", "hosts": ["algo-1"],
+      "current_group_name": "dnn_group", "current_instance_type": "ml.p3.2xlarge"})",
+                               R"({"troupe_app": ")" HETERO_TRAIN R"(", "epochs": "two"})");
+  harness::Run run2({deploy::trainScript(), "train"},
+                    {"TROUPE_SM_ROOT=" + root2, "TROUPE_PORT=" + std::to_string(deploy::freePort())});
+  CHECK(run2.wait(60s) == 2);
+  auto failure2 = roots::readFile(root2 + "/output/failure");
+  INFO(run2.output());
+  CHECK(failure2.find("--epochs") != std::string::npos);
+  CHECK(failure2.find("(hyperparameter 'epochs' = 'two' in " + root2 +
+                      "/input/config/hyperparameters.json)") != std::string::npos);
+}

@@ -58,19 +58,33 @@ inline void parseAppFlags(CLI::App& app, int argc, char* argv[],
   std::vector<FromHyperparameter> fromHyperparameters;
   auto& sm = SageMakerEnv::current();
   if (sm.active()) {
+    // Hidden flags (group "": tests only) are no hyperparameters, and are not listed as known.
     std::vector<std::string> names;
-    for (auto& flag : known) names.push_back(flag.substr(2));
+    for (const CLI::Option* option : app.get_options()) {
+      if (option->get_group().empty()) continue;
+      for (auto& name : option->get_lnames()) names.push_back(name);
+    }
     checkHyperparameters(sm, names);
     for (auto& key : sm.keys()) {
       std::string flag = "--" + key;
       std::replace(flag.begin(), flag.end(), '_', '-');
       if (std::find(known.begin(), known.end(), flag) == known.end()) continue;  // sagemaker_*
       bool overridden = false;  // by the command line: its value is the one checked
+      bool same = false;        // ... with the hyperparameter's value (deploy/sagemaker/train's)
       for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
-        overridden = overridden || arg == flag || arg.rfind(flag + "=", 0) == 0;
+        std::string value = arg == flag && i + 1 < argc ? argv[i + 1]
+                            : arg.rfind(flag + "=", 0) == 0 ? arg.substr(flag.size() + 1)
+                                                            : std::string();
+        if (arg != flag && arg.rfind(flag + "=", 0) != 0) continue;
+        overridden = true;
+        same = value == *sm.raw(key);
       }
-      if (overridden) continue;
+      if (overridden) {
+        // An error in the value then names the hyperparameter it came from, and its file.
+        if (same) fromHyperparameters.push_back({flag, key, *sm.raw(key)});
+        continue;
+      }
       args.push_back(flag);
       args.push_back(*sm.raw(key));
       fromHyperparameters.push_back({flag, key, *sm.raw(key)});
