@@ -384,7 +384,9 @@ sim::JobSpec jobSpec(Options& o) {
 }
 
 // Copies the last run's model/ and output/data/ into the output folder and says where they are.
-void keepOutputs(const Options& o, const sim::RunOutcome& outcome) {
+// Copies the outputs; false (said on stderr, the partial copy removed) when they could not be
+// kept: a job whose outputs are lost has failed, as on SageMaker when its upload fails.
+bool keepOutputs(const Options& o, const sim::RunOutcome& outcome) {
   fs::path out = o.out.empty() ? sim::defaultOutDir(o.app[0]) : fs::path(o.out);
   try {
     auto kept = sim::keepOutputs(outcome.roots, out);
@@ -396,9 +398,18 @@ void keepOutputs(const Options& o, const sim::RunOutcome& outcome) {
       printf("troupe sim: outputs in %s/: %s\n", out.c_str(), list.c_str());
     }
   } catch (const fs::filesystem_error& e) {
-    fprintf(stderr, "troupe sim: the outputs could not be kept in %s: %s\n", out.c_str(), e.what());
+    std::error_code ec;
+    for (auto folder : {"model", "output"}) fs::remove_all(out / folder, ec);
+    fprintf(stderr,
+            "troupe sim: the outputs could not be kept in %s: %s; the partial copy is removed "
+            "(the instances' own folders are gone too: run the job again with --out on a disk "
+            "with room, or --keep)\n",
+            out.c_str(), e.what());
+    fflush(stdout);
+    return false;
   }
   fflush(stdout);
+  return true;
 }
 
 // When each run is interrupted: nothing, or a moment (fixed, or drawn from the seed).
@@ -539,7 +550,10 @@ int runSim(int argc, char* argv[]) {
     }
     // SageMaker starts a job again only when the reclaim cut it short.
     if (!outcome.interrupted || outcome.signalled || outcome.status == 0 || number > o.restarts) {
-      keepOutputs(o, outcome);
+      bool kept = keepOutputs(o, outcome);
+      // docs/exit-codes.md: the job's code, or 1 (JOB_FAILED) for a job that succeeded but
+      // whose outputs were lost.
+      if (!kept && outcome.status == 0) return troupe::JOB_FAILED;
       return outcome.status;
     }
     printf(

@@ -176,3 +176,23 @@ TEST_CASE("the report on a full disk - exit 1 naming the report's path", "[train
   CHECK(!fs::exists(report));
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("troupe sim --out on a full disk - exit 1, no partial copy", "[train][disk]") {
+  SmallDisk disk("out", 64);
+  SKIP_UNLESS_MOUNTED(disk);
+  CHECK(disk.fill() == 0);
+  auto out = disk.dir() + "/kept";
+  auto args = kCluster;
+  args.insert(args.begin(), {"--out", out});
+  Run run(harness::sim(args, train({"--epochs", "1", "--train-samples", "2000"})));
+  int code = run.wait(180s);
+  auto text = run.output();
+  INFO(text);
+  // The job succeeded, but its outputs (the model) are lost: a failed job, as on SageMaker when
+  // the upload fails (docs/exit-codes.md).
+  CHECK(code == 1);
+  CHECK(text.find("the outputs could not be kept in " + out) != std::string::npos);
+  CHECK(text.find("No space left on device") != std::string::npos);
+  CHECK(!fs::exists(out + "/model"));
+  CHECK(run.leftovers().empty());
+}
