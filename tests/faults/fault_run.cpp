@@ -361,9 +361,21 @@ bool reachedMoment(Observation& obs, const Case& c, harness::Run& run, Rng& rng,
                          " instances within 30 s";
         return false;
       }
-      obs.momentMs = std::uniform_int_distribution<int>(0, c.setting.startMs)(rng);
+      // From each instance's exec of the app on: before it, and for the dynamic linker's first
+      // ~10 ms, no code of the app has run (docs/exit-codes.md, "A stop from the first
+      // instruction": the image's hold-signals covers that window, not troupe::run()).
+      auto execUntil = Clock::now() + 10s;
+      for (auto& [host, i] : run.instances()) {
+        for (;;) {
+          std::error_code ec;
+          auto exe = fs::read_symlink("/proc/" + std::to_string(i.pid) + "/exe", ec);
+          if ((!ec && exe == fs::path(o.app)) || Clock::now() > execUntil) break;
+          std::this_thread::sleep_for(std::chrono::microseconds(500));
+        }
+      }
+      obs.momentMs = std::uniform_int_distribution<int>(15, std::max(15, c.setting.startMs))(rng);
       std::this_thread::sleep_for(Millis(obs.momentMs));
-      obs.moment = std::to_string(obs.momentMs) + " ms after the instances started";
+      obs.moment = std::to_string(obs.momentMs) + " ms after the instances exec'd the app";
       return true;
     }
     case When::FORMED: {
@@ -387,11 +399,12 @@ bool tooLate(const Case& c, const Target& t, const std::string& out) {
       return out.find("job finished") != std::string::npos;
     case When::STARTING:
       // Before the victim joined (the head's "algo-2 (data_group) joined from ..."), or before
-      // the cluster formed when the victim is the head or everyone.
+      // the first training step when the victim is the head or everyone (the app's start).
       if (c.role == Role::DATA) {
         return out.find(t.victim.host + " (" + t.victim.group + ") joined") != std::string::npos;
       }
-      return out.find("cluster formed") != std::string::npos;
+      if (auto step = lastStep(out)) return step->first > 0;
+      return false;
     case When::FORMED: {
       auto step = lastStep(out);
       return step && step->first > 0;

@@ -113,7 +113,7 @@ class Judge {
     }
     const char* stage = c_.setting.when == When::TRAINING ? "while training runs (it came after 'job finished')"
                         : c_.setting.when == When::STARTING
-                            ? "before the instance it hits joined (it came after)"
+                            ? "before the instance it hits joined, or before the first step (it came after)"
                             : "between 'cluster formed' and the first step (it came after)";
     add(Outcome::LATE,
         std::string("the fault must land ") + stage + ", else the case proves nothing (" +
