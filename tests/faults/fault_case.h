@@ -75,7 +75,7 @@ struct Expect {
 // When the fault lands.
 enum class When {
   TRAINING,  // after a drawn training step (fault_run.cpp): the default
-  STARTING,  // 15..startMs after every instance exec'd the app: before the one hit joined
+  STARTING,  // 0..startMs after every instance's own code ran: before the one hit joined
   FORMED     // right after the head's "cluster formed", before the first step
 };
 

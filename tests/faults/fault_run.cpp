@@ -335,6 +335,19 @@ bool started(Observation& obs, harness::Run& run) {
   return false;
 }
 
+// Whether `pid` catches or blocks SIGTERM (SigCgt or SigBlk in /proc/PID/status): its own code
+// has run.
+bool holdsSigterm(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  uint64_t mask = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("SigCgt:", 0) == 0 || line.rfind("SigBlk:", 0) == 0) {
+      mask |= std::stoull(line.substr(line.find(':') + 1), nullptr, 16);
+    }
+  }
+  return mask & (1ull << (SIGTERM - 1));
+}
+
 size_t instanceCount(const Case& c) {
   size_t n = 0;
   for (auto& g : c.setting.groups) n += std::stoul(g.substr(g.find('=') + 1));
@@ -361,21 +374,19 @@ bool reachedMoment(Observation& obs, const Case& c, harness::Run& run, Rng& rng,
                          " instances within 30 s";
         return false;
       }
-      // From each instance's exec of the app on: before it, and for the dynamic linker's first
-      // ~10 ms, no code of the app has run (docs/exit-codes.md, "A stop from the first
-      // instruction": the image's hold-signals covers that window, not troupe::run()).
-      auto execUntil = Clock::now() + 10s;
+      // From the moment each instance's own code runs: before, the kernel's exec and the dynamic
+      // linker load the app and its libraries (tens of ms on a loaded machine), a window no
+      // code of the app can close (docs/exit-codes.md, "A stop from the first instruction": the
+      // image's hold-signals does). Seen as SIGTERM caught or blocked in /proc/PID/status.
+      auto codeUntil = Clock::now() + 10s;
       for (auto& [host, i] : run.instances()) {
-        for (;;) {
-          std::error_code ec;
-          auto exe = fs::read_symlink("/proc/" + std::to_string(i.pid) + "/exe", ec);
-          if ((!ec && exe == fs::path(o.app)) || Clock::now() > execUntil) break;
+        while (!holdsSigterm(i.pid) && Clock::now() < codeUntil) {
           std::this_thread::sleep_for(std::chrono::microseconds(500));
         }
       }
-      obs.momentMs = std::uniform_int_distribution<int>(15, std::max(15, c.setting.startMs))(rng);
+      obs.momentMs = std::uniform_int_distribution<int>(0, c.setting.startMs)(rng);
       std::this_thread::sleep_for(Millis(obs.momentMs));
-      obs.moment = std::to_string(obs.momentMs) + " ms after the instances exec'd the app";
+      obs.moment = std::to_string(obs.momentMs) + " ms after every instance's code ran";
       return true;
     }
     case When::FORMED: {
