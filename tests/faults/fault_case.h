@@ -85,7 +85,7 @@ struct Setting {
   int startMs = 150;  // STARTING: the latest moment
   std::vector<std::string> groups = {"data_group=2:ml.c5.xlarge", "dnn_group=1:ml.p3.2xlarge"};
   std::vector<std::string> appArgs;  // added to hetero_train's
-  int hogsPerCore = 0;  // busy processes per CPU of this machine, for the whole run
+  int hogsPerCore = 0;               // busy processes per CPU of this machine, for the whole run
 };
 
 struct Case {

@@ -165,8 +165,8 @@ std::vector<Case> makeCases() {
        dataLost({HEAD_LOST, FENCED}, kHeadLost,
                 "a partitioned data instance is lost: the job goes on without it, exactly-once, "
                 "and it exits on its own (3 or 7)")},
-      {"data-slow-link", "limit a data instance's link to 8 Mbit/s for 6-10 s (tc tbf)",
-       Role::DATA, kNetns, kQuick, [](T t, Rng& r) { return slowLink(t, t.victim, r, 6000, 10000); },
+      {"data-slow-link", "limit a data instance's link to 8 Mbit/s for 6-10 s (tc tbf)", Role::DATA,
+       kNetns, kQuick, [](T t, Rng& r) { return slowLink(t, t.victim, r, 6000, 10000); },
        completes("a slow but live data instance is not fenced (liveness has its own connection): "
                  "the job completes, every instance exits 0, exactly-once")},
       {"data-partition-short", "take a data instance's link down for 0.5-2 s", Role::DATA, kNetns,
@@ -185,8 +185,7 @@ std::vector<Case> makeCases() {
        Role::DATA, kLoopback, kSoakOnly, [](T t, Rng& r) { return garbage(t.victim, r); },
        completes("garbage on a node's port is dropped: the job completes, exactly-once")},
       {"all-sigterm-early", "SIGTERM to every instance in its first 500 ms", Role::SIM, kLoopback,
-       kQuick, [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted(),
-       starting(500)},
+       kQuick, [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted(), starting(500)},
       {"head-sigterm-twice", "SIGTERM to the head twice, 10-50 ms apart", Role::HEAD, kLoopback,
        kSoakOnly, [](T t, Rng& r) { return signalTwice(t.head, r, 10, 50); }, interrupted()},
       {"data-kill9-forming", "kill -9 a data instance before it joins", Role::DATA, kLoopback,

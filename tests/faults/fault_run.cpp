@@ -49,8 +49,9 @@ std::vector<std::string> command(const Case& c, uint64_t seed, const Options& o,
                                    std::to_string(seed % 2147483647 + 1)};
   if (c.netns) argv.push_back("--netns");
   for (auto& g : c.setting.groups) argv.insert(argv.end(), {"--group", g});
-  argv.insert(argv.end(), {"--", o.app, "--epochs", std::to_string(kEpochs), "--train-samples",
-                           std::to_string(kSamples), "--progress-every", "0.2", "--report", report});
+  argv.insert(argv.end(),
+              {"--", o.app, "--epochs", std::to_string(kEpochs), "--train-samples",
+               std::to_string(kSamples), "--progress-every", "0.2", "--report", report});
   argv.insert(argv.end(), c.setting.appArgs.begin(), c.setting.appArgs.end());
   return argv;
 }
@@ -200,8 +201,7 @@ void watch(Observation& obs, harness::Run& run, Plan& plan, int limitS) {
     }
     if (!obs.simGoneS && run.wait(0ms) >= 0) obs.simGoneS = since(t0);
     // The linger line is read only now and then: the output grows with every progress line.
-    if (headRuns && tick % 5 == 0 &&
-        run.output().find(sim::kLingerSigterm) != std::string::npos) {
+    if (headRuns && tick % 5 == 0 && run.output().find(sim::kLingerSigterm) != std::string::npos) {
       obs.simTermedLiveHead = true;
     }
     if (obs.simGoneS && !anyRuns) return;
@@ -317,8 +317,7 @@ void waitForMoment(Observation& obs, harness::Run& run, Rng& rng, const Options&
   std::this_thread::sleep_for(Millis(extra));
   obs.momentMs = int(std::chrono::duration_cast<Millis>(Clock::now() - firstProgress).count());
   obs.moment = "after step " + std::to_string(target) + " of " + std::to_string(planned) +
-               " (seen at step " + std::to_string(seen) + ", +" +
-               std::to_string(extra) + " ms)";
+               " (seen at step " + std::to_string(seen) + ", +" + std::to_string(extra) + " ms)";
 }
 
 // Waits for training to start; false (with the reason noted) when it does not.
@@ -356,8 +355,7 @@ size_t instanceCount(const Case& c) {
 
 // Waits for the case's moment (Setting::when); false, with the reason noted, when the job never
 // got there.
-bool reachedMoment(Observation& obs, const Case& c, harness::Run& run, Rng& rng,
-                   const Options& o) {
+bool reachedMoment(Observation& obs, const Case& c, harness::Run& run, Rng& rng, const Options& o) {
   switch (c.setting.when) {
     case When::TRAINING: {
       if (!started(obs, run)) return false;

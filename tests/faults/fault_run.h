@@ -14,8 +14,8 @@
 namespace faults {
 
 struct Options {
-  std::string troupe;      // the `troupe` binary
-  std::string app;         // hetero_train
+  std::string troupe;         // the `troupe` binary
+  std::string app;            // hetero_train
   double maxStepShare = 0.5;  // the fault lands after step K, K drawn from 1..share x planned steps
   int maxExtraMs = 200;       // and 0..maxExtraMs after the progress line that showed step >= K
   static Options fromBuild();

@@ -51,7 +51,8 @@ void runQuick(const char* name) {
   auto checks = faults::judge(*c, obs);
   std::ostringstream run;
   run << "case " << name << " (" << c->what << "), seed " << seed << ", " << obs.moment << ", "
-      << obs.momentMs << " ms after the first progress line: " << obs.plan << "; codes " << faults::codesText(obs);
+      << obs.momentMs << " ms after the first progress line: " << obs.plan << "; codes "
+      << faults::codesText(obs);
   bool ok = true;
   for (auto& check : checks) {
     // The promise first: it is what a failure means.
@@ -116,8 +117,8 @@ TEST_CASE("the fault table - unique names and the quick subset registered here",
   }
   // The TEST_CASEs above: a row marked quick runs in `make test` only when it has one.
   CHECK(quick == std::set<std::string>{"data-kill9", "head-kill9", "head-sigterm", "data-stop-long",
-                                       "data-partition-long", "data-slow-link",
-                                       "head-garbage", "all-sigterm-early"});
+                                       "data-partition-long", "data-slow-link", "head-garbage",
+                                       "all-sigterm-early"});
 }
 
 namespace {

@@ -75,8 +75,8 @@ std::function<void()> setLink(std::string ns, std::string state, Failed failed) 
     auto shown = linkShown(ns);
     bool up = shown.find(",UP") != std::string::npos || shown.find("<UP") != std::string::npos;
     if (rc != 0 || up != (state == "up")) {
-      failed->push_back("ip link set eth0 " + state + " in " + ns + " (exit " +
-                        std::to_string(rc) + "; now: " + shown.substr(0, shown.find('\n')) + ")");
+      failed->push_back("ip link set eth0 " + state + " in " + ns + " (exit " + std::to_string(rc) +
+                        "; now: " + shown.substr(0, shown.find('\n')) + ")");
     }
   };
 }
@@ -107,7 +107,8 @@ Plan signalTwice(const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
   auto name = nameOf(who);
   Plan p;
   auto failed = p.failed;
-  p.actions.push_back({Millis(0), [pid, name, failed]() { sendSignal(pid, SIGTERM, name, failed); }});
+  p.actions.push_back(
+      {Millis(0), [pid, name, failed]() { sendSignal(pid, SIGTERM, name, failed); }});
   // The second may find the process gone already: that is the runtime's answer, not a miss.
   p.actions.push_back({Millis(apart), [pid]() { kill(pid, SIGTERM); }});
   p.text = "SIGTERM to " + name + " twice, " + std::to_string(apart) + " ms apart";
@@ -130,7 +131,8 @@ Plan signalSim(const Target& t, int sig) {
   Plan p;
   pid_t pid = t.sim;
   auto failed = p.failed;
-  p.actions.push_back({Millis(0), [pid, sig, failed]() { sendSignal(pid, sig, "troupe sim", failed); }});
+  p.actions.push_back(
+      {Millis(0), [pid, sig, failed]() { sendSignal(pid, sig, "troupe sim", failed); }});
   p.text = sigName(sig) + " to troupe sim";
   return p;
 }
@@ -197,14 +199,15 @@ Plan slowLink(const Target& t, const harness::Instance& who, Rng& rng, int minMs
                                              std::to_string(rc) + "; qdisc now: " + now + ")");
                          }
                        }});
-  p.actions.push_back({Millis(hold), [ns, failed, shown]() {
-                         int rc = runCommand({"tc", "-n", ns, "qdisc", "del", "dev", "eth0", "root"});
-                         auto now = shown();
-                         if (rc != 0 || now.find("tbf") != std::string::npos) {
-                           failed->push_back("tc qdisc del in " + ns + " (exit " +
-                                             std::to_string(rc) + "; qdisc now: " + now + ")");
-                         }
-                       }});
+  p.actions.push_back(
+      {Millis(hold), [ns, failed, shown]() {
+         int rc = runCommand({"tc", "-n", ns, "qdisc", "del", "dev", "eth0", "root"});
+         auto now = shown();
+         if (rc != 0 || now.find("tbf") != std::string::npos) {
+           failed->push_back("tc qdisc del in " + ns + " (exit " + std::to_string(rc) +
+                             "; qdisc now: " + now + ")");
+         }
+       }});
   p.text = "link of " + nameOf(who) + " limited to 8 Mbit/s for " + std::to_string(hold) + " ms";
   return p;
 }
@@ -259,7 +262,7 @@ void removeNetnsLeftovers(int simPid, size_t instances) {
 int runCommand(const std::vector<std::string>& argv) {
   troupe::subprocess::Spec spec;
   spec.argv = argv;
-  int status = troupe::subprocess::runToEnd(spec);  // output to /dev/null
+  int status = troupe::subprocess::runToEnd(spec);   // output to /dev/null
   return status >= 0 && status < 126 ? status : -1;  // -1: could not run, or killed
 }
 

@@ -38,9 +38,9 @@ const char* outcomeName(Outcome o) {
 
 const std::vector<Outcome>& allOutcomes() {
   static const std::vector<Outcome> all = {
-      Outcome::PASS,     Outcome::WRONG_EXIT,   Outcome::CRASH,
-      Outcome::HANG,     Outcome::SAMPLES_LOST, Outcome::NO_FAILURE_FILE,
-      Outcome::NO_START, Outcome::LATE,         Outcome::NOT_INJECTED, Outcome::SKIPPED};
+      Outcome::PASS,         Outcome::WRONG_EXIT,      Outcome::CRASH,    Outcome::HANG,
+      Outcome::SAMPLES_LOST, Outcome::NO_FAILURE_FILE, Outcome::NO_START, Outcome::LATE,
+      Outcome::NOT_INJECTED, Outcome::SKIPPED};
   return all;
 }
 
@@ -111,10 +111,11 @@ class Judge {
           "training must start (a case proves nothing without it): " + obs_.notStarted, false);
       return checks_;
     }
-    const char* stage = c_.setting.when == When::TRAINING ? "while training runs (it came after 'job finished')"
-                        : c_.setting.when == When::STARTING
-                            ? "before the instance it hits joined, or before the first step (it came after)"
-                            : "between 'cluster formed' and the first step (it came after)";
+    const char* stage =
+        c_.setting.when == When::TRAINING ? "while training runs (it came after 'job finished')"
+        : c_.setting.when == When::STARTING
+            ? "before the instance it hits joined, or before the first step (it came after)"
+            : "between 'cluster formed' and the first step (it came after)";
     add(Outcome::LATE,
         std::string("the fault must land ") + stage + ", else the case proves nothing (" +
             obs_.moment + ")",
@@ -150,8 +151,8 @@ class Judge {
       // Gone, but no word from the OS of how: the case cannot say it ended as promised.
       if (e.goneS) {
         add(Outcome::WRONG_EXIT,
-            "exit status from the OS (troupe sim's exit-status file, or reaped here): " +
-                label(e) + " is gone but its status is unknown" +
+            "exit status from the OS (troupe sim's exit-status file, or reaped here): " + label(e) +
+                " is gone but its status is unknown" +
                 (e.codeFrom.empty() ? std::string(" (no exit-status file)") : ": " + e.codeFrom),
             false);
       }
@@ -177,8 +178,8 @@ class Judge {
     auto stamp = "exit code " + std::to_string(e.code) + " (" + troupe::exitCodeName(e.code) + ")";
     auto firstLine = e.failure.substr(0, e.failure.find('\n'));
     add(Outcome::NO_FAILURE_FILE,
-        "failure file (docs/exit-codes.md): " + label(e) + "'s must say '" + stamp + "'; it says '" +
-            e.failure.substr(0, 300) + "'",
+        "failure file (docs/exit-codes.md): " + label(e) + "'s must say '" + stamp +
+            "'; it says '" + e.failure.substr(0, 300) + "'",
         e.failure.find(stamp) != std::string::npos);
     std::vector<std::string> words;
     if (e.code == troupe::HEAD_LOST) words = {"head"};

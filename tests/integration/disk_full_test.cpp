@@ -34,7 +34,8 @@ class SmallDisk {
     fs::create_directories(dir_);
     if (geteuid() != 0) {
       why_ = "mounting a small tmpfs needs root";
-    } else if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, ("size=" + std::to_string(kib) + "k").c_str())) {
+    } else if (mount("tmpfs", dir_.c_str(), "tmpfs", 0,
+                     ("size=" + std::to_string(kib) + "k").c_str())) {
       why_ = std::string("mount -t tmpfs failed: ") + strerror(errno);
     } else {
       mounted_ = true;
@@ -58,7 +59,7 @@ class SmallDisk {
     while (write(fd, block.data(), 1) > 0) {
     }
     close(fd);
-    struct statvfs st{};
+    struct statvfs st {};
     statvfs(dir_.c_str(), &st);
     return uint64_t(st.f_bavail) * st.f_bsize;
   }
@@ -90,10 +91,10 @@ std::string headOf(const std::string& roots) {
   return "";
 }
 
-#define SKIP_UNLESS_MOUNTED(disk)                                        \
-  if (!(disk).unavailable().empty()) {                                   \
-    WARN("skipping: a full disk: " << (disk).unavailable());             \
-    return;                                                              \
+#define SKIP_UNLESS_MOUNTED(disk)                            \
+  if (!(disk).unavailable().empty()) {                       \
+    WARN("skipping: a full disk: " << (disk).unavailable()); \
+    return;                                                  \
   }
 
 }  // namespace
@@ -143,9 +144,9 @@ TEST_CASE("checkpoints on a full disk - the job fails naming the folder and the 
   SmallDisk disk("checkpoints", 256);
   SKIP_UNLESS_MOUNTED(disk);
   CHECK(disk.fill() == 0);
-  Run run(harness::sim(kCluster, train({"--epochs", "2", "--train-samples", "8000",
-                                        "--checkpoint-dir", disk.dir(), "--checkpoint-every",
-                                        "10", "--progress-every", "0.2"})));
+  Run run(harness::sim(
+      kCluster, train({"--epochs", "2", "--train-samples", "8000", "--checkpoint-dir", disk.dir(),
+                       "--checkpoint-every", "10", "--progress-every", "0.2"})));
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);
@@ -165,8 +166,8 @@ TEST_CASE("the report on a full disk - exit 1 naming the report's path", "[train
   SKIP_UNLESS_MOUNTED(disk);
   CHECK(disk.fill() == 0);
   auto report = disk.dir() + "/report.json";
-  Run run(harness::sim(kCluster, train({"--epochs", "1", "--train-samples", "2000", "--report",
-                                        report})));
+  Run run(harness::sim(kCluster,
+                       train({"--epochs", "1", "--train-samples", "2000", "--report", report})));
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);
