@@ -31,13 +31,13 @@ namespace troupe {
 
 namespace {
 
-// A program that calls troupe::run() holds SIGTERM and SIGINT from before its static initialisation on,
-// until its node installs its handlers (troupe/loop.h): its first half second (loading the
-// cluster, TLS, joining) is no longer a window where a stop kills it without a failure file, or
-// where, as PID 1 of a container, the kernel drops it. (This file is linked only into programs
-// that reference run(); the `troupe` tool gives the signals back with releaseStopSignals().)
-// In .preinit_array: the dynamic linker calls it before any library's initialisation (OpenCV's,
-// BLAS's, which take tens of milliseconds), right after loading and relocating them.
+// A program that calls troupe::run() holds SIGTERM and SIGINT from before its static
+// initialisation until its node installs its handlers (troupe/loop.h): its first half second
+// (loading the cluster, TLS, joining) is no longer a window where a stop kills it without a
+// failure file, or where, as PID 1 of a container, the kernel drops it. (This file is linked only
+// into programs that reference run(); the `troupe` tool gives the signals back with
+// releaseStopSignals().) In .preinit_array: the dynamic linker calls it before any library's
+// initialisation (OpenCV's, BLAS's: tens of milliseconds), right after loading and relocating.
 void holdStopsFromTheStart(int, char**, char**) {
   holdStopSignals();
 }

@@ -165,6 +165,14 @@ int stopIndex(int signum) {
   return signum == SIGTERM ? 0 : signum == SIGINT ? 1 : -1;
 }
 
+sigset_t stopSignals() {
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  return stops;
+}
+
 void recordStop(int signum) {
   int i = stopIndex(signum);
   if (i >= 0) recordedStop[i].store(signum);
@@ -186,18 +194,12 @@ void holdStopSignals() {
   holding.store(true);
   // A stop held blocked until now (hold-signals, an exec by a program that blocked it first) is
   // recorded now.
-  sigset_t stops;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGINT);
+  auto stops = stopSignals();
   pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
 void blockStopSignalsForExec() {
-  sigset_t stops;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGINT);
+  auto stops = stopSignals();
   pthread_sigmask(SIG_BLOCK, &stops, nullptr);
   for (int sig : {SIGTERM, SIGINT}) {
     if (recordedStop[stopIndex(sig)].exchange(0) != 0) raise(sig);  // pending, blocked
