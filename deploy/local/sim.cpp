@@ -153,7 +153,9 @@ int printEnvironment(const EnvOptions& o) {
 }
 
 struct Options {
-  std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, cpuQuotaArgs, app;
+  std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, cpuQuotaArgs, app,
+      startLateArgs;
+  unsigned nodeRestarts = 2;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
       interruptWhen, out;
   EnvOptions envOptions;
@@ -225,6 +227,17 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
                   "HOST_OR_GROUP=CPUS (e.g. data_group=0.25): each such instance in a cgroup of "
                   "its own limited to CPUS CPUs, to emulate instances smaller than a CPU (needs "
                   "root and a cgroup hierarchy with the cpu controller)");
+  auto* membership = "Membership";
+  sim->add_option("--node-restarts", o.nodeRestarts,
+                  "start a worker's process again, as the per-instance entry point does, when it "
+                  "is killed by a signal or exits HEAD_LOST, FENCED or INTERNAL_ERROR, up to this "
+                  "many times per host; the new process rejoins the job (default 2)")
+      ->check(CLI::Range(0u, 100u))
+      ->group(membership);
+  sim->add_option("--start-late", o.startLateArgs,
+                  "HOST=MS: start that instance MS milliseconds after the others (repeatable); "
+                  "with the app's --start-with it joins the running job")
+      ->group(membership);
   sim->add_flag("--netns", o.netns,
                 "root only: each instance in its own network namespace, a host of its own");
   auto* spot = "Managed spot training";
@@ -379,6 +392,25 @@ sim::JobSpec jobSpec(Options& o) {
   if (!o.trace.empty()) spec.traceFile = fs::absolute(o.trace);
   spec.graceMs = o.graceMs;
   spec.lingerMs = o.lingerMs;
+  spec.nodeRestarts = o.nodeRestarts;
+  for (auto& item : o.startLateArgs) {
+    auto [host, text] = sim::splitPair(item, '=', "--start-late", "HOST=MS");
+    char* end = nullptr;
+    unsigned long ms = strtoul(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || ms > 3600000) {
+      throw std::invalid_argument("--start-late '" + item +
+                                  "': MS must be milliseconds from 0 to 3600000, e.g. algo-2=8000");
+    }
+    unsigned total = 0;
+    for (auto& g : spec.groups) total += g.count;
+    auto n = host.rfind("algo-", 0) == 0 ? strtoul(host.c_str() + 5, &end, 10) : 0;
+    if (n < 1 || n > total || *end != '\0') {
+      throw std::invalid_argument("--start-late '" + item + "': no host '" + host +
+                                  "' in this cluster; its hosts are algo-1 to algo-" +
+                                  std::to_string(total) + " (dealt across groups by --seed)");
+    }
+    spec.startLate.emplace_back(host, static_cast<unsigned>(ms));
+  }
   spec.app = o.app;
   return spec;
 }

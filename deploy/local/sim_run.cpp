@@ -60,8 +60,28 @@ struct Instance {
   double cpuQuota = 0;  // --cpu-quota: CPUs (0: none)
   std::unique_ptr<CpuQuotaCgroup> cgroup;
   kj::Own<troupe::ChildProcess> process;
-  kj::Maybe<troupe::ChildExit> exit;
+  kj::Maybe<troupe::ChildExit> exit;  // its last process's, once the host is done
+  unsigned startDelayMs = 0;           // --start-late
+  unsigned incarnation = 0;            // processes started so far, less one
+  bool wasHead = false;                // a process of it said it is the head
+  // Every process's end, first to last: pid, the wait status's code and signal.
+  struct Ended {
+    int pid;
+    troupe::ChildExit exit;
+  };
+  std::vector<Ended> ended;
+  int finalCode() const;
 };
+
+int codeOf(const troupe::ChildExit& e) {
+  return e.signal ? 128 + e.signal : static_cast<int>(e.status);
+}
+
+int Instance::finalCode() const {
+  std::vector<int> codes;
+  for (auto& e : ended) codes.push_back(codeOf(e.exit));
+  return sim::finalCode(codes);
+}
 
 std::string formatCpus(double cpus) {
   char text[32];
@@ -279,14 +299,24 @@ bool insecure(const JobSpec& spec) {
 // once, so that a tool (the fault matrix) reads each instance's end from the OS's word rather
 // than from what this process prints. One JSON object: host, pid, exit_status (the code when it
 // exited), term_signal (the signal that ended it, or 0).
-void writeExitStatus(const fs::path& dir, const Instance& in, const troupe::ChildExit& e) {
+// With --node-restarts a host can have had several processes: `processes` lists each one's, first
+// to last; the top-level fields are the last one's.
+void writeExitStatus(const fs::path& dir, const Instance& in) {
   std::error_code ec;
   fs::create_directories(dir / "exit-status", ec);
   auto file = dir / "exit-status" / in.host;
+  auto& e = in.ended.back().exit;
+  json processes = json::array();
+  for (auto& p : in.ended) {
+    processes.push_back({{"pid", p.pid},
+                         {"exit_status", p.exit.signal ? 0 : p.exit.status},
+                         {"term_signal", p.exit.signal}});
+  }
   json j = {{"host", in.host},
-            {"pid", in.process->pid()},
+            {"pid", in.ended.back().pid},
             {"exit_status", e.signal ? 0 : e.status},
-            {"term_signal", e.signal}};
+            {"term_signal", e.signal},
+            {"processes", processes}};
   std::ofstream(file.string() + ".tmp") << j.dump() << "\n";
   fs::rename(file.string() + ".tmp", file, ec);
 }
@@ -298,39 +328,62 @@ bool isHead(const Instance& in) {
   return word == "head";
 }
 
-// The job's outcome is the head's status; without a head (it never decided its role), the first
-// failure. Prints a line per instance that did not exit 0.
+std::string codeName(int code) {
+  return code > 128 ? strsignal(code - 128) : troupe::exitCodeName(code);
+}
+
+// The job's outcome as SageMaker, Kubernetes and Slurm judge it: every host's final code (its
+// last process's; see finalCode()). The head's code when it is not 0; else the first other host's
+// that is not; without a head (none decided its role), the first failure. Prints a line per host
+// whose final code is not 0, and one per host whose process was started again.
 int jobStatus(const std::vector<Instance>& instances) {
-  int status = 0;
+  int head = 0, other = 0;
   bool headSeen = false;
   for (auto& in : instances) {
-    auto e = KJ_ASSERT_NONNULL(in.exit);
-    int code = e.signal ? 128 + e.signal : static_cast<int>(e.status);
+    int code = in.finalCode();
+    if (in.ended.size() > 1) {
+      std::string codes;
+      for (auto& p : in.ended) codes += (codes.empty() ? "" : ", ") + std::to_string(codeOf(p.exit));
+      printf("troupe sim: %s (%s) ran %zu processes (exit codes %s): final %d (%s)\n",
+             in.host.c_str(), in.group.c_str(), in.ended.size(), codes.c_str(), code,
+             codeName(code).c_str());
+    }
     if (code != 0) {
       fprintf(stderr, "troupe sim: %s (%s) exited with %d (%s)\n", in.host.c_str(),
-              in.group.c_str(), code, e.signal ? strsignal(e.signal) : troupe::exitCodeName(code));
+              in.group.c_str(), code, codeName(code).c_str());
     }
-    if (isHead(in)) {
+    if (in.wasHead) {
       headSeen = true;
-      status = code;
-    } else if (!headSeen && status == 0) {
-      status = code;
+      head = code;
+    } else if (other == 0) {
+      other = code;
     }
   }
-  bool allZero = true;
-  for (auto& in : instances) {
-    auto e = KJ_ASSERT_NONNULL(in.exit);
-    allZero = allZero && !e.signal && e.status == 0;
+  int status = headSeen && head != 0 ? head : other;
+  if (headSeen && head == 0 && other != 0) {
+    fprintf(stderr,
+            "troupe sim: the head finished, but a host above ended with %d: SageMaker, "
+            "Kubernetes and Slurm call this job failed\n",
+            other);
   }
-  if (headSeen && status == 0 && !allZero) {
-    printf("troupe sim: the job succeeded; the instances above were lost on the way\n");
-  }
-  if (allZero) printf("troupe sim: all %zu instances exited 0\n", instances.size());
+  if (status == 0) printf("troupe sim: all %zu hosts ended with 0\n", instances.size());
   fflush(stdout);
+  fflush(stderr);
   return status;
 }
 
 }  // namespace
+
+bool restartsNode(int status, int signal) {
+  return signal != 0 || status == troupe::HEAD_LOST || status == troupe::FENCED ||
+         status == troupe::INTERNAL_ERROR;
+}
+
+int finalCode(const std::vector<int>& codes) {
+  if (codes.empty()) return 0;
+  if (codes.size() > 1 && codes.back() == troupe::JOIN_FAILED) return codes[codes.size() - 2];
+  return codes.back();
+}
 
 GroupArg parseGroup(const std::string& text) {
   GroupArg g;
@@ -409,7 +462,9 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   RunOutcome outcome;
   bool ended = false;  // the head has exited: an interruption no longer applies
   auto killAll = [&](int sig) {
-    for (auto& in : instances) in.process->kill(sig);
+    for (auto& in : instances) {
+      if (in.process.get() != nullptr) in.process->kill(sig);
+    }
   };
   // The interruption's clock starts now, or at the first line that names its moment.
   bool clockStarted = false;
@@ -451,7 +506,12 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     }
   }
   printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed_, dir.c_str());
-  for (auto& in : instances) {
+  for (auto& [host, ms] : spec_.startLate) {
+    for (auto& in : instances) {
+      if (in.host == host) in.startDelayMs = ms;
+    }
+  }
+  auto startProcess = [&](Instance& in) {
     troupe::ChildProcess::Options opts;
     opts.args = spec_.app;
     if (lab) {
@@ -460,6 +520,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     }
     if (in.cgroup) opts.args = in.cgroup->wrap(opts.args);
     opts.env = environment(in, spec_, hostMapPath, lab.has_value());
+    opts.env.push_back("TROUPE_INCARNATION=" + std::to_string(in.incarnation));
     std::string prefix = "[" + in.host + "] ";
     auto after = interruption ? interruption->after : std::string();
     opts.onLine = [prefix, after, &startClock](kj::StringPtr line, bool err) {
@@ -468,10 +529,21 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       if (!after.empty() && strstr(line.cStr(), after.c_str()) != nullptr) startClock();
     };
     in.process = kj::heap<troupe::ChildProcess>(loop_, kj::mv(opts));
-    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s\n", in.host.c_str(),
+    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s%s\n", in.host.c_str(),
            in.group.c_str(), in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
            in.cpus.empty() ? "" : " cpus=", in.cpus.c_str(),
-           in.cpuQuota > 0 ? (" cpu-quota=" + formatCpus(in.cpuQuota)).c_str() : "");
+           in.cpuQuota > 0 ? (" cpu-quota=" + formatCpus(in.cpuQuota)).c_str() : "",
+           in.incarnation > 0 ? (" incarnation=" + std::to_string(in.incarnation)).c_str() : "");
+    fflush(stdout);
+  };
+  for (auto& in : instances) {
+    if (in.startDelayMs == 0) {
+      startProcess(in);
+    } else {
+      printf("troupe sim: %-8s %-12s %-16s %-16s starts in %u ms (--start-late)\n",
+             in.host.c_str(), in.group.c_str(), in.instanceType.c_str(), in.address.c_str(),
+             in.startDelayMs);
+    }
   }
   fflush(stdout);
   if (interruption && interruption->after.empty()) startClock();
@@ -496,14 +568,55 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   // others (a lost data instance is the head's to handle); once the head has exited, the rest get
   // `lingerMs` to follow it.
   bool lingering = false;
+  // An instance is done when its last process has ended: with --node-restarts, a worker's process
+  // that was killed, lost the head or was fenced is started again, as the per-instance entry
+  // point does, while the job runs; the new process rejoins as the host's next incarnation.
+  kj::Function<kj::Promise<troupe::ChildExit>(Instance&)> watch;
+  watch = [&](Instance& in) -> kj::Promise<troupe::ChildExit> {
+    return in.process->onExit().then([&](troupe::ChildExit e) -> kj::Promise<troupe::ChildExit> {
+      in.ended.push_back({in.process->pid(), e});
+      in.wasHead = in.wasHead || isHead(in);
+      bool again = !in.wasHead && !ended && !signalled_ && signals == 0 &&
+                   in.incarnation < spec_.nodeRestarts && restartsNode(e.status, e.signal);
+      if (!again) return e;
+      int code = codeOf(e);
+      ++in.incarnation;
+      printf("troupe sim: %s (%s) %s %d (%s); starting it again (restart %u of %u)\n",
+             in.host.c_str(), in.group.c_str(), e.signal ? "was killed by signal" : "exited with",
+             e.signal ? e.signal : code, codeName(code).c_str(), in.incarnation,
+             spec_.nodeRestarts);
+      startProcess(in);
+      return watch(in);
+    });
+  };
   auto exits = kj::heapArrayBuilder<kj::Promise<void>>(instances.size());
   for (auto& in : instances) {
+    auto started = in.startDelayMs == 0
+                       ? kj::Promise<void>(kj::READY_NOW)
+                       : loop_.timer().afterDelay(in.startDelayMs * kj::MILLISECONDS);
     exits.add(
-        in.process->onExit()
+        started
+            .then([&]() -> kj::Promise<troupe::ChildExit> {
+              if (in.process.get() == nullptr) {
+                if (ended || signals > 0) {
+                  printf("troupe sim: %s (%s) was never started: the job ended first\n",
+                         in.host.c_str(), in.group.c_str());
+                  return troupe::ChildExit{0, 0};
+                }
+                printf("troupe sim: starting %s (%s), %u ms late (--start-late)\n",
+                       in.host.c_str(), in.group.c_str(), in.startDelayMs);
+                startProcess(in);
+              }
+              return watch(in);
+            })
             .then([&](troupe::ChildExit e) {
               in.exit = e;
-              writeExitStatus(dir, in, e);
-              if (lingering || !isHead(in)) return;
+              if (in.ended.empty()) {
+                in.ended.push_back({0, e});  // never started: the job ended first
+              } else {
+                writeExitStatus(dir, in);
+              }
+              if (lingering || !in.wasHead) return;
               lingering = true;
               ended = true;
               tasks.add(loop_.timer().afterDelay(spec_.lingerMs * kj::MILLISECONDS).then([&]() {

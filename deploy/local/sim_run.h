@@ -41,6 +41,8 @@ struct JobSpec {
   bool pin = false, netns = false;
   std::string headGroup, tokenFile;
   unsigned graceMs = 10000, lingerMs = 15000;
+  unsigned nodeRestarts = 2;  // --node-restarts: per host, as the per-instance entry point does
+  std::vector<std::pair<std::string, unsigned>> startLate;  // --start-late HOST=MS
   std::vector<std::string> app;
   std::filesystem::path checkpoints;  // empty: none; else every root's checkpoints/ links here
   std::filesystem::path traceFile;    // --trace: every instance's TROUPE_TRACE (the head writes it)
@@ -56,8 +58,19 @@ struct Interruption {
   bool hard = false;
 };
 
+bool restartsNode(int status, int signal);
+// The per-instance entry point's rule (docs/lifecycle.md, "Membership"): a worker's process is
+// started again when it was killed by a signal or exited HEAD_LOST, FENCED or INTERNAL_ERROR.
+
+int finalCode(const std::vector<int>& codes);
+// A host's outcome from its processes' codes (128 + signal when killed), first to last: the last
+// one's, unless the last was a restart that never reached the head again (JOIN_FAILED): then the
+// code of the one before it.
+
 struct RunOutcome {
-  int status = 0;            // the job's: the head's exit code (128 + signal if killed)
+  int status = 0;            // the job's, as the cloud judges it: the head's exit code (128 +
+                             // signal if killed), or when that is 0, the first host's final
+                             // code that is not
   bool interrupted = false;  // the Interruption fired before the job ended
   bool signalled = false;    // the simulator itself got SIGTERM/SIGINT
   std::vector<std::pair<std::string, std::filesystem::path>> roots;  // host, its root

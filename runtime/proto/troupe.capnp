@@ -56,6 +56,10 @@ struct NodeInfo {
   pid @7 :UInt32;
   labels @8 :List(Label);         # user labels (troupe/node_size.h), sorted by key
   resources @9 :List(Resource);   # custom resources, sorted by name
+  incarnation @10 :UInt32;
+  # Which process of its host this is: 0 for the first, then 1, 2, ... for each one the
+  # per-instance entry point started again (TROUPE_INCARNATION). A higher incarnation replaces a
+  # node of the same host that the head still counts as alive; see Cluster.join.
 
   struct Label {
     key @0 :Text;
@@ -129,7 +133,7 @@ struct JobStatus {
 
   struct NodeStatus {
     info @0 :NodeInfo;
-    state @1 :Text;         # "alive", "lost" or "expected" (not joined yet)
+    state @1 :Text;         # "alive", "draining", "left", "lost" or "expected" (not joined yet)
     heartbeatAgeMs @2 :Int64;  # since its last heartbeat; -1 for the head and for expected nodes
     load @3 :NodeLoad;      # as of its last heartbeat
     loadAgeMs @4 :Int64;    # how old `load` is; -1: none yet
@@ -151,10 +155,11 @@ struct JobStatus {
 
 interface Gate {
   # The bootstrap capability of every node's port.
-  login @0 (token :Data, host :Text) -> (node :Node, cluster :Cluster);
+  login @0 (token :Data, host :Text, incarnation :UInt32) -> (node :Node, cluster :Cluster);
   # Compares `token` with the cluster token in constant time. `cluster` is null on non-head nodes.
-  # `host` names the caller's host, so that the connection can be cut when the head declares that
-  # host lost (Node.peerLost).
+  # `host` and `incarnation` (NodeInfo.incarnation) name the caller's process, so that the
+  # connection can be cut when the head declares it lost (Node.peerLost) without cutting a newer
+  # process of the same host.
   status @1 (token :Data) -> (status :JobStatus, head :Text, headAddress :Text);
   # For `troupe status`, a client that is not a node: authenticated as login is (the TLS handshake,
   # or with --insecure `token`), it gets a snapshot of the job and nothing it could act with. A
@@ -183,7 +188,13 @@ interface Cluster {
   stop @8 (id :UInt64);
   # Stops an actor and its children (the cascade).
   finish @9 (ok :Bool, reason :Text);
-  # Ends the job, e.g. because a node received SIGTERM.
+  # Ends the job (INTERRUPTED unless `ok`).
+  leave @10 (nodeId :UInt32, reason :Text);
+  # The node received SIGTERM or SIGINT (a scale-down, a spot reclaim of that one instance). If
+  # the head is not itself stopped within a short window (a stop of the whole job signals every
+  # instance), the node is drained: it takes no new actors, its actors stop and restart elsewhere
+  # under their placements, and the head tells it to exit 0. Otherwise the job ends as for
+  # finish().
 }
 
 interface Node {
@@ -202,10 +213,11 @@ interface Node {
   fence @7 (reason :Text);
   # The head has declared this node lost and restarted its actors elsewhere: the node exits with
   # FENCED at once, without stopping anything (its actors belong to the cluster no more).
-  peerLost @8 (host :Text, address :Text, reason :Text);
+  peerLost @8 (host :Text, address :Text, reason :Text, incarnation :UInt32);
   # The head has declared another node lost: drop every connection to and from it, so that calls
   # in flight to its actors fail with DISCONNECTED now rather than wait on a socket that a network
-  # partition never closes.
+  # partition never closes. Only connections from processes of `host` up to `incarnation` are
+  # cut: a newer one may already have joined in its place.
   traceClock @9 () -> (micros :Int64);
   # This node's trace clock (troupe/trace.h now()): the head probes it to put every node's spans
   # on its own clock (docs/tracing.md).

@@ -108,6 +108,15 @@ void addRunOptions(CLI::App& cli, RunOptions& o) {
                  "workers as they join")
       ->envname("TROUPE_CONTROL_PORT");
   cli.add_option("--stop-timeout-ms", o.stopTimeoutMs)->envname("TROUPE_STOP_TIMEOUT_MS");
+  cli.add_option("--incarnation", o.incarnation,
+                 "which process of this host this is: 0, then 1, 2, ... for each one the "
+                 "per-instance entry point starts again (it replaces the previous one)")
+      ->envname("TROUPE_INCARNATION");
+  cli.add_option("--start-with", o.startWith,
+                 "GROUP=N: start the job once GROUP has N nodes; its other hosts join the running "
+                 "job when they come up (repeatable; default: wait for every host)")
+      ->delimiter(',')
+      ->envname("TROUPE_START_WITH");
   cli.add_option("--stall-warn-ms", o.stallWarnMs,
                  "name an actor method that holds the event loop longer than this (0: never)")
       ->envname("TROUPE_STALL_WARN_MS");
@@ -417,7 +426,7 @@ class Worker {
   explicit Worker(NodeRuntime& node)
       : node_(node),
         headAddress_(node.hosts().addressOf(node.headHost())),
-        deadline_(node.loop().timer().now() + node.options().joinTimeoutMs * kj::MILLISECONDS) {}
+        deadline_(node.loop().timer().now() + joinLimitMs(node) * kj::MILLISECONDS) {}
 
   void start() {
     node_.loop().onSignal(SIGTERM, [this](int) { interrupted("SIGTERM"); });
@@ -435,11 +444,24 @@ class Worker {
  private:
   std::string headLine() const { return node_.headHost() + " at " + headAddress_; }
 
+  static unsigned joinLimitMs(NodeRuntime& node) {
+    // A process started again in place of one that was in the job (its incarnation > 0) rejoins
+    // a head that is running: it gives up as soon as a worker gives up on a silent head, plus
+    // the time the head takes to declare its predecessor lost.
+    auto& o = node.options();
+    return node.info().incarnation() > 0 ? o.headTimeoutMs + o.nodeTimeoutMaxMs : o.joinTimeoutMs;
+  }
+
   kj::Promise<void> attempt(kj::String lastError) {
     if (node_.loop().timer().now() > deadline_) {
-      node_.requestExit(JOIN_FAILED, "could not join the head " + headLine() + " within " +
-                                         std::to_string(node_.options().joinTimeoutMs) +
-                                         " ms: " + lastError.cStr());
+      auto incarnation = node_.info().incarnation();
+      node_.requestExit(JOIN_FAILED, std::string(incarnation > 0 ? "could not rejoin" : "could not join") +
+                                         " the head " + headLine() + " within " +
+                                         std::to_string(joinLimitMs(node_)) + " ms" +
+                                         (incarnation > 0 ? " (incarnation " +
+                                                                std::to_string(incarnation) + ")"
+                                                          : std::string()) +
+                                         ": " + lastError.cStr());
       return kj::READY_NOW;
     }
     return node_.connect(headAddress_)
@@ -449,6 +471,7 @@ class Worker {
             login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
           }
           login.setHost(node_.info().host());
+          login.setIncarnation(node_.info().incarnation());
           auto cluster = login.send().getCluster();
           auto join = cluster.joinRequest();
           node_.info().toProto(join.initInfo());
@@ -582,19 +605,25 @@ class Worker {
     signalled_ = true;
     std::string reason = std::string(signal) + " on " + node_.info().host().cStr() + " (" +
                          node_.info().group().cStr() + ")";
-    spdlog::warn("{}: asking the head to end the job", reason);
     if (headConnection_.get() == nullptr) {
       node_.requestExit(INTERRUPTED, reason + " before joining");
       return;
     }
-    auto req = node_.cluster().finishRequest();
-    req.setOk(false);
+    // A stop of this instance alone (a scale-down, a spot reclaim of one instance) is a drain:
+    // the head moves this node's work elsewhere and tells it to exit 0. A stop of the whole job
+    // (every instance signalled, the head too) ends the job with INTERRUPTED, as the head decides.
+    spdlog::warn("{}: asking the head to let this node leave (a drain, unless the whole job is "
+                 "being stopped)",
+                 reason);
+    auto req = node_.cluster().leaveRequest();
+    req.setNodeId(nodeId_);
     req.setReason(reason);
     node_.tasks().add(req.send().ignoreResult());
     // The head answers with Node.exit(); if it does not, leave anyway.
-    auto limit = node_.options().headTimeoutMs * kj::MILLISECONDS;
+    auto& o = node_.options();
+    auto limit = (kDrainWindowMs + o.stopTimeoutMs + o.headTimeoutMs) * kj::MILLISECONDS;
     node_.tasks().add(node_.loop().timer().afterDelay(limit).then([this, reason]() {
-      node_.requestExit(INTERRUPTED, reason + "; the head did not end the job in time");
+      node_.requestExit(INTERRUPTED, reason + "; the head did not answer in time");
     }));
   }
 

@@ -243,6 +243,9 @@ class NodeInfo {
   const std::map<std::string, std::string>& labels() const { return labels_; }
   const std::map<std::string, double>& resources() const { return resources_; }
   bool isHead() const { return isHead_; }
+  uint32_t incarnation() const { return incarnation_; }
+  // Which process of its host this is: 0, then 1, 2, ... when the per-instance entry point
+  // started it again (TROUPE_INCARNATION; docs/lifecycle.md, "Membership").
 
   static NodeInfo fromProto(proto::NodeInfo::Reader r);
   void toProto(proto::NodeInfo::Builder b) const;  // pid: this process's
@@ -253,6 +256,7 @@ class NodeInfo {
   std::map<std::string, std::string> labels_;
   std::map<std::string, double> resources_;
   bool isHead_ = false;
+  uint32_t incarnation_ = 0;
 };
 
 struct Restarted {

@@ -134,6 +134,15 @@ class Driver {
   const NodeInfo& node() const;
   std::vector<NodeInfo> nodes() const;
   // Every node in the cluster, sorted by host.
+  void onNodeJoined(kj::Function<void(const NodeInfo&)> callback);
+  // Called on the head's event loop for every node that joins once the driver runs: a host that
+  // came up late (--start-with), a new member of a group, or a process started again in place
+  // of a lost one (its NodeInfo::incarnation() is then above 0). Place work there with
+  // Placement::labels("host=" + host). Akka's MemberUp, for an app that grows with its cluster.
+  std::vector<std::string> membershipChanges() const;
+  // What changed since the driver started, one line each: "algo-3 (data_group) joined the
+  // running job ...", "... rejoined (incarnation 1)", "... left (SIGTERM ...): drained",
+  // "... was lost: ...".  The head logs the same at the job's end.
   EventLoop& loop();
   kj::Timer& timer() { return loop().timer(); }
 

@@ -61,6 +61,11 @@ struct RunOptions {
   // spans; the head writes the whole job's to this file at the end. Empty: nothing recorded.
   std::string traceFile;            // --trace / TROUPE_TRACE
   unsigned traceBufferSpans = 1u << 18;  // --trace-buffer-spans: per thread; more are dropped
+  // Membership (docs/lifecycle.md, "Membership"):
+  unsigned incarnation = 0;  // --incarnation / TROUPE_INCARNATION: which process of this host
+                             // (0; the entry point counts each one it starts again)
+  std::vector<std::string> startWith;  // --start-with GROUP=N / TROUPE_START_WITH: the job starts
+                                       // once GROUP has N nodes; its other hosts join later
 };
 
 [[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,

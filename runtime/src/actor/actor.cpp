@@ -66,6 +66,7 @@ NodeInfo NodeInfo::fromProto(proto::NodeInfo::Reader r) {
   info.vcpus_ = r.getVcpus();
   info.gpus_ = r.getGpus();
   info.memoryBytes_ = r.getMemoryBytes();
+  info.incarnation_ = r.getIncarnation();
   for (auto l : r.getLabels()) info.labels_[l.getKey()] = l.getValue();
   for (auto c : r.getResources()) info.resources_[c.getName()] = c.getMilli() / 1000.0;
   return info;
@@ -80,6 +81,7 @@ void NodeInfo::toProto(proto::NodeInfo::Builder b) const {
   b.setGpus(gpus_);
   b.setMemoryBytes(memoryBytes_);
   b.setPid(getpid());
+  b.setIncarnation(incarnation_);
   auto labels = b.initLabels(labels_.size());
   size_t i = 0;
   for (auto& [key, value] : labels_) {

@@ -104,4 +104,12 @@ EventLoop& Driver::loop() {
   return head_.node().loop();
 }
 
+void Driver::onNodeJoined(kj::Function<void(const NodeInfo&)> callback) {
+  head_.onNodeJoined(kj::mv(callback));
+}
+
+std::vector<std::string> Driver::membershipChanges() const {
+  return head_.membershipChanges();
+}
+
 }  // namespace troupe

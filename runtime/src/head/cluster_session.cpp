@@ -102,4 +102,10 @@ kj::Promise<void> ClusterSession::finish(FinishContext call) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> ClusterSession::leave(LeaveContext call) {
+  auto p = call.getParams();
+  head_.leave(p.getNodeId(), p.getReason());
+  return kj::READY_NOW;
+}
+
 }  // namespace troupe

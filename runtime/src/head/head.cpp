@@ -33,6 +33,39 @@ std::string describeNode(const NodeInfo& info) {
   return text;
 }
 
+// --start-with GROUP=N, checked against the cluster description.
+std::map<std::string, unsigned> parseStartWith(const std::vector<std::string>& items,
+                                               const ClusterConfig& config) {
+  std::map<std::string, unsigned> out;
+  for (auto& item : items) {
+    auto eq = item.find('=');
+    auto name = item.substr(0, eq);
+    auto count = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    const InstanceGroup* group = config.findGroup(name);
+    if (eq == std::string::npos || name.empty()) {
+      throw ConfigError("--start-with '" + item + "': expected GROUP=N, e.g. data_group=1");
+    }
+    if (group == nullptr) {
+      throw ConfigError("--start-with '" + item + "': the cluster has no group '" + name +
+                        "'; its groups are " + config.groupNames());
+    }
+    size_t used = 0;
+    unsigned long n = 0;
+    try {
+      n = std::stoul(count, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != count.size() || n > group->hosts.size()) {
+      throw ConfigError("--start-with '" + item + "': N must be a number from 0 to " +
+                        std::to_string(group->hosts.size()) + " (the hosts of group '" + name +
+                        "')");
+    }
+    out[name] = static_cast<unsigned>(n);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string nodeLine(const NodeInfo& info) {
@@ -57,6 +90,7 @@ Head::Head(NodeRuntime& node, DriverFunction driver, std::vector<std::string> ap
       if (h != node_.config().currentHost) view_.expectHost({h, g.name, g.instanceType});
     }
   }
+  startWith_ = parseStartWith(node_.options().startWith, node_.config());
 }
 
 Head::~Head() noexcept(false) {}
@@ -79,9 +113,33 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
         FAILED, kj::str("host '", host, "' says it is in group '", info.group(), "' but ",
                         config.source, " puts it in '", group.name.c_str(), "'")));
   }
-  if (view_.findHost(host) != nullptr) {
+  if (finishing_) {
     kj::throwFatalException(KJ_EXCEPTION(
-        FAILED, kj::str("host '", host, "' has already joined; two processes claim to be it")));
+        FAILED, kj::str("host '", host, "' cannot join: the job is ending (",
+                        exitCodeName(code_), ": ", reason_.c_str(), ")")));
+  }
+  // A host seen before: a process started again in place of a lost one (kill -9, a crash, a
+  // partition that healed) rejoins as a new node; one that claims a host whose process is alive
+  // must be a newer incarnation of it, which replaces that process.
+  bool rejoined = false;
+  if (auto* old = view_.findHost(host)) {
+    auto& previous = nodes_.at(old->id);
+    auto incarnation = info.incarnation(), before = previous.info.incarnation();
+    if (old->id == 1 || (previous.alive && incarnation <= before)) {
+      kj::throwFatalException(KJ_EXCEPTION(
+          FAILED,
+          kj::str("host '", host, "' has already joined (incarnation ", before,
+                  "); two processes claim to be it. A process started in place of another must "
+                  "have a higher incarnation (TROUPE_INCARNATION ", before + 1, " or more); this "
+                  "one has ",
+                  incarnation)));
+    }
+    if (previous.alive) {
+      nodeLost(old->id, "replaced by incarnation " + std::to_string(incarnation) +
+                            " of the same host (its process was started again)");
+    }
+    view_.removeNode(old->id);  // its books are settled: the actors it hosted were moved on
+    rejoined = true;
   }
   uint32_t id = nextNodeId_++;
   sched::NodeSpec spec;
@@ -94,13 +152,46 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
   view_.addNode(spec, sched::NodeState::ALIVE);
   nodes_.emplace(id, NodeEntry{id, info, kj::mv(client), true, node_.loop().timer().now()});
   if (id != 1 && control_) control_->admit(id, host);
-  if (id != 1) {
+  if (id != 1 && !driverRunning_) {
     spdlog::info("{} joined from {} ({}); {} still expected", nodeLine(info), info.address(),
                  describeNode(info), view_.getExpectedHosts().size());
+  } else if (id != 1) {
+    membershipEvent(nodeLine(info) + (rejoined ? " rejoined (incarnation " +
+                                                     std::to_string(info.incarnation()) + ")"
+                                               : " joined the running job") +
+                    " from " + info.address().cStr() + " (" + describeNode(info) + ")");
   }
-  if (view_.getExpectedHosts().empty() && formed_.get() != nullptr) formed_->fulfill();
+  if (formed_.get() != nullptr && formedEnough()) {
+    formed_->fulfill();
+    formed_ = nullptr;
+  }
   capacityChanged();
+  if (driverRunning_ && id != 1) {
+    // After this turn, which sends the join's answer: the node then knows the cluster before it
+    // is asked to host anything.
+    tasks_.add(kj::evalLater([this, id]() {
+      auto* n = findNode(id);
+      if (n == nullptr || !n->alive || finishing_) return;
+      auto info = n->info;
+      for (auto& callback : joinedCallbacks_) callback(info);
+    }));
+  }
   return id;
+}
+
+bool Head::formedEnough() const {
+  for (auto& g : node_.config().groups) {
+    auto it = startWith_.find(g.name);
+    size_t need = it == startWith_.end() ? g.hosts.size() : it->second;
+    // Hosts that joined: one lost since counts (the job starts without it, as a later loss
+    // would leave it), one that came back is one host.
+    std::set<std::string> joined;
+    for (auto& [id, n] : nodes_) {
+      if (n.info.group() == g.name.c_str()) joined.insert(n.info.host().cStr());
+    }
+    if (joined.size() < need) return false;
+  }
+  return true;
 }
 
 void Head::watchConnection(uint32_t nodeId, kj::Promise<void> disconnected) {
@@ -145,7 +236,7 @@ void Head::recordOwnLoad() {
 kj::Promise<void> Head::formCluster() {
   // The head is a node too: it joins its own directory first.
   join(node_.info(), node_.selfClient());
-  if (view_.getExpectedHosts().empty()) return kj::READY_NOW;
+  if (formedEnough()) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
   formed_ = kj::mv(paf.fulfiller);
   auto timeout = node_.options().joinTimeoutMs * kj::MILLISECONDS;
@@ -230,6 +321,18 @@ void Head::startDriver() {
   } else {
     spdlog::warn("cluster formed: {} nodes ({} of {} that joined were lost); starting the driver",
                  alive, nodes_.size() - alive, nodes_.size());
+  }
+  if (!view_.getExpectedHosts().empty()) {
+    // --start-with: the others join the running job when they come up. Placements no longer
+    // wait for them; a multi-instance spawn gets actors on them when they do (onNodeJoined).
+    std::string late;
+    for (auto& h : view_.getExpectedHosts()) {
+      late += (late.empty() ? "" : ", ") + h.host + " (" + h.group + ")";
+    }
+    spdlog::info("starting without {} (--start-with): they join the running job when they come "
+                 "up",
+                 late);
+    view_.forgetAllExpected();
   }
   driverRunning_ = true;
   driverTask_ = kj::evalLater([this]() { return driverFn_(*driver_); })

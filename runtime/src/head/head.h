@@ -23,6 +23,10 @@ namespace troupe {
 std::string nodeLine(const NodeInfo& info);
 // "algo-2 (data_group)": a node as the head's log lines name it.
 
+constexpr unsigned kDrainWindowMs = 1500;
+// A worker's SIGTERM is a drain unless the head itself is stopped within this long (a stop of
+// the whole job signals every instance at about the same time).
+
 class Head final : private kj::TaskSet::ErrorHandler {
  public:
   Head(NodeRuntime& node, DriverFunction driver, std::vector<std::string> appArgs);
@@ -67,7 +71,14 @@ class Head final : private kj::TaskSet::ErrorHandler {
   void monitor(uint64_t target, proto::Watcher::Client watcher);
   kj::Promise<void> stop(uint64_t id);
   void finish(int code, std::string reason);
+  void leave(uint32_t nodeId, std::string reason);
+  // A worker was signalled (Cluster.leave): a drain after kDrainWindowMs, unless the job is
+  // ending by then.
+  void onNodeJoined(kj::Function<void(const NodeInfo&)> callback);
+  // Called for every node that joins once the driver runs: a late host, a scale-up, a process
+  // started again in place of a lost one (Driver::onNodeJoined).
   std::vector<NodeInfo> nodes() const;
+  const std::vector<std::string>& membershipChanges() const { return membership_; }
   proto::Node::Client nodeAt(const std::string& address, kj::Maybe<proto::Node::Client> otherwise);
   void status(proto::JobStatus::Builder out) const;
   // The job as the head sees it, for `troupe status` (head_status.cpp): nodes with their last
@@ -81,6 +92,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
     bool alive = true;
     kj::TimePoint lastHeartbeat;
     std::string lostBecause;  // set when declared lost
+    bool draining = false;    // leave(): its actors are moving elsewhere; it takes no new ones
+    bool left = false;        // drained and told to exit 0 (not alive, not lost)
     struct Load {
       // From the node's last heartbeat (the head's own: its heartbeat check).
       float cpuPercent = 0;
@@ -147,6 +160,11 @@ class Head final : private kj::TaskSet::ErrorHandler {
   void hostOn(ActorEntry& entry);
   void warnUnknownPreferences(const Placement& placement);
   void nodeLost(uint32_t nodeId, std::string why);
+  void drain(uint32_t nodeId, std::string reason);
+  bool formedEnough() const;
+  // Every group has the nodes the job starts with: all its hosts, or --start-with's count.
+  void membershipEvent(std::string line);
+  // Logged now, and again in the summary at the job's end.
   std::unique_ptr<ControlServer> control_;  // the control path: liveness, judged on its thread
   void fence(NodeEntry& lost, const std::string& why);
   kj::Promise<void> terminate(uint64_t id, Exit reason, bool alreadyGone, bool mayRestart);
@@ -185,6 +203,9 @@ class Head final : private kj::TaskSet::ErrorHandler {
   bool driverRunning_ = false;
   bool finishing_ = false;
   bool signalled_ = false;  // this process got SIGTERM or SIGINT
+  std::map<std::string, unsigned> startWith_;  // --start-with: group -> nodes to start with
+  std::vector<kj::Function<void(const NodeInfo&)>> joinedCallbacks_;
+  std::vector<std::string> membership_;  // joined late, rejoined, left: for the summary
   int code_ = 0;
   std::string reason_;
   kj::Own<kj::PromiseFulfiller<void>> finishFulfiller_;
@@ -208,6 +229,7 @@ class ClusterSession final : public proto::Cluster::Server {
   kj::Promise<void> monitor(MonitorContext call) override;
   kj::Promise<void> stop(StopContext call) override;
   kj::Promise<void> finish(FinishContext call) override;
+  kj::Promise<void> leave(LeaveContext call) override;
 
  private:
   Head& head_;

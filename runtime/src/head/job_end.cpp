@@ -24,6 +24,11 @@ void Head::finish(int code, std::string reason) {
     // The one line that says what failed, where, and why.
     spdlog::error("job failed ({}): {}", exitCodeName(code), reason);
   }
+  if (!membership_.empty()) {
+    std::string all;
+    for (auto& m : membership_) all += (all.empty() ? "" : "; ") + m;
+    spdlog::info("membership changes during the job: {}", all);
+  }
   tasks_.add(kj::evalLater([this]() {
     // Cancel the driver (outside of its own continuation).
     driverTask_ = nullptr;

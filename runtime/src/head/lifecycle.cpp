@@ -72,6 +72,7 @@ void Head::nodeLost(uint32_t nodeId, std::string why) {
     return;
   }
   spdlog::error("node {} was lost: {}", nodeLine(n->info), why);
+  if (driverRunning_) membership_.push_back(nodeLine(n->info) + " was lost: " + why);
   fence(*n, why);
   std::vector<uint64_t> hosted;
   for (auto& [id, a] : actors_) {
@@ -92,12 +93,14 @@ void Head::fence(NodeEntry& lost, const std::string& why) {
   // which fails calls in flight to its actors with DISCONNECTED at once (a partition closes no
   // socket by itself).
   std::string host = lost.info.host().cStr(), address = lost.info.address().cStr();
+  auto incarnation = lost.info.incarnation();
   for (auto& [id, n] : nodes_) {
     if (id == 1 || !n.alive) continue;
     auto req = n.client.peerLostRequest();
     req.setHost(host);
     req.setAddress(address);
     req.setReason(why);
+    req.setIncarnation(incarnation);
     tasks_.add(req.send().ignoreResult());
   }
   // Tell the node itself, in case it can still hear (a freeze it wakes from: the request waits
@@ -109,7 +112,9 @@ void Head::fence(NodeEntry& lost, const std::string& why) {
                  .timer()
                  .timeoutAfter(100 * kj::MILLISECONDS, req.send().ignoreResult())
                  .then([]() {}, [](kj::Exception&&) {})
-                 .then([this, host, address, why]() { node_.fencePeer(host, address, why); }));
+                 .then([this, host, address, why, incarnation]() {
+                   node_.fencePeer(host, address, why, incarnation);
+                 }));
 }
 
 kj::Promise<void> Head::stop(uint64_t id) {

@@ -121,7 +121,7 @@ class NodeServer final : public proto::Node::Server {
   }
   kj::Promise<void> peerLost(PeerLostContext call) override {
     auto p = call.getParams();
-    node_.fencePeer(p.getHost(), p.getAddress(), p.getReason());
+    node_.fencePeer(p.getHost(), p.getAddress(), p.getReason(), p.getIncarnation());
     return kj::READY_NOW;
   }
   kj::Promise<void> actorRestarted(ActorRestartedContext call) override {
@@ -162,7 +162,7 @@ class GateServer final : public proto::Gate::Server {
     }
     if (connection_ != nullptr) {
       connection_->loggedIn();
-      connection_->setPeerHost(call.getParams().getHost());
+      connection_->setPeerHost(call.getParams().getHost(), call.getParams().getIncarnation());
     }
     auto results = call.getResults();
     results.setNode(node_.selfClient());
@@ -291,6 +291,7 @@ NodeRuntime::NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions o
   info_.address_ = hosts_.addressOf(config_.currentHost);
   headHost_ = config_.headHost(options_.headGroup);
   info_.isHead_ = headHost_ == config_.currentHost;
+  info_.incarnation_ = options_.incarnation;
   self_ = kj::heap<NodeServer>(*this);
   refusals_ = kj::heap<RefusalLog>(loop_.timer());
   if (options_.insecure) {
@@ -513,6 +514,7 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
                            login.setToken(kj::StringPtr(options_.token.c_str()).asBytes());
                          }
                          login.setHost(info_.host());
+                         login.setIncarnation(info_.incarnation());
                          proto::Node::Client node = login.send().getNode();
                          tasks_.add(conn->onDisconnect().then(
                              [dropPeer]() { return kj::evalLater(dropPeer); },
@@ -533,11 +535,11 @@ proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
 }
 
 void NodeRuntime::fencePeer(const std::string& host, const std::string& address,
-                            const std::string& reason) {
+                            const std::string& reason, uint32_t incarnation) {
   auto why = kj::str("node ", host, " was declared lost: ", reason);
   size_t cut = 0;
   for (auto& [id, conn] : inbound_) {
-    if (conn->peerHost() == host) {
+    if (conn->peerHost() == host && conn->peerIncarnation() <= incarnation) {
       conn->abort(why);
       ++cut;
     }

@@ -46,7 +46,11 @@ class Connection {
   kj::Promise<void> onDisconnect() { return disconnected_.addBranch(); }
   const std::string& peer() const { return peer_; }
   const std::string& peerHost() const { return peerHost_; }
-  void setPeerHost(std::string host) { peerHost_ = kj::mv(host); }
+  void setPeerHost(std::string host, uint32_t incarnation) {
+    peerHost_ = kj::mv(host);
+    peerIncarnation_ = incarnation;
+  }
+  uint32_t peerIncarnation() const { return peerIncarnation_; }
   // The host the peer said it is when it logged in ("" for connections this node opened).
 
   void abort(kj::StringPtr reason);
@@ -72,6 +76,7 @@ class Connection {
   kj::ForkedPromise<void> disconnected_;
   std::string peer_;
   std::string peerHost_;
+  uint32_t peerIncarnation_ = 0;
 };
 
 class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
@@ -99,9 +104,11 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   // The Node capability of the node listening at `address`, over a direct connection cached per
   // peer (or this node itself).
 
-  void fencePeer(const std::string& host, const std::string& address, const std::string& reason);
-  // Drops every connection to and from `host` (listening at `address`): the head declared it
-  // lost. Calls in flight to it fail with DISCONNECTED; a later peerNode(address) connects anew.
+  void fencePeer(const std::string& host, const std::string& address, const std::string& reason,
+                 uint32_t incarnation);
+  // Drops every connection to and from `host`'s processes up to `incarnation` (listening at
+  // `address`): the head declared that process lost. Calls in flight to it fail with
+  // DISCONNECTED; a later peerNode(address) connects anew (to a newer process of the host).
 
   proto::Cluster::Client cluster() override;
   // The head's Cluster capability (local on the head).
