@@ -7,6 +7,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <tuple>
 
 #include "troupe/dataset/epoch.h"
@@ -50,30 +52,57 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
 }
 
 kj::Promise<void> AugmenterActor::onStart() {
-  return load(shard_).then([this](std::shared_ptr<const Shard> shard) {
-    spdlog::debug("augmenter shard {}/{}: {} samples", shard_, shards_, shard->ids.size());
+  return load(shard_, shards_).then([this](std::shared_ptr<const Shard> shard) {
+    spdlog::debug("augmenter {}/{}: the training set is loaded", shard_, shards_);
   });
 }
 
-kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(uint32_t shard) {
-  auto it = loaded_.find(shard);
-  if (it != loaded_.end()) return it->second.addBranch();
-  KJ_REQUIRE(shard < shards_, "no such shard", shard, shards_);
-  // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
-  auto load = context().offload([dir = dataDir_, shard, shards = shards_, samples = samples_,
-                                  spent = loadSeconds_]() {
-    auto cpu = threadCpuSeconds();
-    KJ_DEFER(spent->fetch_add(threadCpuSeconds() - cpu));
-    auto all = data::loadFashionMnist(dir, data::Split::kTrain);
-    KJ_REQUIRE(samples <= all.size(), "more training samples asked for than the dataset has",
-               samples, all.size());
-    auto shared = std::make_shared<Shard>();
-    shared->ids = data::shardIndices(samples ? samples : all.size(), shard, shards);
-    shared->images = data::gatherSamples(all, shared->ids);
-    return std::shared_ptr<const Shard>(kj::mv(shared));
-  });
-  auto& forked = loaded_.emplace(shard, load.fork()).first->second;
-  return forked.addBranch();
+namespace {
+
+// The training set, read once per process and shared by its augmenters (a node runs one per
+// vCPU): 47 MB of pixels each otherwise. Called on the pool; a second caller waits for the first
+// one's read.
+std::shared_ptr<const data::LabeledImages> trainingSet(const std::string& dir, uint64_t samples) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<const data::LabeledImages>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[dir];
+  if (auto kept = slot.lock()) {
+    KJ_REQUIRE(samples <= kept->size(), "more training samples asked for than the dataset has",
+               samples, kept->size());
+    return kept;
+  }
+  auto all = std::make_shared<const data::LabeledImages>(
+      data::loadFashionMnist(dir, data::Split::kTrain));
+  KJ_REQUIRE(samples <= all->size(), "more training samples asked for than the dataset has",
+             samples, all->size());
+  slot = all;
+  return all;
+}
+
+}  // namespace
+
+kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(uint32_t shard,
+                                                                             uint32_t shards) {
+  KJ_REQUIRE(shard < shards, "no such shard", shard, shards);
+  if (trainingSet_ == nullptr) {
+    // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
+    trainingSet_ = context()
+                       .offload([dir = dataDir_, samples = samples_, spent = loadSeconds_]() {
+                         auto cpu = threadCpuSeconds();
+                         KJ_DEFER(spent->fetch_add(threadCpuSeconds() - cpu));
+                         return trainingSet(dir, samples);
+                       })
+                       .fork();
+  }
+  return KJ_ASSERT_NONNULL(trainingSet_)
+      .addBranch()
+      .then([this, shard, shards](std::shared_ptr<const data::LabeledImages> all) {
+        auto out = std::make_shared<Shard>();
+        out->ids = data::shardIndices(samples_ ? samples_ : all->size(), shard, shards);
+        out->all = kj::mv(all);
+        return std::shared_ptr<const Shard>(kj::mv(out));
+      });
 }
 
 AugmenterActor::Stream& AugmenterActor::current(uint32_t shard, uint64_t session) {
@@ -91,18 +120,19 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   auto epoch = p.getEpoch();
   auto from = p.getFrom();
   auto shard = p.getShard();
+  auto shards = p.getShards() > 0 ? p.getShards() : shards_;
   // A new session replaces the shard's previous one (the trainer reconnected after a restart).
   auto& stream = streams_[shard];
   KJ_IF_MAYBE(w, stream.creditWaiter) {
     (*w)->reject(KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
   }
   stream = Stream{session, p.getCredits()};
-  if (shard != shard_) {
-    spdlog::info("augmenter {} takes over shard {} of {} from sample {}", shard_, shard, shards_,
+  if (from > 0) {
+    spdlog::info("augmenter {} serves shard {} of {} from sample {} on", shard_, shard, shards,
                  from);
   }
   auto sink = p.getSink();
-  return load(shard).then([this, call, shard, session, epoch, from,
+  return load(shard, shards).then([this, call, shard, session, epoch, from,
                            sink](std::shared_ptr<const Shard> data) mutable {
     KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
                data->ids.size());
@@ -169,15 +199,14 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     auto work = [data, augmenter = augmenter_, ids, batchSeed]() {
       trace::Span span("augment", "train");
       auto cpu = threadCpuSeconds();  // gathering and augmenting: the pool's part of a batch
-      auto& images = data->images;
+      auto& images = *data->all;
       size_t n = ids.size(), pixels = images.imageSize();
       std::vector<uint8_t> raw(n * pixels);
       std::vector<uint8_t> labels(n);
       for (size_t i = 0; i < n; ++i) {
-        auto at = std::lower_bound(data->ids.begin(), data->ids.end(), ids[i]) - data->ids.begin();
-        auto img = images.image(at);
+        auto img = images.image(ids[i]);
         std::copy(img.begin(), img.end(), raw.begin() + i * pixels);
-        labels[i] = images.labels[at];
+        labels[i] = images.labels[ids[i]];
       }
       auto out = augmenter->augment(raw, images.rows, images.cols, batchSeed);
       return std::make_tuple(kj::mv(out), kj::mv(labels), threadCpuSeconds() - cpu);

@@ -1,5 +1,5 @@
-// The augmenter actor: one shard of the training set, augmented on the node's compute pool and
-// streamed to the trainer in batches, at most `credits` batches ahead of what the trainer has
+// The augmenter actor: shards of the training set, handed to it by the trainer one at a time,
+// augmented on the node's compute pool and streamed to the trainer in batches, at most `credits` batches ahead of what the trainer has
 // consumed. Deterministic: the same (seed, epoch, position) gives the same batch, so a restarted
 // augmenter resumes from the trainer's acknowledged position and the epoch still delivers every
 // sample exactly once.
@@ -34,8 +34,8 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
 
  private:
   struct Shard {
-    data::LabeledImages images;  // this shard's samples, indexed by position in `ids`
-    std::vector<uint32_t> ids;   // global sample ids of the shard, ascending
+    std::shared_ptr<const data::LabeledImages> all;  // the training set (trainingSet())
+    std::vector<uint32_t> ids;                       // sample ids of the shard, ascending
   };
   struct Stream {
     // The produce() call serving one shard; a newer one for the same shard replaces it.
@@ -45,8 +45,8 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
     kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> creditWaiter;
   };
 
-  kj::Promise<std::shared_ptr<const Shard>> load(uint32_t shard);
-  // The shard's samples, read once (on the pool) and kept.
+  kj::Promise<std::shared_ptr<const Shard>> load(uint32_t shard, uint32_t shards);
+  // The shard's sample ids, over the training set read once per process (on the pool).
   kj::Promise<void> pump(uint32_t shard, uint64_t session, uint32_t epoch,
                          std::shared_ptr<const Shard> data,
                          std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
@@ -59,7 +59,7 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   uint64_t seed_, samples_;
   std::string dataDir_;
   std::shared_ptr<const Augmenter> augmenter_;
-  std::map<uint32_t, kj::ForkedPromise<std::shared_ptr<const Shard>>> loaded_;
+  kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::LabeledImages>>> trainingSet_;
   std::map<uint32_t, Stream> streams_;  // by shard
   // For stats(): what this incarnation augmented and pushed.
   uint64_t images_ = 0, batches_ = 0, bytes_ = 0;

@@ -42,14 +42,14 @@ interface BatchSink {
 
 interface Augmenter extends(Troupe.Actor) {
   produce @0 (session :UInt64, epoch :UInt32, from :UInt64, credits :UInt32, sink :BatchSink,
-              shard :UInt32) -> (end :UInt64, samples :UInt64) $Troupe.concurrent;
-  # Streams the batches of `shard` for `epoch` from position `from` into `sink`, at most `credits`
-  # ahead of what grant() has returned; resolves when the last batch was pushed. `shard` is
-  # normally the augmenter's own (its instanceIndex); another one when the trainer hands it the
-  # shard of an augmenter that is gone for good. One stream per shard: a new produce() for a shard
-  # replaces that shard's previous stream (a restarted trainer's new session; the old call, whose
-  # sink is gone, ends). $concurrent: it lasts the whole epoch, and grant() must reach the
-  # augmenter meanwhile through its mailbox; several shards' streams run at once.
+              shard :UInt32, shards :UInt32) -> (end :UInt64, samples :UInt64) $Troupe.concurrent;
+  # Streams the batches of `shard` of `shards` (shardIndices; 0 shards: the augmenter's instance
+  # count) for `epoch` from position `from` into `sink`, at most `credits` ahead of what grant()
+  # has returned; resolves when the last batch was pushed. The trainer hands shards out from a
+  # queue per epoch, one at a time to each augmenter, so that a slow or new augmenter takes what
+  # it can (docs/hetero_train.md). One stream per shard: a new produce() for a shard replaces
+  # that shard's previous stream (the old call ends). $concurrent: grant() must reach the
+  # augmenter meanwhile through its mailbox.
   grant @1 (session :UInt64, credits :UInt32);
   # The trainer consumed batches of that session's stream: send that many more.
   stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64,
@@ -133,4 +133,7 @@ interface Trainer extends(Troupe.Actor) {
   # steps and samples count every run of the job; seconds and waitSeconds this run's, which did
   # all but resumedSteps and resumedSamples. $concurrent: a read-only query answered while train()
   # holds the trainer (train() goes through the mailbox: a second train() waits for the first).
+  addSources @2 (sources :List(Troupe.ActorAddress)) $Troupe.concurrent;
+  # More augmenters for the running train() (a node joined the job): they take shards from the
+  # epoch's queue at once.
 }

@@ -122,15 +122,8 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   KJ_REQUIRE(p.getSources().size() > 0, "train() needs at least one augmenter");
   sources_.clear();
   augmenters_.clear();
-  uint32_t shard = 0;
-  for (auto a : p.getSources()) {
-    auto address = ActorAddress::fromProto(a);
-    sources_.push_back(Source{address.id, shard++, address.incarnation,
-                              context().resolve<hetero::Augmenter>(address)});
-    augmenters_.push_back(address);
-    tasks_->add(
-        context().monitor(address.id).then([this, id = address.id](Exit why) { gone(id, why); }));
-  }
+  for (auto a : p.getSources()) addAugmenter(ActorAddress::fromProto(a));
+  for (uint32_t shard = 0; shard < shardCount(); ++shard) sources_.push_back(Source{shard});
   plannedSteps_ = 0;
   for (auto& s : sources_) {
     auto n = data::shardIndices(trainSamples_, s.shard, sources_.size()).size();
@@ -214,15 +207,17 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
   }
   queue_.clear();
   epochStarted_ = context().timer().now();
-  for (uint32_t i = 0; i < sources_.size(); ++i) {
-    auto& s = sources_[i];
+  for (auto& a : augmenters_) a.busy = false;  // the last epoch's streams have ended
+  for (auto& s : sources_) {
     if (!resumed) s.acked = 0;
     s.produced = false;
     s.end = 0;
+    s.augmenter = -1;
+    s.session = 0;
     auto shard = data::shardIndices(trainSamples_, s.shard, sources_.size());
     s.expected = data::epochOrder(shard, seed_, epoch);
-    startSource(i);
   }
+  dispatch();
   return consume(epoch).then([this, epoch]() -> kj::Promise<void> {
     if (stopping_) return kj::NEVER_DONE;    // onStop() owns the model now
     for (auto& s : sources_) s.session = 0;  // late batches of this epoch are stale now
@@ -258,115 +253,156 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
   });
 }
 
+uint32_t TrainerActor::shardCount() const {
+  uint64_t perShard = uint64_t(batchSize_) * kBatchesPerShard;
+  return static_cast<uint32_t>(std::max<uint64_t>(1, (trainSamples_ + perShard - 1) / perShard));
+}
+
+void TrainerActor::addAugmenter(const ActorAddress& address) {
+  AugmenterRef a;
+  a.address = address;
+  a.client = context().resolve<hetero::Augmenter>(address);
+  augmenters_.push_back(kj::mv(a));
+  tasks_->add(
+      context().monitor(address.id).then([this, id = address.id](Exit why) { gone(id, why); }));
+}
+
+kj::Promise<void> TrainerActor::addSources(AddSourcesContext call) {
+  size_t before = augmenters_.size();
+  for (auto a : call.getParams().getSources()) addAugmenter(ActorAddress::fromProto(a));
+  if (augmenters_.size() > before) {
+    auto& first = augmenters_[before].address;
+    spdlog::info("{} more augmenters ('{}' ... on {}): they take shards from the queue",
+                 augmenters_.size() - before, first.name, first.host);
+  }
+  dispatch();
+  return kj::READY_NOW;
+}
+
+void TrainerActor::dispatch() {
+  if (!training_ || stopping_) return;
+  size_t next = 0;  // augmenters are taken in turn, from the first free one
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    auto& s = sources_[i];
+    if (s.produced || s.augmenter >= 0 || s.acked >= s.expected.size()) continue;
+    while (next < augmenters_.size() &&
+           (augmenters_[next].busy || augmenters_[next].down || augmenters_[next].gone)) {
+      ++next;
+    }
+    if (next == augmenters_.size()) return;  // every augmenter is busy (or down)
+    s.augmenter = static_cast<int32_t>(next);
+    augmenters_[next].busy = true;
+    startSource(i);
+  }
+}
+
 void TrainerActor::startSource(uint32_t index) {
   auto& s = sources_[index];
+  auto& a = augmenters_[s.augmenter];
   s.session = nextSession_++;
-  auto req = s.client.produceRequest();
+  auto req = a.client.produceRequest();
   req.setSession(s.session);
   req.setEpoch(epoch_);
   req.setFrom(s.acked);
   req.setCredits(prefetch_);
   req.setSink(kj::heap<Sink>(self_));
   req.setShard(s.shard);
+  req.setShards(sources_.size());
   auto session = s.session;
-  auto actorId = s.actorId;
+  auto augmenter = static_cast<uint32_t>(s.augmenter);
   tasks_->add(req.send().then(
-      [this, index, session](auto response) -> kj::Promise<void> {
+      [this, index, session, augmenter](auto response) {
         auto& s = sources_[index];
-        if (s.session != session) return kj::READY_NOW;
+        if (s.session != session) return;
+        // All of it was pushed: the augmenter is free for the next shard while the trainer
+        // works through what it queued.
         s.end = response.getEnd();
         s.produced = true;
+        s.augmenter = -1;
+        augmenters_[augmenter].busy = false;
+        dispatch();
         wake();
-        return kj::READY_NOW;
       },
-      [this, index, session, actorId](kj::Exception&& e) -> kj::Promise<void> {
-        if (sources_[index].session != session) return kj::READY_NOW;
-        return recover(index, actorId, kj::mv(e), 0);
+      [this, index, session, augmenter](kj::Exception&& e) {
+        if (sources_[index].session != session) return;
+        streamBroke(index, augmenter, kj::mv(e));
       }));
 }
 
-kj::Promise<void> TrainerActor::recover(uint32_t index, uint64_t actorId, kj::Exception error,
-                                        int attempt) {
-  if (stopping_) return kj::READY_NOW;  // the job is ending: nothing to resume
+void TrainerActor::unassign(uint32_t index) {
   auto& s = sources_[index];
-  if (attempt == 0) {
-    spdlog::warn(
-        "shard {}: the stream from augmenter #{} broke ({}); resuming from sample {} "
-        "once it runs again",
-        s.shard, actorId, error.getDescription().cStr(), s.acked);
-    s.session = 0;  // whatever still arrives from the old stream is stale
+  if (s.augmenter >= 0) augmenters_[s.augmenter].busy = false;
+  s.augmenter = -1;
+  s.session = 0;  // whatever still arrives from the old stream is stale
+  // Batches queued from the old stream are dropped: the next one resends from `acked`.
+  std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
+}
+
+void TrainerActor::streamBroke(uint32_t index, uint32_t augmenter, kj::Exception error) {
+  if (stopping_) return;  // the job is ending: nothing to resume
+  auto& a = augmenters_[augmenter];
+  spdlog::warn(
+      "shard {}: the stream from augmenter '{}' (#{}) on {} broke ({}); the shard goes back to "
+      "the queue from sample {}",
+      sources_[index].shard, a.address.name, a.address.id, a.address.host,
+      error.getDescription().cStr(), sources_[index].acked);
+  unassign(index);
+  if (!a.down && !a.gone) {
+    a.down = true;
+    tasks_->add(revive(augmenter));
   }
-  // Done once the source was resumed, or handed to another augmenter, meanwhile.
-  auto settled = [this, index, actorId]() {
-    auto& s = sources_[index];
-    return s.actorId != actorId || s.session != 0;
-  };
-  return context()
-      .timer()
-      .afterDelay(200 * kj::MILLISECONDS)
-      .then([=, this]() -> kj::Promise<void> {
-        if (settled()) return kj::READY_NOW;
-        return context().current(actorId).then(
-            [=, this](ActorAddress address) -> kj::Promise<void> {
-              if (settled()) return kj::READY_NOW;
-              auto& s = sources_[index];
-              if (address.incarnation == s.incarnation) {
-                // Not restarted yet: the head has not noticed, or is still placing it.
-                return recover(index, actorId, KJ_EXCEPTION(DISCONNECTED, "waiting"), attempt + 1);
-              }
-              spdlog::info("shard {}: augmenter #{} runs again on {} (incarnation {}); resuming",
-                           s.shard, actorId, address.host, address.incarnation);
-              s.incarnation = address.incarnation;
-              s.client = context().resolve<hetero::Augmenter>(address);
-              // Batches queued from the old stream are dropped: the new one resends from `acked`.
-              std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
-              startSource(index);
-              return kj::READY_NOW;
-            },
-            [=, this](kj::Exception&& e) {
-              // Gone for good: gone() hands the shard over, and settled() then ends this loop.
-              return recover(index, actorId, kj::mv(e), attempt + 1);
-            });
-      });
+  dispatch();
+}
+
+kj::Promise<void> TrainerActor::revive(uint32_t augmenter) {
+  // Until the runtime has restarted it (a new incarnation) or it is gone for good.
+  return context().timer().afterDelay(200 * kj::MILLISECONDS).then([this, augmenter]() {
+    auto& a = augmenters_[augmenter];
+    if (a.gone || stopping_) return kj::Promise<void>(kj::READY_NOW);
+    return context().current(a.address.id).then(
+        [this, augmenter](ActorAddress address) -> kj::Promise<void> {
+          auto& a = augmenters_[augmenter];
+          if (a.gone) return kj::READY_NOW;
+          if (address.incarnation == a.address.incarnation) return revive(augmenter);
+          spdlog::info("augmenter '{}' (#{}) runs again on {} (incarnation {}); it takes shards "
+                       "again",
+                       address.name, address.id, address.host, address.incarnation);
+          a.address = address;
+          a.client = context().resolve<hetero::Augmenter>(address);
+          a.down = false;
+          dispatch();
+          return kj::READY_NOW;
+        },
+        [this, augmenter](kj::Exception&&) -> kj::Promise<void> {
+          // Gone for good: gone() says so; until then, keep asking.
+          if (augmenters_[augmenter].gone) return kj::READY_NOW;
+          return revive(augmenter);
+        });
+  });
 }
 
 void TrainerActor::gone(uint64_t actorId, const Exit& why) {
   if (!why.abnormal()) return;  // stopped: the job is ending
-  if (!gone_.insert(actorId).second) return;
-  spdlog::warn("augmenter #{} will not come back ({}); the other augmenters take over its shards",
-               actorId, why.describe());
-  for (uint32_t i = 0; i < sources_.size(); ++i) {
-    if (sources_[i].actorId == actorId) handOver(i);
+  for (uint32_t k = 0; k < augmenters_.size(); ++k) {
+    auto& a = augmenters_[k];
+    if (a.address.id != actorId || a.gone) continue;
+    a.gone = true;
+    spdlog::warn("augmenter '{}' (#{}) will not come back ({}); the others take its shards",
+                 a.address.name, actorId, why.describe());
+    for (uint32_t i = 0; i < sources_.size(); ++i) {
+      if (sources_[i].augmenter == static_cast<int32_t>(k)) unassign(i);
+    }
   }
-}
-
-void TrainerActor::handOver(uint32_t index) {
-  // The survivor serving the fewest shards takes this one, from the position last acknowledged.
-  std::map<uint64_t, size_t> load;
-  for (auto& a : augmenters_) {
-    if (!gone_.count(a.id)) load[a.id] = 0;
-  }
-  for (auto& s : sources_) {
-    if (load.count(s.actorId)) ++load[s.actorId];
-  }
-  auto& s = sources_[index];
-  if (load.empty()) {
-    fatal_ = KJ_EXCEPTION(FAILED, kj::str("every augmenter is gone; shard ", s.shard,
-                                          " cannot be served from sample ", s.acked));
+  bool any = false;
+  for (auto& a : augmenters_) any = any || !a.gone;
+  if (!any && training_) {
+    fatal_ = KJ_EXCEPTION(FAILED, kj::str("every augmenter is gone; ", sources_.size(),
+                                          " shards of epoch ", epoch_ + 1,
+                                          " cannot be served"));
     wake();
     return;
   }
-  auto best = std::min_element(load.begin(), load.end(),
-                               [](auto& a, auto& b) { return a.second < b.second; });
-  auto& to = *std::find_if(augmenters_.begin(), augmenters_.end(),
-                           [&](auto& a) { return a.id == best->first; });
-  spdlog::warn("shard {}: augmenter #{} ('{}' on {}) serves it from sample {} on", s.shard, to.id,
-               to.name, to.host, s.acked);
-  s.actorId = to.id;
-  s.incarnation = to.incarnation;
-  s.client = context().resolve<hetero::Augmenter>(to);
-  std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
-  startSource(index);
+  dispatch();
 }
 
 TrainerActor::CpuTimes TrainerActor::CpuTimes::now() {
@@ -403,13 +439,14 @@ kj::Promise<void> TrainerActor::dataReady() {
 
 bool TrainerActor::epochDone() const {
   for (auto& s : sources_) {
-    if (!s.produced || s.acked < s.end) return false;
+    if (s.acked < s.expected.size()) return false;
   }
   return true;
 }
 
 void TrainerActor::grant(Source& s, uint32_t credits) {
-  auto req = s.client.grantRequest();
+  if (s.augmenter < 0) return;  // its stream has ended (or broke)
+  auto req = augmenters_[s.augmenter].client.grantRequest();
   req.setSession(s.session);
   req.setCredits(credits);
   tasks_->add(req.send().ignoreResult());

@@ -1,9 +1,12 @@
-// The trainer actor: pulls augmented batches from its augmenters with credit-based flow control
-// (each source has at most `prefetch` batches in flight), trains an MLP on the node's device (CUDA
-// when built with it and a GPU is present, else Thrust's CPU back end), and checks that every
-// training sample arrives exactly once per epoch. When an augmenter's node is lost, the runtime
-// restarts the augmenter elsewhere; the trainer notices the broken stream, finds the new
-// incarnation and resumes that shard from the last position it acknowledged.
+// The trainer actor: hands each epoch's shards out to its augmenters from a queue, one shard at a
+// time per augmenter, so that a slow, throttled or newly joined augmenter takes what it can and
+// no more; pulls the augmented batches with credit-based flow control (each stream has at most
+// `prefetch` batches in flight), trains an MLP on the node's device (CUDA when built with it and
+// a GPU is present, else Thrust's CPU back end), and checks that every training sample arrives
+// exactly once per epoch. When a stream breaks (its augmenter's node was lost or drained), the
+// shard goes back to the queue and the next free augmenter resumes it from the last position
+// the trainer acknowledged; the augmenter itself is used again once the runtime has restarted
+// it.
 //
 // With a checkpoint folder it also survives the loss of the whole job (a managed spot reclaim):
 // every `checkpointEvery` steps and when it is stopped before training ends (SIGTERM starts
@@ -40,22 +43,30 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   // flight and writes a checkpoint, within the actor's stop deadline.
   kj::Promise<void> train(TrainContext call) override;
   kj::Promise<void> progress(ProgressContext call) override;
+  kj::Promise<void> addSources(AddSourcesContext call) override;
 
   // Where augmenters deliver (the BatchSink capability handed to produce()).
   void deliver(hetero::Batch::Reader batch);
 
  private:
   struct Source {
-    uint64_t actorId;
+    // A shard of the epoch (shardIndices(samples, shard, shardCount())): the unit of work that
+    // one augmenter at a time serves.
     uint32_t shard;
-    uint32_t incarnation;
-    hetero::Augmenter::Client client;
+    int32_t augmenter = -1;          // index in augmenters_ serving it now; -1: in the queue
     uint64_t session = 0;
     uint64_t acked = 0;              // every sample before this position was trained on
     uint64_t end = 0;                // shard size, known once produce() resolved
-    bool produced = false;           // produce() resolved for this epoch
+    bool produced = false;           // produce() resolved for this epoch: all of it was pushed
     uint64_t staleLogged = ~0ull;    // the session whose first stale batch was logged
     std::vector<uint32_t> expected;  // this epoch's order of the shard
+  };
+  struct AugmenterRef {
+    ActorAddress address;  // its current incarnation
+    hetero::Augmenter::Client client = nullptr;
+    bool busy = false;     // serving a shard
+    bool down = false;     // its stream broke: used again once it runs as a new incarnation
+    bool gone = false;     // will not come back (monitor)
   };
   struct Pending {
     uint32_t source;
@@ -88,14 +99,23 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   };
 
   kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);
+  uint32_t shardCount() const;
+  // Shards per epoch: about kBatchesPerShard batches each, whatever the number of augmenters (so
+  // a checkpoint resumes with any number of them).
+  static constexpr uint32_t kBatchesPerShard = 8;
+  void addAugmenter(const ActorAddress& address);
+  void dispatch();
+  // Hands queued shards to free augmenters, in shard order.
   void startSource(uint32_t index);
-  kj::Promise<void> recover(uint32_t index, uint64_t actorId, kj::Exception error, int attempt);
-  // Waits for the augmenter serving source `index` to run again, then resumes from `acked`.
+  void streamBroke(uint32_t index, uint32_t augmenter, kj::Exception error);
+  // The shard goes back to the queue (from `acked`); its augmenter is down until revive() sees it
+  // run as a new incarnation.
+  void unassign(uint32_t index);
+  kj::Promise<void> revive(uint32_t augmenter);
   void gone(uint64_t actorId, const Exit& why);
   // An augmenter will not come back (its node is lost and there was no room to restart it, or it
-  // reached its restart limit): the shards it served go to the survivors, so a lost data instance
-  // costs throughput, never samples.
-  void handOver(uint32_t index);
+  // reached its restart limit): the others take the queue, so a lost data instance costs
+  // throughput, never samples.
   kj::Promise<void> consume(uint32_t epoch);
   kj::Promise<void> dataReady();
   void wake();
@@ -125,10 +145,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   std::shared_ptr<const Test> test_;
   std::string deviceReason_;
 
-  std::vector<Source> sources_;
-  std::vector<ActorAddress> augmenters_;  // every augmenter train() was given
-  std::set<uint64_t> gone_;               // augmenters that will not come back
-  kj::Maybe<kj::Exception> fatal_;        // fails train(): no augmenter is left
+  std::vector<Source> sources_;              // the epoch's shards
+  std::vector<AugmenterRef> augmenters_;     // train()'s, then addSources()'s
+  kj::Maybe<kj::Exception> fatal_;           // fails train(): no augmenter is left
   uint64_t trainSamples_ = 0;
   uint32_t epoch_ = 0, epochs_ = 0;
   uint64_t nextSession_ = 1;

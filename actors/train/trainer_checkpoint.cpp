@@ -92,8 +92,10 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
   if (s.acked.size() != sources_.size()) {
     kj::throwFatalException(KJ_EXCEPTION(
         FAILED, kj::str("checkpoint ", name, " was written by a job with ", s.acked.size(),
-                        " augmenters (one shard each); this one has ", sources_.size(),
-                        ": resume it on a cluster of the same shape, or ", fresh)));
+                        " shards per epoch; this one has ", sources_.size(),
+                        " (the batch size or the troupe version differs): resume it with the "
+                        "same settings, or ",
+                        fresh)));
   }
   if (s.seen.size() != trainSamples_ || s.epoch > epochs_ || s.history.size() != s.epoch) {
     kj::throwFatalException(KJ_EXCEPTION(

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <filesystem>
 #include <cerrno>
@@ -292,36 +293,19 @@ class Job {
             // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,
             // well within SageMaker's 120 s between SIGTERM and SIGKILL.
             .stopTimeout(30 * kj::SECONDS));
-    auto where = Placement::prefer(s_.dataGroup);
-    where = s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
-    auto augmenters =
-        job_.spawnMany<hetero::Augmenter>(where,
-                                          // Unlinked: an augmenter gone for good (no room to
-                                          // restart it) is not the job's failure; the trainer
-                                          // hands its shard to the others.
-                                          troupe::SpawnOptions()
-                                              .named("augmenter")
-                                              .unlinked()
-                                              .restarts(s_.restarts, 60 * kj::SECONDS)
-                                              .args<hetero::AugmenterArgs>([&](auto a) {
-                                                a.setSeed(s_.seed);
-                                                a.setBatchSize(s_.batchSize);
-                                                a.setDataDir(s_.dataDir);
-                                                a.setSamples(samples_);
-                                                a.initAugment().setBlurKernel(s_.blur);
-                                              }));
-    if (augmenters.size() > samples_) {
-      kj::throwFatalException(KJ_EXCEPTION(
-          FAILED, kj::str("--train-samples ", samples_, " is fewer than the ", augmenters.size(),
-                          " augmenters (one shard each); use more samples or "
-                          "--augmenters-per-node")));
-    }
+    auto augmenters = job_.spawnMany<hetero::Augmenter>(augmenterPlacement(),
+                                                        augmenterOptions("augmenter"));
     placed_.push_back(
         {"trainer", "train.Trainer", trainer.address().host, trainer.address().group});
     for (auto& a : augmenters) {
       placed_.push_back({a.address().name, "train.Augmenter", a.address().host, a.address().group});
     }
     printPlacements();
+    augmenters_.assign(augmenters.begin(), augmenters.end());
+    trainer_ = trainer;
+    // A data node that joins the running job (a late host, one started again after a crash or a
+    // partition) gets augmenters of its own, which take shards from the trainer's queue at once.
+    job_.onNodeJoined([this](const troupe::NodeInfo& node) { grow(node); });
 
     auto req = trainer.trainRequest();
     req.setEpochs(s_.epochs);
@@ -329,15 +313,59 @@ class Job {
     auto sources = req.initSources(augmenters.size());
     for (size_t i = 0; i < augmenters.size(); ++i) augmenters[i].address().toProto(sources[i]);
     // After training, each augmenter's stats(): the advisor's augmentation rate per vCPU.
-    std::vector<troupe::Ref<hetero::Augmenter>> refs(augmenters.begin(), augmenters.end());
     auto done = req.send().then(
-        [this, refs = kj::mv(refs)](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
+        [this](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
           auto results = kj::heap(kj::mv(r));
-          auto stats = gatherStats(kj::mv(refs), placed_.front().host);
+          auto stats = gatherStats(placed_.front().host);
           return kj::Promise<AugmentStats>(kj::mv(stats))
               .then([this, results = kj::mv(results)](AugmentStats st) mutable { report(*results, st); });
         });
     return done.exclusiveJoin(progressLoop(trainer)).attach(kj::mv(augmenters));
+  }
+
+  Placement augmenterPlacement() const {
+    auto where = Placement::prefer(s_.dataGroup);
+    return s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
+  }
+
+  troupe::SpawnOptions augmenterOptions(std::string name) const {
+    // Unlinked: an augmenter gone for good (no room to restart it) is not the job's failure; the
+    // trainer gives its shards to the others.
+    return troupe::SpawnOptions()
+        .named(kj::mv(name))
+        .unlinked()
+        .restarts(s_.restarts, 60 * kj::SECONDS)
+        .args<hetero::AugmenterArgs>([&](auto a) {
+          a.setSeed(s_.seed);
+          a.setBatchSize(s_.batchSize);
+          a.setDataDir(s_.dataDir);
+          a.setSamples(samples_);
+          a.initAugment().setBlurKernel(s_.blur);
+        });
+  }
+
+  // A node joined the running job: augmenters on it when it is a data node, handed to the trainer.
+  void grow(const troupe::NodeInfo& node) {
+    if (node.group() != s_.dataGroup.c_str() || trainer_ == nullptr) return;
+    std::string host = node.host().cStr();
+    auto name = "augmenter-" + host + "." + std::to_string(node.incarnation());
+    auto where = augmenterPlacement().labels("host=" + host);
+    tasks_.add(job_.spawnManyAsync<hetero::Augmenter>(troupe::actorTypeName<hetero::Augmenter>(),
+                                                      where, augmenterOptions(name))
+                   .then([this, host](kj::Array<troupe::Ref<hetero::Augmenter>> added) {
+                     printf("%zu augmenters placed on %s as it joined the job\n", added.size(),
+                            host.c_str());
+                     fflush(stdout);
+                     auto req = KJ_ASSERT_NONNULL(trainer_).addSourcesRequest();
+                     auto list = req.initSources(added.size());
+                     for (size_t i = 0; i < added.size(); ++i) {
+                       added[i].address().toProto(list[i]);
+                       placed_.push_back({added[i].address().name, "train.Augmenter", host,
+                                          added[i].address().group});
+                       augmenters_.emplace_back(added[i]);
+                     }
+                     return req.send().ignoreResult();
+                   }));
   }
 
   void printPlacements() {
@@ -383,10 +411,11 @@ class Job {
   };
 
   // Each augmenter's stats(); one gone for good (its restarts spent) is counted as lost.
-  troupe::Co<AugmentStats> gatherStats(std::vector<troupe::Ref<hetero::Augmenter>> refs,
-                                       std::string trainerHost) {
+  troupe::Co<AugmentStats> gatherStats(std::string trainerHost) {
     AugmentStats st;
-    for (auto& a : refs) {
+    // By index: a node that joins meanwhile adds to the list.
+    for (size_t i = 0; i < augmenters_.size(); ++i) {
+      auto& a = augmenters_[i];
       bool beside = a.address().host == trainerHost;
       try {
         auto r = co_await a.statsRequest().send();
@@ -556,6 +585,11 @@ class Job {
       }
     }
     if (!noAdvice.empty()) printf("\nno sizing advice: %s\n", noAdvice.c_str());
+    auto changes = job_.membershipChanges();
+    if (!changes.empty()) {
+      printf("\nmembership changes during the job:\n");
+      for (auto& m : changes) printf("  %s\n", m.c_str());
+    }
     fflush(stdout);
     if (!s_.report.empty()) {
       nlohmann::json placements = nlohmann::json::array();
@@ -583,6 +617,7 @@ class Job {
                             {"process_ms_per_batch", cpu.getProcessSeconds() * perBatch}}},
                           {"rates", rates},
                           {"advice", advice},
+                          {"membership", changes},
                           {"exit_status", 0}};
       writeReport(s_.report, j.dump(2) + "\n");
     }
@@ -623,6 +658,15 @@ class Job {
   Settings s_;
   uint64_t samples_ = 0;
   std::vector<Placed> placed_;
+  std::deque<troupe::Ref<hetero::Augmenter>> augmenters_;  // every one, joined nodes' too
+  kj::Maybe<troupe::Ref<hetero::Trainer>> trainer_;
+  struct Quiet : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override {
+      printf("could not place augmenters on a node that joined: %s\n", e.getDescription().cStr());
+      fflush(stdout);
+    }
+  } quiet_;
+  kj::TaskSet tasks_{quiet_};
   bool live_ = isatty(STDOUT_FILENO);  // a terminal: one progress line, redrawn
 };
 
