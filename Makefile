@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: run test build deps configure clean hello soak test-sanitize image test-image
+.PHONY: run test build deps configure clean hello soak test-sanitize image test-image test-slurm
 
 deps:
 	@scripts/install-deps.sh
@@ -75,6 +75,14 @@ image:
 IMAGE_TEST_SEED ?=
 test-image: deps
 	python3 tests/image/image_test.py --image $(IMAGE) $(if $(IMAGE_TEST_SEED),--seed $(IMAGE_TEST_SEED))
+
+# troupe under a real Slurm on this machine (tests/slurm/run.sh, docs/deploy.md): a private cluster
+# of two slurmd, deploy/slurm/troupe-hetjob.sbatch running hetero_train as a het job: a normal run,
+# a data node's process killed with kill -9 (troupe-node starts it again), scancel. Builds nothing:
+# it runs $(BUILD)'s binaries. As root; installs Slurm, munge and MariaDB (for sacct) from Debian
+# when missing; prints one SKIP line where Slurm cannot be installed or started.
+test-slurm:
+	tests/slurm/run.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -366,7 +366,9 @@ int jobStatus(const std::vector<Instance>& instances) {
             "Kubernetes and Slurm call this job failed\n",
             other);
   }
-  if (status == 0) printf("troupe sim: all %zu hosts ended with 0\n", instances.size());
+  bool allZero = true;
+  for (auto& in : instances) allZero = allZero && in.finalCode() == 0;
+  if (allZero) printf("troupe sim: all %zu instances exited 0\n", instances.size());
   fflush(stdout);
   fflush(stderr);
   return status;

@@ -373,8 +373,16 @@ class Outcome {
   void setWho(std::string who) { who_ = std::move(who); }
   const std::string& who() const { return who_; }
 
+  void keepPrevious() { keepPrevious_ = true; }
+  // A process started again that never reached the head: the host's outcome is its predecessor's
+  // (docs/exit-codes.md), so that one's output/failure stays as it is.
+
   [[noreturn]] void end(int code, const std::string& reason) {
-    if (!outputDir_.empty()) {
+    if (keepPrevious_ && code != OK) {
+      fprintf(stderr,
+              "troupe: this process did not rejoin the job; the output/failure of the process "
+              "before it stands\n");
+    } else if (!outputDir_.empty()) {
       bool ok = code == OK
                     ? writeSuccessFile(outputDir_, reason.empty() ? "the job succeeded" : reason)
                     : writeFailureFile(outputDir_, reason,
@@ -390,6 +398,7 @@ class Outcome {
 
  private:
   std::string outputDir_;  // empty: not under SageMaker
+  bool keepPrevious_ = false;
   std::string who_;
 };
 
@@ -757,6 +766,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     // The control threads end first: nothing runs beside the exit but the pool.
     if (worker) worker->stopControl();
     if (head) head->stopControl();
+    if (node.exitCode() == JOIN_FAILED && node.info().incarnation() > 0) outcome.keepPrevious();
     outcome.end(node.exitCode(), node.exitReason());
   } catch (const ConfigError& e) {
     spdlog::error("configuration error: {}", e.what());

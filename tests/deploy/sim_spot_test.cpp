@@ -145,17 +145,17 @@ TEST_CASE("sim spot options that cannot work are refused with exit 2", "[sim][sp
 
 TEST_CASE("sim refuses an unknown option, naming it, instead of dropping it and what follows",
           "[sim][bad-input]") {
-  // It once ran the default cluster: `--node-restarts 1 --group a=1` vanished before the "--".
+  // It once ran the default cluster: `--frobnicate 1 --group a=1` vanished before the "--".
   auto run = [](std::vector<std::string> argv) {
     harness::Run r(argv);
     int code = r.wait(30s);
     return std::make_pair(code, r.output());
   };
-  auto [code, out] = run({TROUPE_BINARY, "sim", "--node-restarts", "1", "--group", "a=1", "--",
+  auto [code, out] = run({TROUPE_BINARY, "sim", "--frobnicate", "1", "--group", "a=1", "--",
                           "/bin/true"});
   INFO(out);
   CHECK(code == 2);
-  CHECK(out.find("troupe sim: unknown option '--node-restarts'; options go before the app") !=
+  CHECK(out.find("troupe sim: unknown option '--frobnicate'; options go before the app") !=
         std::string::npos);
   std::tie(code, out) = run({TROUPE_BINARY, "sim", "--grop", "a=1", "/bin/true"});
   INFO(out);

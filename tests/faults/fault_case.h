@@ -67,7 +67,10 @@ struct Expect {
   RoleExpect head;         // the dnn_group instance
   RoleExpect victim;       // DATA cases: the data instance hit
   RoleExpect workers;      // the data instances not hit (all of them in HEAD and SIM cases)
-  std::optional<int> sim;  // the sim's code; none: the head's code, as docs/exit-codes.md says
+  std::optional<int> sim;  // the sim's code; none: the job's outcome as the cloud judges it
+                           // (docs/exit-codes.md): the head's code, or when that is 0 the first
+                           // other host's final code that is not
+  bool rejoins = false;    // the victim's process is started again, rejoins and gets work
   int withinS = 180;       // the sim and everything it started are gone by then
   std::string why;         // the promise in words, for messages
 };
@@ -86,6 +89,8 @@ struct Setting {
   std::vector<std::string> groups = {"data_group=2:ml.c5.xlarge", "dnn_group=1:ml.p3.2xlarge"};
   std::vector<std::string> appArgs;  // added to hetero_train's
   int hogsPerCore = 0;               // busy processes per CPU of this machine, for the whole run
+  std::vector<std::string> simArgs;  // added to troupe sim's (--node-restarts 0, ...)
+  size_t epochs = 6;                 // hetero_train's --epochs (kEpochs)
 };
 
 struct Case {

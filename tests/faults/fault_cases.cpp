@@ -88,21 +88,39 @@ Expect headLost(std::string why) {
   return e;
 }
 
-// The instances are still joining: nobody is told the victim died, so the head waits for it until
-// the join deadline (60 s) and the job fails JOIN_FAILED everywhere, naming the missing host.
-// (Issue 20's elastic membership will let the job start without it.)
-Expect joinFailed() {
-  auto e = every(codes({JOIN_FAILED}, 60 + 20), 60 + 25,
-                 "a cluster that cannot form fails JOIN_FAILED on every instance at the join "
-                 "deadline, naming the missing host");
-  e.victim = codes({128 + SIGKILL}, 5);
+// The victim's process is started again (troupe sim --node-restarts, as the per-instance entry
+// point does): it rejoins as a new incarnation, gets augmenters, and every host ends with 0.
+Expect rejoins(std::string why) {
+  auto e = completes(std::move(why));
+  e.rejoins = true;
   return e;
+}
+
+// A lost process stays lost: the case watches what its loss does (no --node-restarts).
+const std::vector<std::string> kNoRestarts = {"--node-restarts", "0"};
+
+Setting noRestarts(Setting s = {}) {
+  s.simArgs = kNoRestarts;
+  return s;
 }
 
 Setting starting(int withinMs) {
   Setting s;
   s.when = When::STARTING;
   s.startMs = withinMs;
+  return s;
+}
+
+Setting startingWithOne(int withinMs) {
+  auto s = noRestarts(starting(withinMs));
+  s.appArgs = {"--start-with", "data_group=1"};
+  return s;
+}
+
+// A job long enough that a process cut off for 6 s can still rejoin it (30 epochs: about 25 s).
+Setting longer(size_t epochs) {
+  Setting s;
+  s.epochs = epochs;
   return s;
 }
 
@@ -133,13 +151,20 @@ std::vector<Case> makeCases() {
       {"data-kill9", "kill -9 a data instance", Role::DATA, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
        dataLost({128 + SIGKILL}, kComplete,
-                "losing a data instance costs throughput, never samples or the job")},
+                "losing a data instance costs throughput, never samples or the job"),
+       noRestarts()},
+      {"data-kill9-rejoin", "kill -9 a data instance; troupe sim starts it again", Role::DATA,
+       kLoopback, kQuick, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
+       rejoins("a data node process started again rejoins the job and gets work: exactly-once, "
+               "every host ends with 0")},
       {"head-kill9", "kill -9 the head (the trainer's instance)", Role::HEAD, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.head, SIGKILL); }, headKilled()},
       {"head-sigterm", "SIGTERM to the head", Role::HEAD, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.head, SIGTERM); }, interrupted()},
-      {"data-sigterm", "SIGTERM to one data instance", Role::DATA, kLoopback, kSoakOnly,
-       [](T t, Rng&) { return signalOne(t.victim, SIGTERM); }, interrupted()},
+      {"data-sigterm", "SIGTERM to one data instance (a drain)", Role::DATA, kLoopback, kQuick,
+       [](T t, Rng&) { return signalOne(t.victim, SIGTERM); },
+       completes("SIGTERM to one data instance alone is a drain: its work moves to the others "
+                 "and it exits 0; the job completes exactly-once")},
       {"all-sigterm", "SIGTERM to every instance at once", Role::SIM, kLoopback, kSoakOnly,
        [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted()},
       {"sim-sigterm", "SIGTERM to troupe sim", Role::SIM, kLoopback, kSoakOnly,
@@ -153,7 +178,8 @@ std::vector<Case> makeCases() {
        kLoopback, kQuick, [](T t, Rng& r) { return freeze(t.victim, r, 4000, 8000); },
        dataLost({FENCED}, 8 + 10,
                 "a data node declared lost is fenced: it exits 7 (FENCED) and the job goes on "
-                "without it, exactly-once")},
+                "without it, exactly-once"),
+       noRestarts()},
       {"head-stop-short", "SIGSTOP the head for 1-4 s (< head timeout)", Role::HEAD, kLoopback,
        kSoakOnly, [](T t, Rng& r) { return freeze(t.head, r, 1000, 4000); },
        completes("a head that stalls for less than the head timeout must not kill a healthy job")},
@@ -164,7 +190,14 @@ std::vector<Case> makeCases() {
        kQuick, [](T t, Rng& r) { return partition(t, t.victim, r, 0, -1); },
        dataLost({HEAD_LOST, FENCED}, kHeadLost,
                 "a partitioned data instance is lost: the job goes on without it, exactly-once, "
-                "and it exits on its own (3 or 7)")},
+                "and it exits on its own (3 or 7)"),
+       noRestarts()},
+      {"data-partition-heals", "take a data instance's link down for 6 s, then up", Role::DATA,
+       kNetns, kQuick, [](T t, Rng& r) { return partition(t, t.victim, r, 6000, 6000); },
+       completes("a data instance cut off past the timeouts is started again when it gives up "
+                 "on the head, and rejoins once its link is back: every host ends with 0, "
+                 "exactly-once"),
+       longer(30)},
       {"data-slow-link", "limit a data instance's link to 8 Mbit/s for 6-10 s (tc tbf)", Role::DATA,
        kNetns, kQuick, [](T t, Rng& r) { return slowLink(t, t.victim, r, 6000, 10000); },
        completes("a slow but live data instance is not fenced (liveness has its own connection): "
@@ -188,25 +221,28 @@ std::vector<Case> makeCases() {
        kQuick, [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted(), starting(500)},
       {"head-sigterm-twice", "SIGTERM to the head twice, 10-50 ms apart", Role::HEAD, kLoopback,
        kSoakOnly, [](T t, Rng& r) { return signalTwice(t.head, r, 10, 50); }, interrupted()},
-      {"data-kill9-forming", "kill -9 a data instance before it joins", Role::DATA, kLoopback,
-       kSoakOnly, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); }, joinFailed(),
-       starting(150)},
+      {"data-kill9-forming", "kill -9 a data instance before it joins (--start-with data_group=1)",
+       Role::DATA, kLoopback, kSoakOnly, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
+       dataLost({128 + SIGKILL}, 5,
+                "with --start-with data_group=1 the job starts without a data instance that "
+                "died before it joined: it completes exactly-once"),
+       startingWithOne(150)},
       {"data-kill9-formed", "kill -9 a data instance after the cluster formed, before step 1",
        Role::DATA, kLoopback, kSoakOnly, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
        dataLost({128 + SIGKILL}, kComplete,
                 "a data instance lost before training costs throughput, never samples or the job"),
-       formed()},
+       noRestarts(formed())},
       {"data-kill9-loaded", "kill -9 a data instance, CPUs oversubscribed by 3 busy loops a core",
        Role::DATA, kLoopback, kSoakOnly, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
        dataLost({128 + SIGKILL}, kComplete,
                 "on a saturated CPU no healthy node is declared lost: the job completes "
                 "exactly-once, every other instance exits 0"),
-       loaded(3)},
+       noRestarts(loaded(3))},
       {"data-kill9-64", "kill -9 one data instance of 64 instances", Role::DATA, kLoopback,
        kSoakOnly, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
        dataLost({128 + SIGKILL}, kComplete,
                 "losing one of 63 data instances costs throughput, never samples or the job"),
-       wide(63)},
+       noRestarts(wide(63))},
   };
 }
 

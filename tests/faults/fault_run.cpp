@@ -49,8 +49,9 @@ std::vector<std::string> command(const Case& c, uint64_t seed, const Options& o,
                                    std::to_string(seed % 2147483647 + 1)};
   if (c.netns) argv.push_back("--netns");
   for (auto& g : c.setting.groups) argv.insert(argv.end(), {"--group", g});
+  argv.insert(argv.end(), c.setting.simArgs.begin(), c.setting.simArgs.end());
   argv.insert(argv.end(),
-              {"--", o.app, "--epochs", std::to_string(kEpochs), "--train-samples",
+              {"--", o.app, "--epochs", std::to_string(c.setting.epochs), "--train-samples",
                std::to_string(kSamples), "--progress-every", "0.2", "--report", report});
   argv.insert(argv.end(), c.setting.appArgs.begin(), c.setting.appArgs.end());
   return argv;
@@ -243,13 +244,24 @@ void readCodes(Observation& obs, harness::Run& run, const std::string& roots) {
     if (!fs::exists(path)) continue;
     try {
       auto j = nlohmann::json::parse(readFile(path));
-      if (j.at("pid").get<pid_t>() != e.instance.pid) {
-        e.codeFrom = path.string() + " names pid " + std::to_string(j.at("pid").get<pid_t>()) +
-                     ", not " + std::to_string(e.instance.pid);
+      // Every process of the host, first to last (one unless troupe sim started it again).
+      auto processes = j.contains("processes") ? j.at("processes") : nlohmann::json::array({j});
+      pid_t first = processes.at(0).at("pid").get<pid_t>();
+      if (first != e.instance.pid) {
+        e.codeFrom = path.string() + " names pid " + std::to_string(first) + " first, not " +
+                     std::to_string(e.instance.pid);
         continue;
       }
-      int sig = j.at("term_signal").get<int>();
-      e.code = sig ? 128 + sig : j.at("exit_status").get<int>();
+      std::vector<int> codes;
+      for (auto& p : processes) {
+        int sig = p.at("term_signal").get<int>();
+        codes.push_back(sig ? 128 + sig : p.at("exit_status").get<int>());
+      }
+      // The host's final code, by docs/exit-codes.md's rule: its last process's, unless that one
+      // was started again and never reached the head (5): then the one before it.
+      e.code = codes.back();
+      if (codes.size() > 1 && codes.back() == 5) e.code = codes[codes.size() - 2];
+      e.processes = static_cast<int>(codes.size());
       e.codeFrom = path.string();
     } catch (const std::exception& ex) {
       e.codeFrom = path.string() + " does not parse: " + ex.what();

@@ -25,7 +25,9 @@ struct Options {
 struct InstanceEnd {
   harness::Instance instance;
   std::string role;             // "head", "victim" (the data instance hit) or "worker"
-  int code = -1;                // exit code, 128 + signal when killed; -1: never seen to exit
+  int code = -1;                // the host's final code (docs/exit-codes.md), 128 + signal when
+                                // killed; -1: never seen to exit
+  int processes = 1;            // processes the host ran (troupe sim --node-restarts)
   std::string codeFrom;         // where `code` was read (the OS's word), or why it could not be
   std::optional<double> goneS;  // seconds from the moment to when it was seen gone
   std::string failure;          // its output/failure ("" when there is none)

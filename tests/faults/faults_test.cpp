@@ -108,6 +108,21 @@ TEST_CASE("all-sigterm-early - SIGTERM to every instance in its first 500 ms - a
   runQuick("all-sigterm-early");
 }
 
+TEST_CASE("data-kill9-rejoin - kill -9 a data instance started again - it rejoins, all exit 0",
+          "[faults][membership]") {
+  runQuick("data-kill9-rejoin");
+}
+
+TEST_CASE("data-sigterm - SIGTERM to one data instance - a drain, every instance exits 0",
+          "[faults][membership]") {
+  runQuick("data-sigterm");
+}
+
+TEST_CASE("data-partition-heals - a data link down for 6 s - it rejoins, every instance exits 0",
+          "[faults][netns][membership]") {
+  runQuick("data-partition-heals");
+}
+
 TEST_CASE("the fault table - unique names and the quick subset registered here", "[faults]") {
   std::set<std::string> names, quick;
   for (auto& c : faults::allCases()) {
@@ -118,7 +133,8 @@ TEST_CASE("the fault table - unique names and the quick subset registered here",
   // The TEST_CASEs above: a row marked quick runs in `make test` only when it has one.
   CHECK(quick == std::set<std::string>{"data-kill9", "head-kill9", "head-sigterm", "data-stop-long",
                                        "data-partition-long", "data-slow-link", "head-garbage",
-                                       "all-sigterm-early"});
+                                       "all-sigterm-early", "data-kill9-rejoin", "data-sigterm",
+                                       "data-partition-heals"});
 }
 
 namespace {
@@ -132,10 +148,10 @@ faults::Observation goodDataKill9() {
   harness::Instance head{"algo-1", "dnn_group", "127.0.0.1:1", 101};
   harness::Instance worker{"algo-2", "data_group", "127.0.0.1:2", 102};
   harness::Instance victim{"algo-3", "data_group", "127.0.0.1:3", 103};
-  obs.instances = {{head, "head", 0, "exit-status", 10.0, ""},
-                   {worker, "worker", 0, "exit-status", 10.0, ""},
-                   {victim, "victim", 137, "exit-status", 0.1, ""}};
-  obs.simCode = 0;
+  obs.instances = {{head, "head", 0, 1, "exit-status", 10.0, ""},
+                   {worker, "worker", 0, 1, "exit-status", 10.0, ""},
+                   {victim, "victim", 137, 1, "exit-status", 0.1, ""}};
+  obs.simCode = 137;  // a host killed for good: the cloud calls the job failed
   obs.simGoneS = 10.5;
   return obs;
 }
@@ -183,6 +199,23 @@ TEST_CASE("the verdict - each oracle check fails on the run it exists to catch",
     auto b = broken(obs);
     CHECK(anyMentions(b, "must say 'exit code 7 (FENCED)'"));
     CHECK(anyMentions(b, "must name its cause"));
+  }
+  SECTION("a sim that exits 0 while a host ended killed (SageMaker: a Failed job)") {
+    auto obs = good;
+    obs.simCode = 0;
+    CHECK(anyMentions(broken(obs), "as the cloud judges it, algo-3's final 137"));
+  }
+  SECTION("a rejoin case whose victim was never started again, or got no work") {
+    auto obs = good;
+    obs.caseName = "data-kill9-rejoin";
+    obs.instances[2].code = 0;
+    obs.simCode = 0;
+    auto b = broken(obs);
+    CHECK(anyMentions(b, "must be started again and rejoin; it ran 1 process(es)"));
+    CHECK(anyMentions(b, "the output must say 'augmenters placed on algo-3 as it joined'"));
+    obs.instances[2].processes = 2;
+    obs.output = "[algo-1] 4 augmenters placed on algo-3 as it joined the job\n";
+    CHECK(broken(obs).empty());
   }
   SECTION("an injection one of whose steps did not happen") {
     auto obs = good;

@@ -236,14 +236,42 @@ class Judge {
                  ? std::string("it printed '... ") + sim::kLingerSigterm + "' while the head ran"
                  : std::string("it did not")),
         !obs_.simTermedLiveHead);
+    // The job's outcome as SageMaker judges it: every host's final code.
     const auto* head = obs_.head();
-    int want = c_.expect.sim.value_or(head ? head->code : -1);
+    int judged = head ? head->code : -1;
+    std::string whose = "the head's";
+    if (judged == 0) {
+      for (auto& e : obs_.instances) {
+        if (e.role == "head" || e.code == 0) continue;
+        judged = e.code;
+        whose = e.instance.host + "'s final";
+        break;
+      }
+    }
+    int want = c_.expect.sim.value_or(judged);
     if (obs_.simCode < 0 || want < 0) return;
     add(Outcome::WRONG_EXIT,
         "sim exit (docs/exit-codes.md): " + after() + "troupe sim must exit with " +
-            (c_.expect.sim ? "" : "the job's outcome, the head's ") + codeText(want) +
-            "; it exited " + codeText(obs_.simCode),
+            (c_.expect.sim ? "" : "the job's outcome as the cloud judges it, " + whose + " ") +
+            codeText(want) + "; it exited " + codeText(obs_.simCode),
         obs_.simCode == want);
+    if (c_.expect.rejoins) rejoined();
+  }
+
+  void rejoined() {
+    for (auto& e : obs_.instances) {
+      if (e.role != "victim") continue;
+      add(Outcome::WRONG_EXIT,
+          "rejoin (docs/lifecycle.md): " + after() + label(e) +
+              " must be started again and rejoin; it ran " + std::to_string(e.processes) +
+              " process(es)",
+          e.processes >= 2);
+      auto placed = "augmenters placed on " + e.instance.host + " as it joined";
+      add(Outcome::WRONG_EXIT,
+          "rejoin (docs/lifecycle.md): the process that rejoined on " + e.instance.host +
+              " gets work: the output must say '" + placed + "'",
+          obs_.output.find(placed) != std::string::npos);
+    }
   }
 
   void samples() {
@@ -258,9 +286,9 @@ class Judge {
     }
     auto& epochs = *obs_.report;
     add(Outcome::SAMPLES_LOST,
-        promise + "the report must have " + std::to_string(kEpochs) + " epochs; it has " +
+        promise + "the report must have " + std::to_string(c_.setting.epochs) + " epochs; it has " +
             std::to_string(epochs.size()),
-        epochs.size() == kEpochs);
+        epochs.size() == c_.setting.epochs);
     static const std::string want = expectedDigestText(kSamples);
     for (size_t i = 0; i < epochs.size(); ++i) {
       auto& e = epochs[i];

@@ -56,8 +56,10 @@ class ScriptedAugmenter final : public troupe::ActorBase<hetero::Augmenter> {
     credits_ = p.getCredits();
     uint32_t epoch = p.getEpoch();
     auto sink = p.getSink();
-    auto shard =
-        troupe::data::shardIndices(samples_, context().instanceIndex(), context().instanceCount());
+    // The shard the trainer hands out (one at a time from its queue), as train.Augmenter serves.
+    uint32_t index = p.getShard();
+    uint32_t shards = p.getShards() > 0 ? p.getShards() : context().instanceCount();
+    auto shard = troupe::data::shardIndices(samples_, index, shards);
     auto order = troupe::data::epochOrder(shard, seed_, epoch);
     uint64_t produced = 0;
     for (uint64_t pos = p.getFrom(); pos < order.size(); pos += batchSize_) {
@@ -66,11 +68,11 @@ class ScriptedAugmenter final : public troupe::ActorBase<hetero::Augmenter> {
       auto end = std::min<uint64_t>(pos + batchSize_, order.size());
       std::vector<uint32_t> ids(order.begin() + pos, order.begin() + end);
       if (corrupt_ && epoch == 0 && pos == batchSize_) {
-        auto bad = malformed(epoch, pos, ids, order);
+        auto bad = malformed(index, epoch, pos, ids, order);
         for (auto& b : bad) co_await push(sink, b);
       }
       // Made before the co_await, not inside it: see troupe/co.h on g++ 12.
-      BatchSpec good{session_, epoch, context().instanceIndex(), pos, ids, ids.size() * kPixels};
+      BatchSpec good{session_, epoch, index, pos, ids, ids.size() * kPixels};
       co_await push(sink, good);
       produced += ids.size();
     }
@@ -78,9 +80,9 @@ class ScriptedAugmenter final : public troupe::ActorBase<hetero::Augmenter> {
     call.getResults().setSamples(produced);
   }
 
-  std::vector<BatchSpec> malformed(uint32_t epoch, uint64_t pos, const std::vector<uint32_t>& ids,
+  std::vector<BatchSpec> malformed(uint32_t shard, uint32_t epoch, uint64_t pos,
+                                   const std::vector<uint32_t>& ids,
                                    const std::vector<uint32_t>& order) {
-    uint32_t shard = context().instanceIndex();
     size_t n = ids.size();
     auto reversed = ids;
     std::reverse(reversed.begin(), reversed.end());

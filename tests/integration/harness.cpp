@@ -66,8 +66,18 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+bool headDoneHostKilled(int simCode, const std::string& out) {
+  return simCode == 128 + SIGKILL &&
+         out.find("the head finished, but a host above ended with 137") != std::string::npos;
+}
+
 std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::string> app) {
   std::vector<std::string> argv = {troupeBinary(), "sim"};
+  // Without --node-restarts, a killed worker stays dead: these tests watch what its loss does
+  // (the membership tests start it again on purpose).
+  bool restarts = false;
+  for (auto& a : simArgs) restarts = restarts || a.rfind("--node-restarts", 0) == 0;
+  if (!restarts) argv.push_back("--node-restarts=0");
   argv.insert(argv.end(), simArgs.begin(), simArgs.end());
   argv.push_back("--");
   argv.insert(argv.end(), app.begin(), app.end());
