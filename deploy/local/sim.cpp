@@ -154,7 +154,7 @@ int printEnvironment(const EnvOptions& o) {
 
 struct Options {
   std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, cpuQuotaArgs, app,
-      startLateArgs;
+      startLateArgs, scaleUpArgs;
   unsigned nodeRestarts = 2;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
       interruptWhen, out;
@@ -237,6 +237,11 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   sim->add_option("--start-late", o.startLateArgs,
                   "HOST=MS: start that instance MS milliseconds after the others (repeatable); "
                   "with the app's --start-with it joins the running job")
+      ->group(membership);
+  sim->add_option("--scale-up", o.scaleUpArgs,
+                  "GROUP=N@MS: start N more instances of GROUP, hosts the cluster description "
+                  "does not name, MS milliseconds after the others (repeatable): they join the "
+                  "running job as new members of GROUP")
       ->group(membership);
   sim->add_flag("--netns", o.netns,
                 "root only: each instance in its own network namespace, a host of its own");
@@ -410,6 +415,27 @@ sim::JobSpec jobSpec(Options& o) {
                                   std::to_string(total) + " (dealt across groups by --seed)");
     }
     spec.startLate.emplace_back(host, static_cast<unsigned>(ms));
+  }
+  for (auto& item : o.scaleUpArgs) {
+    auto [group, rest] = sim::splitPair(item, '=', "--scale-up", "GROUP=N@MS");
+    auto at = rest.find('@');
+    char* end = nullptr;
+    unsigned long n = strtoul(rest.substr(0, at).c_str(), &end, 10);
+    bool countOk = at != std::string::npos && at > 0 && *end == '\0' && n >= 1 && n <= 64;
+    unsigned long ms = countOk ? strtoul(rest.c_str() + at + 1, &end, 10) : 0;
+    if (!countOk || at + 1 == rest.size() || *end != '\0' || ms > 3600000) {
+      throw std::invalid_argument("--scale-up '" + item +
+                                  "': expected GROUP=N@MS, N from 1 to 64 instances and MS "
+                                  "milliseconds from 0 to 3600000, e.g. data_group=1@5000");
+    }
+    bool known = false;
+    for (auto& g : spec.groups) known = known || g.name == group;
+    if (!known) {
+      throw std::invalid_argument("--scale-up '" + item + "': no group '" + group +
+                                  "' in this cluster; a new member joins a group of the job "
+                                  "(--group)");
+    }
+    spec.scaleUps.push_back({group, static_cast<unsigned>(n), static_cast<unsigned>(ms)});
   }
   spec.app = o.app;
   return spec;

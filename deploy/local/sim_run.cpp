@@ -61,7 +61,8 @@ struct Instance {
   std::unique_ptr<CpuQuotaCgroup> cgroup;
   kj::Own<troupe::ChildProcess> process;
   kj::Maybe<troupe::ChildExit> exit;  // its last process's, once the host is done
-  unsigned startDelayMs = 0;           // --start-late
+  unsigned startDelayMs = 0;           // --start-late, --scale-up
+  std::string hostMap;                 // --scale-up: its own (the job's plus itself)
   unsigned incarnation = 0;            // processes started so far, less one
   bool wasHead = false;                // a process of it said it is the head
   // Every process's end, first to last: pid, the wait status's code and signal.
@@ -244,10 +245,12 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   std::shuffle(slots.begin(), slots.end(), rng);
 
   std::vector<Instance> instances;
+  size_t extras = 0;
+  for (auto& u : spec.scaleUps) extras += u.count;
   // On loopback, two ports each: its node's, and its control path's should it be the head. A
   // head's control listener on any free port could take a port reserved here for an instance
   // that has not bound it yet (seen: "Address already in use" for a worker's own port).
-  auto ports = lab ? std::vector<unsigned>() : freePorts(2 * slots.size());
+  auto ports = lab ? std::vector<unsigned>() : freePorts(2 * (slots.size() + extras));
   json hostMap = json::object();
   json allHosts = json::array();
   json instanceGroups = json::array();
@@ -258,7 +261,7 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
     in.instanceType = slots[i].second;
     // With --netns every instance is reached by its name, on its own eth0 address.
     in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(ports[i]);
-    if (!lab) in.controlPort = ports[slots.size() + i];
+    if (!lab) in.controlPort = ports[slots.size() + extras + i];
     in.root = (dir / in.host).string();
     hostMap[in.host] = in.address;
     allHosts.push_back(in.host);
@@ -281,6 +284,36 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   }
   std::ofstream(dir / "hosts.json") << hostMap.dump(2) << "\n";
   for (auto& in : instances) writeRoot(in, spec, allHosts, instanceGroups, lab.has_value());
+  // --scale-up: hosts the job's description does not name, each with a description of its own
+  // (the job's plus itself in its group) and a host map that has the job's hosts and itself: what
+  // a Kubernetes replica added later, or a second Slurm job, is started with.
+  size_t next = slots.size();
+  for (auto& u : spec.scaleUps) {
+    for (unsigned k = 0; k < u.count; ++k, ++next) {
+      Instance in;
+      in.host = "algo-" + std::to_string(next + 1);
+      in.group = u.group;
+      for (auto& g : spec.groups) {
+        if (g.name == u.group) in.instanceType = g.instanceType;
+      }
+      in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(ports[next]);
+      in.root = (dir / in.host).string();
+      in.startDelayMs = u.afterMs;
+      auto hosts = allHosts;
+      hosts.push_back(in.host);
+      auto groups = instanceGroups;
+      for (auto& g : groups) {
+        if (g["instance_group_name"] == u.group) g["hosts"].push_back(in.host);
+      }
+      auto map = hostMap;
+      map[in.host] = in.address;
+      in.hostMap = (dir / ("hosts-" + in.host + ".json")).string();
+      std::ofstream(in.hostMap) << map.dump(2) << "\n";
+      writeRoot(in, spec, hosts, groups, lab.has_value());
+      instances.push_back(kj::mv(in));
+    }
+  }
+  if (lab && extras > 0) lab->writeHostsFiles();
   return instances;
 }
 
@@ -521,7 +554,8 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       opts.args.insert(opts.args.begin(), prefix.begin(), prefix.end());
     }
     if (in.cgroup) opts.args = in.cgroup->wrap(opts.args);
-    opts.env = environment(in, spec_, hostMapPath, lab.has_value());
+    opts.env = environment(in, spec_, in.hostMap.empty() ? hostMapPath : fs::path(in.hostMap),
+                           lab.has_value());
     opts.env.push_back("TROUPE_INCARNATION=" + std::to_string(in.incarnation));
     std::string prefix = "[" + in.host + "] ";
     auto after = interruption ? interruption->after : std::string();
@@ -542,9 +576,9 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     if (in.startDelayMs == 0) {
       startProcess(in);
     } else {
-      printf("troupe sim: %-8s %-12s %-16s %-16s starts in %u ms (--start-late)\n",
-             in.host.c_str(), in.group.c_str(), in.instanceType.c_str(), in.address.c_str(),
-             in.startDelayMs);
+      printf("troupe sim: %-8s %-12s %-16s %-16s starts in %u ms (%s)\n", in.host.c_str(),
+             in.group.c_str(), in.instanceType.c_str(), in.address.c_str(), in.startDelayMs,
+             in.hostMap.empty() ? "--start-late" : "--scale-up: not in the cluster description");
     }
   }
   fflush(stdout);
@@ -605,8 +639,9 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
                          in.host.c_str(), in.group.c_str());
                   return troupe::ChildExit{0, 0};
                 }
-                printf("troupe sim: starting %s (%s), %u ms late (--start-late)\n",
-                       in.host.c_str(), in.group.c_str(), in.startDelayMs);
+                printf("troupe sim: starting %s (%s), %u ms late (%s)\n", in.host.c_str(),
+                       in.group.c_str(), in.startDelayMs,
+                       in.hostMap.empty() ? "--start-late" : "--scale-up");
                 startProcess(in);
               }
               return watch(in);

@@ -43,6 +43,11 @@ struct JobSpec {
   unsigned graceMs = 10000, lingerMs = 15000;
   unsigned nodeRestarts = 2;  // --node-restarts: per host, as the per-instance entry point does
   std::vector<std::pair<std::string, unsigned>> startLate;  // --start-late HOST=MS
+  struct ScaleUp {
+    std::string group;
+    unsigned count = 0, afterMs = 0;
+  };
+  std::vector<ScaleUp> scaleUps;  // --scale-up GROUP=N@MS: new members, not in the description
   std::vector<std::string> app;
   std::filesystem::path checkpoints;  // empty: none; else every root's checkpoints/ links here
   std::filesystem::path traceFile;    // --trace: every instance's TROUPE_TRACE (the head writes it)

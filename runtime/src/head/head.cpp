@@ -102,12 +102,21 @@ void Head::taskFailed(kj::Exception&& exception) {
 uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
   std::string host = info.host().cStr();
   auto& config = node_.config();
-  if (!std::binary_search(config.hosts.begin(), config.hosts.end(), host)) {
+  bool member = std::binary_search(config.hosts.begin(), config.hosts.end(), host);
+  if (!member && config.findGroup(info.group().cStr()) == nullptr) {
     kj::throwFatalException(KJ_EXCEPTION(
         FAILED, kj::str("host '", host, "' is not in the cluster description ", config.source,
-                        "; every instance must be started with the same cluster file")));
+                        " and its group '", info.group(), "' is not one of the job's (",
+                        config.groupNames().c_str(),
+                        "); a new member must join one of them, with the job's secret")));
   }
-  auto& group = config.groupOf(host);
+  if (!member) {
+    // A scale-up (a Kubernetes replica, a second Slurm job): a host the description does not
+    // name joins a group it does name, with the job's secret (TLS proved it).
+    membershipEvent(std::string(host) + " (" + info.group().cStr() +
+                    ") is a new member of its group (not in " + config.source + ")");
+  }
+  auto& group = member ? config.groupOf(host) : *config.findGroup(info.group().cStr());
   if (group.name != info.group().cStr()) {
     kj::throwFatalException(KJ_EXCEPTION(
         FAILED, kj::str("host '", host, "' says it is in group '", info.group(), "' but ",
@@ -185,9 +194,10 @@ bool Head::formedEnough() const {
     size_t need = it == startWith_.end() ? g.hosts.size() : it->second;
     // Hosts that joined: one lost since counts (the job starts without it, as a later loss
     // would leave it), one that came back is one host.
-    std::set<std::string> joined;
+    std::set<std::string> joined;  // of the hosts the description names
     for (auto& [id, n] : nodes_) {
-      if (n.info.group() == g.name.c_str()) joined.insert(n.info.host().cStr());
+      std::string host = n.info.host().cStr();
+      if (std::binary_search(g.hosts.begin(), g.hosts.end(), host)) joined.insert(host);
     }
     if (joined.size() < need) return false;
   }
