@@ -702,6 +702,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
                                  ? SageMakerEnv::load(SageMakerEnv::defaultRoot())
                                  : SageMakerEnv::inactive());
     headGroupWarning = resolveHeadGroup(c, options, parsed.headGroupGiven);
+    parseStartWith(options.startWith, c);  // checked on every node: each fails at once
     isHead = c.currentHost == c.headHost(options.headGroup);
     checkTraceFile(options.traceFile, isHead);
   } catch (const ConfigError& e) {

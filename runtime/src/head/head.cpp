@@ -33,7 +33,8 @@ std::string describeNode(const NodeInfo& info) {
   return text;
 }
 
-// --start-with GROUP=N, checked against the cluster description.
+}  // namespace
+
 std::map<std::string, unsigned> parseStartWith(const std::vector<std::string>& items,
                                                const ClusterConfig& config) {
   std::map<std::string, unsigned> out;
@@ -65,8 +66,6 @@ std::map<std::string, unsigned> parseStartWith(const std::vector<std::string>& i
   }
   return out;
 }
-
-}  // namespace
 
 std::string nodeLine(const NodeInfo& info) {
   return std::string(info.host().cStr()) + " (" + info.group().cStr() + ")";

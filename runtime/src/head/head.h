@@ -23,6 +23,11 @@ namespace troupe {
 std::string nodeLine(const NodeInfo& info);
 // "algo-2 (data_group)": a node as the head's log lines name it.
 
+std::map<std::string, unsigned> parseStartWith(const std::vector<std::string>& items,
+                                               const ClusterConfig& config);
+// --start-with GROUP=N items, checked against the cluster description: group -> N. Throws
+// ConfigError naming the item. Every node checks them, so a bad one fails every instance at once.
+
 constexpr unsigned kDrainWindowMs = 1500;
 // A worker's SIGTERM is a drain unless the head itself is stopped within this long (a stop of
 // the whole job signals every instance at about the same time).

@@ -1,0 +1,92 @@
+// Elastic membership (docs/lifecycle.md, "Membership"): a data instance that starts late joins the
+// running job and gets augmenters; a host the cluster description does not name joins its group;
+// bad --start-with values are refused. Drains, rejoins after kill -9 and after a healed partition
+// are fault cases (tests/faults).
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+
+#include "harness.h"
+#include "train_job.h"
+
+using namespace std::chrono_literals;
+using harness::Run;
+using train_job::tempPath;
+using train_job::train;
+
+TEST_CASE("a data instance that starts 5 s late joins the running job and gets augmenters",
+          "[train][membership]") {
+  // Seed 5 deals algo-1 and algo-3 to data_group and algo-2 to dnn_group (checked below).
+  auto report = tempPath("late.json");
+  Run run(harness::sim({"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
+                       train({"--start-with", "data_group=1", "--progress-every", "0.5",
+                              "--report", report})));
+  int code = run.wait(120s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(out.find("algo-3   data_group   ml.c5.xlarge") != std::string::npos);
+  CHECK(code == 0);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  // It trained with algo-1 alone first, then with both.
+  auto started = out.find("starting without algo-3 (data_group) (--start-with)");
+  auto joined = out.find("membership: algo-3 (data_group) joined the running job");
+  auto placed = out.find("4 augmenters placed on algo-3 as it joined the job");
+  CHECK(started != std::string::npos);
+  CHECK(joined != std::string::npos);
+  CHECK(placed != std::string::npos);
+  CHECK(started < joined);
+  CHECK(out.find("] progress: epoch 1/5") < joined);
+  auto j = train_job::checkEverySampleOnce(report, 5, 60000);
+  CHECK(j["membership"].size() == 1);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a host the cluster description does not name joins its group as a new member",
+          "[train][membership]") {
+  auto report = tempPath("scale-up.json");
+  Run run(harness::sim({"--group", "data_group=1:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--scale-up", "data_group=1@3000"},
+                       train({"--report", report})));
+  int code = run.wait(120s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("algo-3 (data_group) is a new member of its group") != std::string::npos);
+  CHECK(out.find("4 augmenters placed on algo-3 as it joined the job") != std::string::npos);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  train_job::checkEverySampleOnce(report, 5, 60000);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("bad membership settings are refused, naming the setting and the value",
+          "[train][membership][bad-input]") {
+  SECTION("a group the cluster does not have") {
+    Run run(harness::sim(train_job::kCluster, train({"--start-with", "cpu_group=1"})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--start-with 'cpu_group=1': the cluster has no group 'cpu_group'; "
+                            "its groups are data_group, dnn_group") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("more nodes than the group has") {
+    Run run(harness::sim(train_job::kCluster, train({"--start-with", "data_group=3"})));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--start-with 'data_group=3': N must be a number from 0 to 2") !=
+          std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("troupe sim: --start-late names a host it does not have") {
+    Run run(harness::sim({"--group", "a=1", "--start-late", "algo-9=100"}, {"/bin/true"}));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--start-late 'algo-9=100': no host 'algo-9' in this cluster") !=
+          std::string::npos);
+  }
+  SECTION("troupe sim: --scale-up names a group it does not have") {
+    Run run(harness::sim({"--group", "a=1", "--scale-up", "b=1@100"}, {"/bin/true"}));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--scale-up 'b=1@100': no group 'b' in this cluster") !=
+          std::string::npos);
+  }
+}
