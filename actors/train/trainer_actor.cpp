@@ -270,6 +270,7 @@ void TrainerActor::addAugmenter(const ActorAddress& address) {
 kj::Promise<void> TrainerActor::addSources(AddSourcesContext call) {
   size_t before = augmenters_.size();
   for (auto a : call.getParams().getSources()) addAugmenter(ActorAddress::fromProto(a));
+  for (size_t k = before; k < augmenters_.size(); ++k) augmenters_[k].added = true;
   if (augmenters_.size() > before) {
     auto& first = augmenters_[before].address;
     spdlog::info("{} more augmenters ('{}' ... on {}): they take shards from the queue",
@@ -420,6 +421,15 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   p.labels.assign(labels.begin(), labels.end());
   p.images = Received::keep(batch.getImages());
   copiedBatches_ += p.images.copied();
+  if (p.source < sources_.size() && sources_[p.source].session == p.session &&
+      sources_[p.source].augmenter >= 0) {
+    auto& a = augmenters_[sources_[p.source].augmenter];
+    if (a.added) {
+      a.added = false;
+      spdlog::info("first batch from '{}' on {}, added as its node joined", a.address.name,
+                   a.address.host);
+    }
+  }
   queue_.push_back(kj::mv(p));
   wake();
 }

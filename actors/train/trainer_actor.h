@@ -67,6 +67,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     bool busy = false;     // serving a shard
     bool down = false;     // its stream broke: used again once it runs as a new incarnation
     bool gone = false;     // will not come back (monitor)
+    bool added = false;    // by addSources(): its first batch is logged (bench_membership)
   };
   struct Pending {
     uint32_t source;
