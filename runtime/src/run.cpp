@@ -473,7 +473,13 @@ class Worker {
                                          ": " + lastError.cStr());
       return kj::READY_NOW;
     }
-    return node_.connect(headAddress_)
+    // Each attempt is bounded: a connect to a head behind a link that is down hangs for minutes
+    // (no RST), past this node's deadline.
+    auto remaining = deadline_ - node_.loop().timer().now();
+    auto limit = kj::max(kj::min(remaining, 5 * kj::SECONDS), 100 * kj::MILLISECONDS);
+    return node_.loop()
+        .timer()
+        .timeoutAfter(limit, node_.connect(headAddress_))
         .then([this](kj::Own<Connection> conn) {
           auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
           if (!node_.secure()) {
