@@ -19,6 +19,8 @@ Cases (each prints one line, PASS or FAIL with why):
   early-stop    `stop` within 0.1 s of each container's start: exit 6 with output/failure on
                 every instance, never ignored
   kill-data     SIGKILL of a data container mid-training: the job completes, exactly once
+  kill-app      SIGKILL of the app under `train` in a data container: train starts it again, it
+                rejoins, every container exits 0, exactly once
   broken-image  the same job in a copy of the image without libcapnp-rpc: the job case must
                 fail on it (the check can fail)
 
@@ -457,6 +459,27 @@ class Run:
             return "the job did not complete: exit statuses %s" % codes
         return exactly_once(c.file(c.head, "output", "data", "report.json"))
 
+    def kill_app(self):
+        # The app's process in a data container dies (kill -9, as the OOM killer does); `train`,
+        # PID 1, starts it again and it rejoins: every container exits 0, as SageMaker needs.
+        step = self.rng.randint(3, 30)
+        c = self.cluster("killapp")
+        victim = next(h for h in c.hosts if c.layout[h] == "data_group")
+        print("  kill-app: SIGKILL to the app under train in %s at step %d of epoch 1 "
+              "(--seed %d)" % (victim, step, self.args.seed), flush=True)
+        c.start()
+        if not c.wait_for_step(step):
+            return "training never reached step %d" % step
+        self.engine.run("exec", c.containers[victim], "sh", "-c",
+                        "kill -9 $(cat /proc/1/task/1/children)")
+        codes = c.wait()
+        log = c.logs(victim)
+        if "starting it again (restart 1 of 2)" not in log:
+            return "train did not start the app again in %s: %s" % (victim, log[-400:])
+        if any(codes.values()):
+            return "exit statuses %s, want 0 everywhere (SageMaker: a Failed job)" % codes
+        return exactly_once(c.file(c.head, "output", "data", "report.json"))
+
     def broken_image(self):
         broken = self.args.image.split(":")[0] + "-broken:test"
         with tempfile.TemporaryDirectory() as ctx:
@@ -474,7 +497,7 @@ class Run:
         return None
 
 
-CASES = ["job", "secret", "stop", "early-stop", "kill-data", "broken-image"]
+CASES = ["job", "secret", "stop", "early-stop", "kill-data", "kill-app", "broken-image"]
 
 
 def main():
