@@ -235,8 +235,9 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
       ->check(CLI::Range(0u, 100u))
       ->group(membership);
   sim->add_option("--start-late", o.startLateArgs,
-                  "HOST=MS: start that instance MS milliseconds after the others (repeatable); "
-                  "with the app's --start-with it joins the running job")
+                  "HOST=MS or GROUP[:N]=MS: start that instance (or the group's first N "
+                  "instances, all without N) MS milliseconds after the others (repeatable); with "
+                  "the app's --start-with they join the running job")
       ->group(membership);
   sim->add_option("--scale-up", o.scaleUpArgs,
                   "GROUP=N@MS: start N more instances of GROUP, hosts the cluster description "
@@ -399,7 +400,7 @@ sim::JobSpec jobSpec(Options& o) {
   spec.lingerMs = o.lingerMs;
   spec.nodeRestarts = o.nodeRestarts;
   for (auto& item : o.startLateArgs) {
-    auto [host, text] = sim::splitPair(item, '=', "--start-late", "HOST=MS");
+    auto [host, text] = sim::splitPair(item, '=', "--start-late", "HOST=MS or GROUP[:N]=MS");
     char* end = nullptr;
     unsigned long ms = strtoul(text.c_str(), &end, 10);
     if (text.empty() || *end != '\0' || ms > 3600000) {
@@ -408,11 +409,27 @@ sim::JobSpec jobSpec(Options& o) {
     }
     unsigned total = 0;
     for (auto& g : spec.groups) total += g.count;
-    auto n = host.rfind("algo-", 0) == 0 ? strtoul(host.c_str() + 5, &end, 10) : 0;
-    if (n < 1 || n > total || *end != '\0') {
-      throw std::invalid_argument("--start-late '" + item + "': no host '" + host +
-                                  "' in this cluster; its hosts are algo-1 to algo-" +
-                                  std::to_string(total) + " (dealt across groups by --seed)");
+    auto colon = host.find(':');
+    auto name = host.substr(0, colon);
+    const sim::GroupArg* group = nullptr;
+    for (auto& g : spec.groups) {
+      if (g.name == name) group = &g;
+    }
+    if (group != nullptr && colon != std::string::npos) {
+      auto count = host.substr(colon + 1);
+      unsigned long n = strtoul(count.c_str(), &end, 10);
+      if (count.empty() || *end != '\0' || n < 1 || n > group->count) {
+        throw std::invalid_argument("--start-late '" + item + "': N must be a number from 1 to " +
+                                    std::to_string(group->count) + " (the instances of group '" +
+                                    name + "')");
+      }
+    } else if (group == nullptr) {
+      auto n = host.rfind("algo-", 0) == 0 ? strtoul(host.c_str() + 5, &end, 10) : 0;
+      if (n < 1 || n > total || *end != '\0') {
+        throw std::invalid_argument("--start-late '" + item + "': no host or group '" + host +
+                                    "' in this cluster; its hosts are algo-1 to algo-" +
+                                    std::to_string(total) + " (dealt across groups by --seed)");
+      }
     }
     spec.startLate.emplace_back(host, static_cast<unsigned>(ms));
   }

@@ -541,9 +541,17 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     }
   }
   printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed_, dir.c_str());
-  for (auto& [host, ms] : spec_.startLate) {
+  for (auto& [who, ms] : spec_.startLate) {
+    // HOST, or GROUP[:N]: that group's first N instances in host order (all without N).
+    auto colon = who.find(':');
+    auto name = who.substr(0, colon);
+    size_t count = colon == std::string::npos ? instances.size() : std::stoul(who.substr(colon + 1));
     for (auto& in : instances) {
-      if (in.host == host) in.startDelayMs = ms;
+      if (in.host == name) in.startDelayMs = ms;
+      if (in.group == name && count > 0) {
+        in.startDelayMs = ms;
+        --count;
+      }
     }
   }
   auto startProcess = [&](Instance& in) {

@@ -104,6 +104,12 @@ Setting noRestarts(Setting s = {}) {
   return s;
 }
 
+Setting restartsOnce() {
+  Setting s;
+  s.simArgs = {"--node-restarts", "1"};
+  return s;
+}
+
 // The head stalls past the head timeout, then runs again: the workers give up on it (3 or 7)
 // within the bound, their processes are started again and rejoin, so each host ends with 0 unless
 // the head ended the job before it could rejoin.
@@ -165,7 +171,9 @@ std::vector<Case> makeCases() {
       {"data-kill9-rejoin", "kill -9 a data instance; troupe sim starts it again", Role::DATA,
        kLoopback, kQuick, [](T t, Rng&) { return signalOne(t.victim, SIGKILL); },
        rejoins("a data node process started again rejoins the job and gets work: exactly-once, "
-               "every host ends with 0")},
+               "every host ends with 0"),
+       restartsOnce()},
+
       {"head-kill9", "kill -9 the head (the trainer's instance)", Role::HEAD, kLoopback, kQuick,
        [](T t, Rng&) { return signalOne(t.head, SIGKILL); }, headKilled()},
       {"head-sigterm", "SIGTERM to the head", Role::HEAD, kLoopback, kQuick,

@@ -80,8 +80,14 @@ TEST_CASE("bad membership settings are refused, naming the setting and the value
   SECTION("troupe sim: --start-late names a host it does not have") {
     Run run(harness::sim({"--group", "a=1", "--start-late", "algo-9=100"}, {"/bin/true"}));
     REQUIRE(run.wait(30s) == 2);
-    CHECK(run.output().find("--start-late 'algo-9=100': no host 'algo-9' in this cluster") !=
+    CHECK(run.output().find("--start-late 'algo-9=100': no host or group 'algo-9' in this cluster") !=
           std::string::npos);
+  }
+  SECTION("troupe sim: --start-late asks for more instances than a group has") {
+    Run run(harness::sim({"--group", "a=2", "--start-late", "a:3=100"}, {"/bin/true"}));
+    REQUIRE(run.wait(30s) == 2);
+    CHECK(run.output().find("--start-late 'a:3=100': N must be a number from 1 to 2 (the "
+                            "instances of group 'a')") != std::string::npos);
   }
   SECTION("troupe sim: --scale-up names a group it does not have") {
     Run run(harness::sim({"--group", "a=1", "--scale-up", "b=1@100"}, {"/bin/true"}));
