@@ -2,11 +2,17 @@
 // running job and gets augmenters; a host the cluster description does not name joins its group;
 // bad --start-with values are refused. Drains, rejoins after kill -9 and after a healed partition
 // are fault cases (tests/faults).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "harness.h"
 #include "train_job.h"
@@ -95,4 +101,88 @@ TEST_CASE("bad membership settings are refused, naming the setting and the value
     CHECK(run.output().find("--scale-up 'b=1@100': no group 'b' in this cluster") !=
           std::string::npos);
   }
+}
+
+namespace {
+
+// A running process's environment (/proc/PID/environ), as KEY=VALUE strings.
+std::vector<std::string> environOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::vector<std::string> out;
+  std::string item;
+  while (std::getline(in, item, '\0')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The same instance started a second time, as a per-instance entry point would start it again:
+// its environment (without the sim's die-with-parent link, whose parent would be this test) and
+// TROUPE_INCARNATION. The first process still holds its port on this machine, so the second one
+// listens on another (a host map of its own): a process started on a replacement machine.
+std::vector<std::string> twinEnv(pid_t pid, const std::string& host, int incarnation,
+                                 const std::string& mapFile) {
+  std::vector<std::string> env;
+  for (auto& e : environOf(pid)) {
+    if (e.rfind("TROUPE_DIE_WITH_PARENT=", 0) == 0 || e.rfind("TROUPE_INCARNATION=", 0) == 0) {
+      continue;
+    }
+    if (e.rfind("TROUPE_HOST_MAP=", 0) == 0) {
+      std::ifstream in(e.substr(strlen("TROUPE_HOST_MAP=")));
+      auto map = nlohmann::json::parse(in);
+      map[host] = "127.0.0.1:" + std::to_string(freePort());
+      std::ofstream(mapFile) << map.dump();
+      env.push_back("TROUPE_HOST_MAP=" + mapFile);
+      continue;
+    }
+    if (e.rfind("TROUPE_", 0) == 0) env.push_back(e);
+  }
+  env.push_back("TROUPE_INCARNATION=" + std::to_string(incarnation));
+  return env;
+}
+
+}  // namespace
+
+TEST_CASE("a second process of a live host: the same incarnation is refused, a higher one "
+          "replaces it",
+          "[train][membership]") {
+  auto report = tempPath("twin.json");
+  Run run(harness::sim(train_job::kCluster,
+                       train({"--progress-every", "0.5", "--report", report})));
+  REQUIRE_OUTPUT(run, "progress: epoch 1/5, step ", 60s);
+  harness::Instance victim;
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "data_group") victim = i;
+  }
+  REQUIRE(victim.pid > 0);
+  // docs/lifecycle.md: "two processes claim to be it" unless the new one's incarnation is higher.
+  Run same({HETERO_TRAIN}, twinEnv(victim.pid, victim.host, 0, tempPath("twin0.json")));
+  CHECK(same.wait(30s) == 5);  // JOIN_FAILED
+  INFO(same.output());
+  CHECK(same.output().find("host '" + victim.host + "' has already joined (incarnation 0); two "
+                           "processes claim to be it") != std::string::npos);
+  Run higher({HETERO_TRAIN}, twinEnv(victim.pid, victim.host, 1, tempPath("twin1.json")));
+  REQUIRE_OUTPUT(run, "replaced by incarnation 1 of the same host", 30s);
+  CHECK(higher.wait(120s) == 0);  // it ends with the job
+  int code = run.wait(120s);
+  auto out = run.output();
+  INFO(out + "\n--- the replacement ---\n" + higher.output());
+  // The old process was fenced (7): the sim's word for the host it started.
+  CHECK(code == 7);
+  CHECK(run.exitLine(victim.host).find("exited with 7") != std::string::npos);
+  CHECK(out.find(victim.host + " (data_group) rejoined (incarnation 1)") != std::string::npos);
+  train_job::checkEverySampleOnce(report, 5, 60000);
+  CHECK(run.leftovers().empty());
 }
