@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "troupe/log.h"
@@ -207,7 +208,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
   }
   queue_.clear();
   epochStarted_ = context().timer().now();
-  for (auto& a : augmenters_) a.busy = false;  // the last epoch's streams have ended
+  for (auto& a : augmenters_) a.busy = a.slow = false;  // the last epoch's streams have ended
   for (auto& s : sources_) {
     if (!resumed) s.acked = 0;
     s.produced = false;
@@ -282,25 +283,66 @@ kj::Promise<void> TrainerActor::addSources(AddSourcesContext call) {
 
 void TrainerActor::dispatch() {
   if (!training_ || stopping_) return;
+  auto free = [this](size_t k) {
+    auto& a = augmenters_[k];
+    return !a.busy && !a.down && !a.gone;
+  };
   size_t next = 0;  // augmenters are taken in turn, from the first free one
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
     if (s.produced || s.augmenter >= 0 || s.acked >= s.expected.size()) continue;
-    while (next < augmenters_.size() &&
-           (augmenters_[next].busy || augmenters_[next].down || augmenters_[next].gone)) {
-      ++next;
-    }
+    while (next < augmenters_.size() && !free(next)) ++next;
     if (next == augmenters_.size()) return;  // every augmenter is busy (or down)
     s.augmenter = static_cast<int32_t>(next);
     augmenters_[next].busy = true;
     startSource(i);
   }
+  // The queue is empty: the epoch's tail.
+  for (; next < augmenters_.size(); ++next) {
+    if (free(next) && !augmenters_[next].slow && !steal(next)) return;
+  }
+}
+
+bool TrainerActor::steal(uint32_t augmenter) {
+  if (shardSeconds_.size() < 3) return false;
+  auto sorted = shardSeconds_;
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  double median = sorted[sorted.size() / 2];
+  double limit = std::max(1.0, kSlowShardFactor * median);
+  auto now = context().timer().now();
+  int64_t best = -1;
+  uint64_t mostLeft = 0;
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    auto& s = sources_[i];
+    if (s.augmenter < 0 || s.produced || seconds(now - s.since) < limit) continue;
+    uint64_t left = s.expected.size() - std::min<uint64_t>(s.acked, s.expected.size());
+    if (left >= 2ull * batchSize_ && left > mostLeft) {
+      best = i;
+      mostLeft = left;
+    }
+  }
+  if (best < 0) return false;
+  auto& s = sources_[best];
+  auto& from = augmenters_[s.augmenter];
+  auto& to = augmenters_[augmenter];
+  spdlog::warn(
+      "shard {}: '{}' on {} has served it for {:.1f} s (a shard takes {:.2f} s at the median); "
+      "'{}' on {} takes it over from sample {}",
+      s.shard, from.address.name, from.address.host, seconds(now - s.since), median,
+      to.address.name, to.address.host, s.acked);
+  from.slow = true;
+  unassign(best);  // its stream's late batches are stale now
+  s.augmenter = static_cast<int32_t>(augmenter);
+  to.busy = true;
+  startSource(best);
+  return true;
 }
 
 void TrainerActor::startSource(uint32_t index) {
   auto& s = sources_[index];
   auto& a = augmenters_[s.augmenter];
   s.session = nextSession_++;
+  s.since = context().timer().now();
   auto req = a.client.produceRequest();
   req.setSession(s.session);
   req.setEpoch(epoch_);
@@ -319,6 +361,7 @@ void TrainerActor::startSource(uint32_t index) {
         // works through what it queued.
         s.end = response.getEnd();
         s.produced = true;
+        shardSeconds_.push_back(seconds(context().timer().now() - s.since));
         s.augmenter = -1;
         augmenters_[augmenter].busy = false;
         dispatch();

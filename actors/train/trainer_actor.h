@@ -60,6 +60,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     bool produced = false;           // produce() resolved for this epoch: all of it was pushed
     uint64_t staleLogged = ~0ull;    // the session whose first stale batch was logged
     std::vector<uint32_t> expected;  // this epoch's order of the shard
+    kj::TimePoint since = kj::origin<kj::TimePoint>();  // when its current stream started
   };
   struct AugmenterRef {
     ActorAddress address;  // its current incarnation
@@ -68,6 +69,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     bool down = false;     // its stream broke: used again once it runs as a new incarnation
     bool gone = false;     // will not come back (monitor)
     bool added = false;    // by addSources(): its first batch is logged (bench_membership)
+    bool slow = false;     // a shard was taken from it this epoch: it steals none itself
   };
   struct Pending {
     uint32_t source;
@@ -106,7 +108,14 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   static constexpr uint32_t kBatchesPerShard = 8;
   void addAugmenter(const ActorAddress& address);
   void dispatch();
-  // Hands queued shards to free augmenters, in shard order.
+  // Hands queued shards to free augmenters, in shard order; once the queue is empty, a free
+  // augmenter takes over a shard that has been served far longer than shards take (steal()).
+  bool steal(uint32_t augmenter);
+  // The epoch's tail: the shard in progress with the most left, if its stream has run past
+  // kSlowShardFactor times the median shard's time (and at least a second), moves to `augmenter`
+  // from its acknowledged position. Its old augmenter (a slow node: a throttled link, a
+  // saturated CPU) keeps its other work but steals nothing this epoch.
+  static constexpr double kSlowShardFactor = 4;
   void startSource(uint32_t index);
   void streamBroke(uint32_t index, uint32_t augmenter, kj::Exception error);
   // The shard goes back to the queue (from `acked`); its augmenter is down until revive() sees it
@@ -148,6 +157,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
 
   std::vector<Source> sources_;              // the epoch's shards
   std::vector<AugmenterRef> augmenters_;     // train()'s, then addSources()'s
+  std::vector<double> shardSeconds_;         // each shard's stream, start to last push
   kj::Maybe<kj::Exception> fatal_;           // fails train(): no augmenter is left
   uint64_t trainSamples_ = 0;
   uint32_t epoch_ = 0, epochs_ = 0;

@@ -411,26 +411,45 @@ class Job {
   };
 
   // Each augmenter's stats(); one gone for good (its restarts spent) is counted as lost.
-  troupe::Co<AugmentStats> gatherStats(std::string trainerHost) {
-    AugmentStats st;
-    // By index: a node that joins meanwhile adds to the list.
-    for (size_t i = 0; i < augmenters_.size(); ++i) {
-      auto& a = augmenters_[i];
+  // Every augmenter's stats() at once, each within 2 s: a slow node's answer (its link still
+  // full of pushes the trainer no longer wanted) must not hold the job's end for each of its
+  // augmenters in turn. One that does not answer is counted as lost.
+  kj::Promise<AugmentStats> gatherStats(std::string trainerHost) {
+    struct One {
+      uint64_t images, batches, bytes;
+      double seconds, loadSeconds;
+      bool beside;
+    };
+    auto calls = kj::heapArrayBuilder<kj::Promise<kj::Maybe<One>>>(augmenters_.size());
+    for (auto& a : augmenters_) {
       bool beside = a.address().host == trainerHost;
-      try {
-        auto r = co_await a.statsRequest().send();
-        st.images += r.getImages();
-        st.batches += r.getBatches();
-        st.bytes += r.getBytes();
-        st.seconds += r.getAugmentSeconds();
-        if (beside) st.secondsBesideTrainer += r.getAugmentSeconds();
-        st.loadSeconds += r.getLoadSeconds();
-        ++st.answered;
-      } catch (const kj::Exception&) {
-        ++st.lost;
-      }
+      calls.add(job_.timer()
+                    .timeoutAfter(2 * kj::SECONDS, a.statsRequest().send())
+                    .then(
+                        [beside](auto r) -> kj::Maybe<One> {
+                          return One{r.getImages(),         r.getBatches(),
+                                     r.getBytes(),          r.getAugmentSeconds(),
+                                     r.getLoadSeconds(),    beside};
+                        },
+                        [](kj::Exception&&) -> kj::Maybe<One> { return nullptr; }));
     }
-    co_return st;
+    return kj::joinPromises(calls.finish()).then([](kj::Array<kj::Maybe<One>> all) {
+      AugmentStats st;
+      for (auto& maybe : all) {
+        KJ_IF_MAYBE(r, maybe) {
+          st.images += r->images;
+          st.batches += r->batches;
+          st.bytes += r->bytes;
+          st.seconds += r->seconds;
+          if (r->beside) st.secondsBesideTrainer += r->seconds;
+          st.loadSeconds += r->loadSeconds;
+          ++st.answered;
+        } else {
+          ++st.lost;
+        }
+      }
+      return st;
+    });
   }
 
   void report(capnp::Response<hetero::Trainer::TrainResults>& r, const AugmentStats& st) {
