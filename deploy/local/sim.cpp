@@ -437,7 +437,8 @@ sim::JobSpec jobSpec(Options& o) {
     auto [group, rest] = sim::splitPair(item, '=', "--scale-up", "GROUP=N@MS");
     auto at = rest.find('@');
     char* end = nullptr;
-    unsigned long n = strtoul(rest.substr(0, at).c_str(), &end, 10);
+    auto count = rest.substr(0, at);  // strtoul's `end` points into it
+    unsigned long n = strtoul(count.c_str(), &end, 10);
     bool countOk = at != std::string::npos && at > 0 && *end == '\0' && n >= 1 && n <= 64;
     unsigned long ms = countOk ? strtoul(rest.c_str() + at + 1, &end, 10) : 0;
     if (!countOk || at + 1 == rest.size() || *end != '\0' || ms > 3600000) {
