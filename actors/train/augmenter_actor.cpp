@@ -72,8 +72,8 @@ std::shared_ptr<const data::LabeledImages> trainingSet(const std::string& dir, u
                samples, kept->size());
     return kept;
   }
-  auto all = std::make_shared<const data::LabeledImages>(
-      data::loadFashionMnist(dir, data::Split::kTrain));
+  auto all =
+      std::make_shared<const data::LabeledImages>(data::loadFashionMnist(dir, data::Split::kTrain));
   KJ_REQUIRE(samples <= all->size(), "more training samples asked for than the dataset has",
              samples, all->size());
   slot = all;
@@ -83,7 +83,7 @@ std::shared_ptr<const data::LabeledImages> trainingSet(const std::string& dir, u
 }  // namespace
 
 kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(uint32_t shard,
-                                                                             uint32_t shards) {
+                                                                               uint32_t shards) {
   KJ_REQUIRE(shard < shards, "no such shard", shard, shards);
   if (trainingSet_ == nullptr) {
     // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
@@ -132,18 +132,20 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
                  from);
   }
   auto sink = p.getSink();
-  return load(shard, shards).then([this, call, shard, session, epoch, from,
-                           sink](std::shared_ptr<const Shard> data) mutable {
-    KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
-               data->ids.size());
-    auto order = std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
-    return pump(shard, session, epoch, data, order, from, sink)
-        .then([this, call, shard, session, order]() mutable {
-          auto r = call.getResults();
-          r.setEnd(order->size());
-          r.setSamples(current(shard, session).produced);
-        });
-  });
+  return load(shard, shards)
+      .then([this, call, shard, session, epoch, from,
+             sink](std::shared_ptr<const Shard> data) mutable {
+        KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
+                   data->ids.size());
+        auto order =
+            std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
+        return pump(shard, session, epoch, data, order, from, sink)
+            .then([this, call, shard, session, order]() mutable {
+              auto r = call.getResults();
+              r.setEnd(order->size());
+              r.setSamples(current(shard, session).produced);
+            });
+      });
 }
 
 bool AugmenterActor::failsActor(kj::StringPtr method, const kj::Exception& error) const {

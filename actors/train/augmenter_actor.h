@@ -1,8 +1,8 @@
 // The augmenter actor: shards of the training set, handed to it by the trainer one at a time,
-// augmented on the node's compute pool and streamed to the trainer in batches, at most `credits` batches ahead of what the trainer has
-// consumed. Deterministic: the same (seed, epoch, position) gives the same batch, so a restarted
-// augmenter resumes from the trainer's acknowledged position and the epoch still delivers every
-// sample exactly once.
+// augmented on the node's compute pool and streamed to the trainer in batches, at most `credits`
+// batches ahead of what the trainer has consumed. Deterministic: the same (seed, epoch, position)
+// gives the same batch, so a restarted augmenter resumes from the trainer's acknowledged position
+// and the epoch still delivers every sample exactly once.
 
 #pragma once
 

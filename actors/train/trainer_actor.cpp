@@ -403,25 +403,28 @@ kj::Promise<void> TrainerActor::revive(uint32_t augmenter) {
   return context().timer().afterDelay(200 * kj::MILLISECONDS).then([this, augmenter]() {
     auto& a = augmenters_[augmenter];
     if (a.gone || stopping_) return kj::Promise<void>(kj::READY_NOW);
-    return context().current(a.address.id).then(
-        [this, augmenter](ActorAddress address) -> kj::Promise<void> {
-          auto& a = augmenters_[augmenter];
-          if (a.gone) return kj::READY_NOW;
-          if (address.incarnation == a.address.incarnation) return revive(augmenter);
-          spdlog::info("augmenter '{}' (#{}) runs again on {} (incarnation {}); it takes shards "
-                       "again",
-                       address.name, address.id, address.host, address.incarnation);
-          a.address = address;
-          a.client = context().resolve<hetero::Augmenter>(address);
-          a.down = false;
-          dispatch();
-          return kj::READY_NOW;
-        },
-        [this, augmenter](kj::Exception&&) -> kj::Promise<void> {
-          // Gone for good: gone() says so; until then, keep asking.
-          if (augmenters_[augmenter].gone) return kj::READY_NOW;
-          return revive(augmenter);
-        });
+    return context()
+        .current(a.address.id)
+        .then(
+            [this, augmenter](ActorAddress address) -> kj::Promise<void> {
+              auto& a = augmenters_[augmenter];
+              if (a.gone) return kj::READY_NOW;
+              if (address.incarnation == a.address.incarnation) return revive(augmenter);
+              spdlog::info(
+                  "augmenter '{}' (#{}) runs again on {} (incarnation {}); it takes shards "
+                  "again",
+                  address.name, address.id, address.host, address.incarnation);
+              a.address = address;
+              a.client = context().resolve<hetero::Augmenter>(address);
+              a.down = false;
+              dispatch();
+              return kj::READY_NOW;
+            },
+            [this, augmenter](kj::Exception&&) -> kj::Promise<void> {
+              // Gone for good: gone() says so; until then, keep asking.
+              if (augmenters_[augmenter].gone) return kj::READY_NOW;
+              return revive(augmenter);
+            });
   });
 }
 
@@ -441,8 +444,7 @@ void TrainerActor::gone(uint64_t actorId, const Exit& why) {
   for (auto& a : augmenters_) any = any || !a.gone;
   if (!any && training_) {
     fatal_ = KJ_EXCEPTION(FAILED, kj::str("every augmenter is gone; ", sources_.size(),
-                                          " shards of epoch ", epoch_ + 1,
-                                          " cannot be served"));
+                                          " shards of epoch ", epoch_ + 1, " cannot be served"));
     wake();
     return;
   }

@@ -53,7 +53,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     // A shard of the epoch (shardIndices(samples, shard, shardCount())): the unit of work that
     // one augmenter at a time serves.
     uint32_t shard;
-    int32_t augmenter = -1;          // index in augmenters_ serving it now; -1: in the queue
+    int32_t augmenter = -1;  // index in augmenters_ serving it now; -1: in the queue
     uint64_t session = 0;
     uint64_t acked = 0;              // every sample before this position was trained on
     uint64_t end = 0;                // shard size, known once produce() resolved
@@ -65,11 +65,11 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   struct AugmenterRef {
     ActorAddress address;  // its current incarnation
     hetero::Augmenter::Client client = nullptr;
-    bool busy = false;     // serving a shard
-    bool down = false;     // its stream broke: used again once it runs as a new incarnation
-    bool gone = false;     // will not come back (monitor)
-    bool added = false;    // by addSources(): its first batch is logged (bench_membership)
-    bool slow = false;     // a shard was taken from it this epoch: it steals none itself
+    bool busy = false;   // serving a shard
+    bool down = false;   // its stream broke: used again once it runs as a new incarnation
+    bool gone = false;   // will not come back (monitor)
+    bool added = false;  // by addSources(): its first batch is logged (bench_membership)
+    bool slow = false;   // a shard was taken from it this epoch: it steals none itself
   };
   struct Pending {
     uint32_t source;
@@ -155,10 +155,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   std::shared_ptr<const Test> test_;
   std::string deviceReason_;
 
-  std::vector<Source> sources_;              // the epoch's shards
-  std::vector<AugmenterRef> augmenters_;     // train()'s, then addSources()'s
-  std::vector<double> shardSeconds_;         // each shard's stream, start to last push
-  kj::Maybe<kj::Exception> fatal_;           // fails train(): no augmenter is left
+  std::vector<Source> sources_;           // the epoch's shards
+  std::vector<AugmenterRef> augmenters_;  // train()'s, then addSources()'s
+  std::vector<double> shardSeconds_;      // each shard's stream, start to last push
+  kj::Maybe<kj::Exception> fatal_;        // fails train(): no augmenter is left
   uint64_t trainSamples_ = 0;
   uint32_t epoch_ = 0, epochs_ = 0;
   uint64_t nextSession_ = 1;

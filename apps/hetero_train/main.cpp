@@ -293,8 +293,8 @@ class Job {
             // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,
             // well within SageMaker's 120 s between SIGTERM and SIGKILL.
             .stopTimeout(30 * kj::SECONDS));
-    auto augmenters = job_.spawnMany<hetero::Augmenter>(augmenterPlacement(),
-                                                        augmenterOptions("augmenter"));
+    auto augmenters =
+        job_.spawnMany<hetero::Augmenter>(augmenterPlacement(), augmenterOptions("augmenter"));
     placed_.push_back(
         {"trainer", "train.Trainer", trainer.address().host, trainer.address().group});
     for (auto& a : augmenters) {
@@ -313,8 +313,8 @@ class Job {
     auto sources = req.initSources(augmenters.size());
     for (size_t i = 0; i < augmenters.size(); ++i) augmenters[i].address().toProto(sources[i]);
     // After training, each augmenter's stats(): the advisor's augmentation rate per vCPU.
-    auto done = req.send().then(
-        [this](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
+    auto done =
+        req.send().then([this](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
           auto results = kj::heap(kj::mv(r));
           auto stats = gatherStats(placed_.front().host);
           return kj::Promise<AugmentStats>(kj::mv(stats))
@@ -427,9 +427,8 @@ class Job {
                     .timeoutAfter(2 * kj::SECONDS, a.statsRequest().send())
                     .then(
                         [beside](auto r) -> kj::Maybe<One> {
-                          return One{r.getImages(),         r.getBatches(),
-                                     r.getBytes(),          r.getAugmentSeconds(),
-                                     r.getLoadSeconds(),    beside};
+                          return One{r.getImages(),         r.getBatches(),     r.getBytes(),
+                                     r.getAugmentSeconds(), r.getLoadSeconds(), beside};
                         },
                         [](kj::Exception&&) -> kj::Maybe<One> { return nullptr; }));
     }

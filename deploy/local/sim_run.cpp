@@ -61,10 +61,10 @@ struct Instance {
   std::unique_ptr<CpuQuotaCgroup> cgroup;
   kj::Own<troupe::ChildProcess> process;
   kj::Maybe<troupe::ChildExit> exit;  // its last process's, once the host is done
-  unsigned startDelayMs = 0;           // --start-late, --scale-up
-  std::string hostMap;                 // --scale-up: its own (the job's plus itself)
-  unsigned incarnation = 0;            // processes started so far, less one
-  bool wasHead = false;                // a process of it said it is the head
+  unsigned startDelayMs = 0;          // --start-late, --scale-up
+  std::string hostMap;                // --scale-up: its own (the job's plus itself)
+  unsigned incarnation = 0;           // processes started so far, less one
+  bool wasHead = false;               // a process of it said it is the head
   // Every process's end, first to last: pid, the wait status's code and signal.
   struct Ended {
     int pid;
@@ -296,7 +296,8 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
       for (auto& g : spec.groups) {
         if (g.name == u.group) in.instanceType = g.instanceType;
       }
-      in.address = lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(ports[next]);
+      in.address =
+          lab ? lab->addHost(in.host) + ":7077" : "127.0.0.1:" + std::to_string(ports[next]);
       in.root = (dir / in.host).string();
       in.startDelayMs = u.afterMs;
       auto hosts = allHosts;
@@ -376,7 +377,8 @@ int jobStatus(const std::vector<Instance>& instances) {
     int code = in.finalCode();
     if (in.ended.size() > 1) {
       std::string codes;
-      for (auto& p : in.ended) codes += (codes.empty() ? "" : ", ") + std::to_string(codeOf(p.exit));
+      for (auto& p : in.ended)
+        codes += (codes.empty() ? "" : ", ") + std::to_string(codeOf(p.exit));
       printf("troupe sim: %s (%s) ran %zu processes (exit codes %s): final %d (%s)\n",
              in.host.c_str(), in.group.c_str(), in.ended.size(), codes.c_str(), code,
              codeName(code).c_str());
@@ -545,7 +547,8 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     // HOST, or GROUP[:N]: that group's first N instances in host order (all without N).
     auto colon = who.find(':');
     auto name = who.substr(0, colon);
-    size_t count = colon == std::string::npos ? instances.size() : std::stoul(who.substr(colon + 1));
+    size_t count =
+        colon == std::string::npos ? instances.size() : std::stoul(who.substr(colon + 1));
     for (auto& in : instances) {
       if (in.host == name) in.startDelayMs = ms;
       if (in.group == name && count > 0) {
@@ -573,8 +576,8 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       if (!after.empty() && strstr(line.cStr(), after.c_str()) != nullptr) startClock();
     };
     in.process = kj::heap<troupe::ChildProcess>(loop_, kj::mv(opts));
-    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s%s\n", in.host.c_str(),
-           in.group.c_str(), in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
+    printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s%s\n", in.host.c_str(), in.group.c_str(),
+           in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
            in.cpus.empty() ? "" : " cpus=", in.cpus.c_str(),
            in.cpuQuota > 0 ? (" cpu-quota=" + formatCpus(in.cpuQuota)).c_str() : "",
            in.incarnation > 0 ? (" incarnation=" + std::to_string(in.incarnation)).c_str() : "");

@@ -464,13 +464,13 @@ class Worker {
   kj::Promise<void> attempt(kj::String lastError) {
     if (node_.loop().timer().now() > deadline_) {
       auto incarnation = node_.info().incarnation();
-      node_.requestExit(JOIN_FAILED, std::string(incarnation > 0 ? "could not rejoin" : "could not join") +
-                                         " the head " + headLine() + " within " +
-                                         std::to_string(joinLimitMs(node_)) + " ms" +
-                                         (incarnation > 0 ? " (incarnation " +
-                                                                std::to_string(incarnation) + ")"
-                                                          : std::string()) +
-                                         ": " + lastError.cStr());
+      node_.requestExit(JOIN_FAILED,
+                        std::string(incarnation > 0 ? "could not rejoin" : "could not join") +
+                            " the head " + headLine() + " within " +
+                            std::to_string(joinLimitMs(node_)) + " ms" +
+                            (incarnation > 0 ? " (incarnation " + std::to_string(incarnation) + ")"
+                                             : std::string()) +
+                            ": " + lastError.cStr());
       return kj::READY_NOW;
     }
     // Each attempt is bounded: a connect to a head behind a link that is down hangs for minutes
@@ -627,9 +627,10 @@ class Worker {
     // A stop of this instance alone (a scale-down, a spot reclaim of one instance) is a drain:
     // the head moves this node's work elsewhere and tells it to exit 0. A stop of the whole job
     // (every instance signalled, the head too) ends the job with INTERRUPTED, as the head decides.
-    spdlog::warn("{}: asking the head to let this node leave (a drain, unless the whole job is "
-                 "being stopped)",
-                 reason);
+    spdlog::warn(
+        "{}: asking the head to let this node leave (a drain, unless the whole job is "
+        "being stopped)",
+        reason);
     auto req = node_.cluster().leaveRequest();
     req.setNodeId(nodeId_);
     req.setReason(reason);

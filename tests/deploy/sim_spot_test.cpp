@@ -151,8 +151,8 @@ TEST_CASE("sim refuses an unknown option, naming it, instead of dropping it and 
     int code = r.wait(30s);
     return std::make_pair(code, r.output());
   };
-  auto [code, out] = run({TROUPE_BINARY, "sim", "--frobnicate", "1", "--group", "a=1", "--",
-                          "/bin/true"});
+  auto [code, out] =
+      run({TROUPE_BINARY, "sim", "--frobnicate", "1", "--group", "a=1", "--", "/bin/true"});
   INFO(out);
   CHECK(code == 2);
   CHECK(out.find("troupe sim: unknown option '--frobnicate'; options go before the app") !=

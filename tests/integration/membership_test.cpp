@@ -26,10 +26,10 @@ TEST_CASE("a data instance that starts 5 s late joins the running job and gets a
           "[train][membership]") {
   // Seed 5 deals algo-1 and algo-3 to data_group and algo-2 to dnn_group (checked below).
   auto report = tempPath("late.json");
-  Run run(harness::sim({"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
-                        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
-                       train({"--start-with", "data_group=1", "--progress-every", "0.5",
-                              "--report", report})));
+  Run run(harness::sim(
+      {"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
+       "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
+      train({"--start-with", "data_group=1", "--progress-every", "0.5", "--report", report})));
   int code = run.wait(120s);
   auto out = run.output();
   INFO(out);
@@ -86,8 +86,9 @@ TEST_CASE("bad membership settings are refused, naming the setting and the value
   SECTION("troupe sim: --start-late names a host it does not have") {
     Run run(harness::sim({"--group", "a=1", "--start-late", "algo-9=100"}, {"/bin/true"}));
     REQUIRE(run.wait(30s) == 2);
-    CHECK(run.output().find("--start-late 'algo-9=100': no host or group 'algo-9' in this cluster") !=
-          std::string::npos);
+    CHECK(
+        run.output().find("--start-late 'algo-9=100': no host or group 'algo-9' in this cluster") !=
+        std::string::npos);
   }
   SECTION("troupe sim: --start-late asks for more instances than a group has") {
     Run run(harness::sim({"--group", "a=2", "--start-late", "a:3=100"}, {"/bin/true"}));
@@ -155,12 +156,13 @@ std::vector<std::string> twinEnv(pid_t pid, const std::string& host, int incarna
 
 }  // namespace
 
-TEST_CASE("a second process of a live host: the same incarnation is refused, a higher one "
-          "replaces it",
-          "[train][membership]") {
+TEST_CASE(
+    "a second process of a live host: the same incarnation is refused, a higher one "
+    "replaces it",
+    "[train][membership]") {
   auto report = tempPath("twin.json");
-  Run run(harness::sim(train_job::kCluster,
-                       train({"--progress-every", "0.5", "--report", report})));
+  Run run(
+      harness::sim(train_job::kCluster, train({"--progress-every", "0.5", "--report", report})));
   REQUIRE_OUTPUT(run, "progress: epoch 1/5, step ", 60s);
   harness::Instance victim;
   for (auto& [host, i] : run.instances()) {
@@ -171,7 +173,8 @@ TEST_CASE("a second process of a live host: the same incarnation is refused, a h
   Run same({HETERO_TRAIN}, twinEnv(victim.pid, victim.host, 0, tempPath("twin0.json")));
   CHECK(same.wait(30s) == 5);  // JOIN_FAILED
   INFO(same.output());
-  CHECK(same.output().find("host '" + victim.host + "' has already joined (incarnation 0); two "
+  CHECK(same.output().find("host '" + victim.host +
+                           "' has already joined (incarnation 0); two "
                            "processes claim to be it") != std::string::npos);
   Run higher({HETERO_TRAIN}, twinEnv(victim.pid, victim.host, 1, tempPath("twin1.json")));
   REQUIRE_OUTPUT(run, "replaced by incarnation 1 of the same host", 30s);

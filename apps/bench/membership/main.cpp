@@ -58,8 +58,9 @@ class Watched {
     dir_ = dir;
     out_ = dir_ + "/sim.out";
     report_ = dir_ + "/report.json";
-    std::vector<std::string> argv = {TROUPE_BINARY, "sim", "--group", "data_group=2:ml.c5.xlarge",
-                                     "--group", "dnn_group=1:ml.p3.2xlarge"};
+    std::vector<std::string> argv = {TROUPE_BINARY, "sim",
+                                     "--group",     "data_group=2:ml.c5.xlarge",
+                                     "--group",     "dnn_group=1:ml.p3.2xlarge"};
     argv.insert(argv.end(), simArgs.begin(), simArgs.end());
     argv.insert(argv.end(), {"--", HETERO_TRAIN, "--report", report_, "--progress-every", "0.2"});
     sp::Spec spec;
@@ -223,13 +224,12 @@ std::string fmt(const std::optional<double>& v, const char* f = "%.0f") {
 }
 
 json toJson(const Row& r) {
-  json j = {{"scenario", r.scenario},   {"sim_exit", r.simExit},
-            {"all_exit_0", r.allZero},  {"job_s", r.jobS},
-            {"data_wait_s", r.dataWaitS}, {"data_wait_pct", r.dataWaitPct},
+  json j = {{"scenario", r.scenario},        {"sim_exit", r.simExit},
+            {"all_exit_0", r.allZero},       {"job_s", r.jobS},
+            {"data_wait_s", r.dataWaitS},    {"data_wait_pct", r.dataWaitPct},
             {"exactly_once", r.exactlyOnce}, {"note", r.note}};
   j["rejoin_start_to_joined_ms"] = r.rejoinJoinMs ? json(*r.rejoinJoinMs) : json();
-  j["rejoin_start_to_first_batch_ms"] =
-      r.rejoinFirstBatchMs ? json(*r.rejoinFirstBatchMs) : json();
+  j["rejoin_start_to_first_batch_ms"] = r.rejoinFirstBatchMs ? json(*r.rejoinFirstBatchMs) : json();
   j["drain_signal_to_exit_ms"] = r.drainMs ? json(*r.drainMs) : json();
   return j;
 }

@@ -122,9 +122,9 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
                         config.source, " puts it in '", group.name.c_str(), "'")));
   }
   if (finishing_) {
-    kj::throwFatalException(KJ_EXCEPTION(
-        FAILED, kj::str("host '", host, "' cannot join: the job is ending (",
-                        exitCodeName(code_), ": ", reason_.c_str(), ")")));
+    kj::throwFatalException(
+        KJ_EXCEPTION(FAILED, kj::str("host '", host, "' cannot join: the job is ending (",
+                                     exitCodeName(code_), ": ", reason_.c_str(), ")")));
   }
   // A host seen before: a process started again in place of a lost one (kill -9, a crash, a
   // partition that healed) rejoins as a new node; one that claims a host whose process is alive
@@ -138,7 +138,9 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
           FAILED,
           kj::str("host '", host, "' has already joined (incarnation ", before,
                   "); two processes claim to be it. A process started in place of another must "
-                  "have a higher incarnation (TROUPE_INCARNATION ", before + 1, " or more); this "
+                  "have a higher incarnation (TROUPE_INCARNATION ",
+                  before + 1,
+                  " or more); this "
                   "one has ",
                   incarnation)));
     }
@@ -164,9 +166,9 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
     spdlog::info("{} joined from {} ({}); {} still expected", nodeLine(info), info.address(),
                  describeNode(info), view_.getExpectedHosts().size());
   } else if (id != 1) {
-    membershipEvent(nodeLine(info) + (rejoined ? " rejoined (incarnation " +
-                                                     std::to_string(info.incarnation()) + ")"
-                                               : " joined the running job") +
+    membershipEvent(nodeLine(info) +
+                    (rejoined ? " rejoined (incarnation " + std::to_string(info.incarnation()) + ")"
+                              : " joined the running job") +
                     " from " + info.address().cStr() + " (" + describeNode(info) + ")");
   }
   if (formed_.get() != nullptr && formedEnough()) {
@@ -338,9 +340,10 @@ void Head::startDriver() {
     for (auto& h : view_.getExpectedHosts()) {
       late += (late.empty() ? "" : ", ") + h.host + " (" + h.group + ")";
     }
-    spdlog::info("starting without {} (--start-with): they join the running job when they come "
-                 "up",
-                 late);
+    spdlog::info(
+        "starting without {} (--start-with): they join the running job when they come "
+        "up",
+        late);
     view_.forgetAllExpected();
   }
   driverRunning_ = true;

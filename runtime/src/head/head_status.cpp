@@ -37,7 +37,10 @@ void Head::status(proto::JobStatus::Builder out) const {
     n->info.toProto(s.initInfo());
     // toProto() writes this process's pid; a worker's is not kept.
     if (n->id != 1) s.getInfo().setPid(0);
-    s.setState(n->draining && n->alive ? "draining" : n->alive ? "alive" : n->left ? "left" : "lost");
+    s.setState(n->draining && n->alive ? "draining"
+               : n->alive              ? "alive"
+               : n->left               ? "left"
+                                       : "lost");
     int64_t age = -1;  // since its last heartbeat on the control path
     if (n->id != 1 && n->alive) {
       age = msSince(n->lastHeartbeat, now);

@@ -22,9 +22,10 @@ void Head::onNodeJoined(kj::Function<void(const NodeInfo&)> callback) {
 void Head::leave(uint32_t nodeId, std::string reason) {
   auto* n = findNode(nodeId);
   if (n == nullptr || !n->alive || n->draining || finishing_) return;
-  spdlog::warn("{}: {} asks to leave; it is drained in {} ms unless the whole job is stopped "
-               "meanwhile",
-               reason, nodeLine(n->info), kDrainWindowMs);
+  spdlog::warn(
+      "{}: {} asks to leave; it is drained in {} ms unless the whole job is stopped "
+      "meanwhile",
+      reason, nodeLine(n->info), kDrainWindowMs);
   tasks_.add(node_.loop()
                  .timer()
                  .afterDelay(kDrainWindowMs * kj::MILLISECONDS)
