@@ -99,6 +99,9 @@ Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
   spec.cwd = workDir_;
   spec.out = troupe::subprocess::Stream::file(outPath_);
   spec.errToOut = true;
+  // A test process that dies before its destructors run (killed, or by SIGPIPE when whoever read
+  // its output went away) takes what it started with it: seen, a sim left running for two hours.
+  spec.parentDeathSignal = SIGKILL;
   child_ = std::make_unique<troupe::subprocess::Child>(spec);
 }
 
