@@ -1,8 +1,8 @@
 // The head: the cluster directory (nodes, groups, actors), the scheduler's books, the actor
 // lifecycle state machine (tree, links, monitors, restarts) and the job's end. Private to the
 // runtime; reached over RPC through ClusterSession and locally through Driver. Its code is split
-// by part: head.cpp (formation), spawning.cpp, lifecycle.cpp, job_end.cpp, cluster_session.cpp
-// and head_status.cpp.
+// by part: head.cpp (formation, joins), spawning.cpp, lifecycle.cpp, membership.cpp (drains,
+// nodes joining the running job), job_end.cpp, cluster_session.cpp and head_status.cpp.
 
 #pragma once
 
