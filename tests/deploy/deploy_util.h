@@ -28,17 +28,7 @@ inline std::string trainScript() {
   return TRAIN_SCRIPT;
 }
 
-inline unsigned freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using harness::freePort;
 
 inline size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;

@@ -66,6 +66,18 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+unsigned freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 bool headDoneHostKilled(int simCode, const std::string& out) {
   return simCode == 128 + SIGKILL &&
          out.find("the head finished, but a host above ended with 137") != std::string::npos;

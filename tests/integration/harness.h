@@ -67,6 +67,9 @@ std::string probeApp();
 
 bool processExists(pid_t pid);
 
+unsigned freePort();
+// A loopback port nothing listens on now (bound and closed: another process may take it).
+
 bool headDoneHostKilled(int simCode, const std::string& out);
 // The job finished on its head (0) while a worker killed by SIGKILL stayed dead (the harness
 // runs without --node-restarts): troupe sim judges every host as SageMaker does, so it exits 137

@@ -2,10 +2,7 @@
 // running job and gets augmenters; a host the cluster description does not name joins its group;
 // bad --start-with values are refused. Drains, rejoins after kill -9 and after a healed partition
 // are fault cases (tests/faults).
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -117,18 +114,6 @@ std::vector<std::string> environOf(pid_t pid) {
   return out;
 }
 
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The same instance started a second time, as a per-instance entry point would start it again:
 // its environment (without the sim's die-with-parent link, whose parent would be this test) and
 // TROUPE_INCARNATION. The first process still holds its port on this machine, so the second one
@@ -143,7 +128,7 @@ std::vector<std::string> twinEnv(pid_t pid, const std::string& host, int incarna
     if (e.rfind("TROUPE_HOST_MAP=", 0) == 0) {
       std::ifstream in(e.substr(strlen("TROUPE_HOST_MAP=")));
       auto map = nlohmann::json::parse(in);
-      map[host] = "127.0.0.1:" + std::to_string(freePort());
+      map[host] = "127.0.0.1:" + std::to_string(harness::freePort());
       std::ofstream(mapFile) << map.dump();
       env.push_back("TROUPE_HOST_MAP=" + mapFile);
       continue;
