@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages troupe needs, only those that are missing. Idempotent.
+# `--plots`: also what scripts/plot_scaling.py needs (`make scaling`), which the build never does.
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,9 @@ packages=(
   nlohmann-json3-dev libcli11-dev dataset-fashion-mnist libopencv-dev libopenblas-dev zlib1g-dev
   libssl-dev openssl tcpdump procps iproute2 python3 python3-venv util-linux
 )
+if [ "${1:-}" = "--plots" ]; then
+  packages=(python3 python3-matplotlib)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -3,6 +3,8 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +30,8 @@ uint64_t imageSeed(uint64_t batchSeed, uint64_t index) {
 
 void AugmentConfig::validate() const {
   require(padding >= 0 && padding <= 14, "padding", padding, "in [0, 14]");
+  require(upscale >= 1 && upscale <= 4, "upscale", upscale, "1, 2, 3 or 4");
+  require(cropAreaMin > 0 && cropAreaMin <= 1, "cropAreaMin", cropAreaMin, "in (0, 1]");
   require(flipProbability >= 0 && flipProbability <= 1, "flipProbability", flipProbability,
           "in [0, 1]");
   require(maxRotationDegrees >= 0 && maxRotationDegrees <= 180, "maxRotationDegrees",
@@ -58,26 +62,49 @@ AugmentConfig AugmentConfig::none() {
   return c;
 }
 
+AugmentConfig AugmentConfig::light() { return AugmentConfig(); }
+
+AugmentConfig AugmentConfig::heavy() {
+  AugmentConfig c;
+  c.upscale = 2;
+  c.cropAreaMin = 0.6f;
+  return c;
+}
+
 Augmenter::Augmenter(const AugmentConfig& config) : config_(config) {
   config_.validate();
 }
 
-void Augmenter::augment(std::span<const uint8_t> pixels, int rows, int cols, uint64_t batchSeed,
-                        std::span<float> out) const {
+void Augmenter::checkSizes(size_t pixels, size_t out, int rows, int cols) const {
   if (rows <= 0 || cols <= 0) {
     throw std::invalid_argument("Augmenter::augment: image size " + std::to_string(rows) + "x" +
                                 std::to_string(cols) + " is not positive");
   }
   const size_t imageSize = size_t(rows) * cols;
-  if (pixels.size() % imageSize != 0 || out.size() != pixels.size()) {
-    throw std::invalid_argument("Augmenter::augment: " + std::to_string(pixels.size()) +
-                                " input bytes and " + std::to_string(out.size()) +
-                                " output floats do not fit images of " + std::to_string(rows) +
+  if (pixels % imageSize != 0 || out != pixels) {
+    throw std::invalid_argument("Augmenter::augment: " + std::to_string(pixels) +
+                                " input bytes and " + std::to_string(out) +
+                                " output values do not fit images of " + std::to_string(rows) +
                                 "x" + std::to_string(cols));
   }
-  const size_t count = pixels.size() / imageSize;
-  for (size_t i = 0; i < count; ++i) {
+}
+
+void Augmenter::augment(std::span<const uint8_t> pixels, int rows, int cols, uint64_t batchSeed,
+                        std::span<float> out) const {
+  checkSizes(pixels.size(), out.size(), rows, cols);
+  const size_t imageSize = size_t(rows) * cols;
+  for (size_t i = 0; i < pixels.size() / imageSize; ++i) {
     augmentOne(pixels.data() + i * imageSize, rows, cols, imageSeed(batchSeed, i),
+               out.data() + i * imageSize, nullptr);
+  }
+}
+
+void Augmenter::augmentPixels(std::span<const uint8_t> pixels, int rows, int cols,
+                              uint64_t batchSeed, std::span<uint8_t> out) const {
+  checkSizes(pixels.size(), out.size(), rows, cols);
+  const size_t imageSize = size_t(rows) * cols;
+  for (size_t i = 0; i < pixels.size() / imageSize; ++i) {
+    augmentOne(pixels.data() + i * imageSize, rows, cols, imageSeed(batchSeed, i), nullptr,
                out.data() + i * imageSize);
   }
 }
@@ -90,7 +117,7 @@ std::vector<float> Augmenter::augment(std::span<const uint8_t> pixels, int rows,
 }
 
 void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t seed,
-                           float* out) const {
+                           float* floats, uint8_t* bytes) const {
   const AugmentConfig& c = config_;
   cv::RNG rng(seed);
   // Every parameter is drawn, used or not, so one image's stream does not depend on the config
@@ -103,6 +130,12 @@ void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t s
   const double brightness = 1.0 + rng.uniform(-c.brightness, c.brightness + 1e-6f);
   const double contrast = 1.0 + rng.uniform(-c.contrast, c.contrast + 1e-6f);
   const double sigma = rng.uniform(c.blurSigmaMin, c.blurSigmaMax + 1e-6f);
+  // From a stream of their own, so a config without a resized crop gives the images it always gave.
+  cv::RNG cropRng(imageSeed(seed, 0x5eed));
+  const double cropArea = cropRng.uniform(double(c.cropAreaMin), 1.0 + 1e-9);
+  const double cropAspect = std::exp(cropRng.uniform(std::log(0.75), std::log(4.0 / 3.0)));
+  const double cropX = cropRng.uniform(0.0, 1.0);
+  const double cropY = cropRng.uniform(0.0, 1.0);
 
   cv::Mat src(rows, cols, CV_8UC1, const_cast<uint8_t*>(pixels));
   cv::Mat img;
@@ -114,10 +147,21 @@ void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t s
   } else {
     img = src.clone();
   }
+  // The working size: the image's, or `upscale` times it.
+  const int wr = rows * c.upscale, wc = cols * c.upscale;
+  if (c.cropAreaMin < 1 || c.upscale > 1) {
+    int w = cols, h = rows;
+    if (c.cropAreaMin < 1) {
+      w = std::clamp(int(std::lround(std::sqrt(cropArea * rows * cols * cropAspect))), 1, cols);
+      h = std::clamp(int(std::lround(std::sqrt(cropArea * rows * cols / cropAspect))), 1, rows);
+    }
+    cv::Rect box(int(cropX * (cols - w)), int(cropY * (rows - h)), w, h);
+    cv::resize(img(box), img, cv::Size(wc, wr), 0, 0, cv::INTER_CUBIC);
+  }
   if (flip) cv::flip(img, img, 1);
   if (angle != 0.0 || scale != 1.0) {
     cv::Mat m =
-        cv::getRotationMatrix2D(cv::Point2f(cols / 2.0f - 0.5f, rows / 2.0f - 0.5f), angle, scale);
+        cv::getRotationMatrix2D(cv::Point2f(wc / 2.0f - 0.5f, wr / 2.0f - 0.5f), angle, scale);
     cv::warpAffine(img, img, m, img.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
   }
   cv::Mat f;
@@ -130,13 +174,19 @@ void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t s
   }
   if (c.blurKernel > 0) cv::GaussianBlur(f, f, cv::Size(c.blurKernel, c.blurKernel), sigma);
   if (c.noiseStddev > 0) {
-    cv::Mat noise(rows, cols, CV_32F);
+    cv::Mat noise(wr, wc, CV_32F);
     rng.fill(noise, cv::RNG::NORMAL, 0.0, c.noiseStddev);
     f += noise;
   }
   cv::min(cv::max(f, 0.0), 1.0, f);
+  if (c.upscale > 1) cv::resize(f, f, cv::Size(cols, rows), 0, 0, cv::INTER_AREA);
   // Writes straight into the caller's row: `dst` has the right size and type, so no realloc.
-  cv::Mat dst(rows, cols, CV_32F, out);
+  if (bytes != nullptr) {
+    cv::Mat dst(rows, cols, CV_8U, bytes);
+    f.convertTo(dst, CV_8U, 255.0);  // rounds and saturates
+    return;
+  }
+  cv::Mat dst(rows, cols, CV_32F, floats);
   f.convertTo(dst, CV_32F, 1.0 / c.stddev, -c.mean / c.stddev);
 }
 

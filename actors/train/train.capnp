@@ -15,6 +15,8 @@ struct AugmentSettings {
   contrast @4 :Float32 = 0.1;
   blurKernel @5 :Int32 = 0;       # 0 = no blur; odd 3..99 makes augmentation CPU-heavy
   noiseStddev @6 :Float32 = 0.02;
+  upscale @7 :Int32 = 1;          # work at this many times the image's size (1..4)
+  cropAreaMin @8 :Float32 = 1;    # random resized crop's smallest area fraction; 1 = off
 }
 
 struct AugmenterArgs {
@@ -33,7 +35,9 @@ struct Batch {
   begin @3 :UInt64;               # position of the first sample in the shard's epoch order
   sampleIds @4 :List(UInt32);
   labels @5 :Data;                # one byte per sample
-  images @6 :Data;                # float32, sampleIds.size() x 784, normalised
+  images @6 :Data;                # float32, sampleIds.size() x 784, normalised; or empty, and:
+  pixels @7 :Data;                # uint8, sampleIds.size() x 784: augmented [0, 1] pixels x 255,
+                                  # not normalised (a quarter of the bytes; what augmenters send)
 }
 
 interface BatchSink {

@@ -464,7 +464,8 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   for (auto id : batch.getSampleIds()) p.ids.push_back(id);
   auto labels = batch.getLabels();
   p.labels.assign(labels.begin(), labels.end());
-  p.images = Received::keep(batch.getImages());
+  p.bytes = batch.hasPixels() && batch.getPixels().size() > 0;
+  p.images = Received::keep(p.bytes ? batch.getPixels() : batch.getImages());
   copiedBatches_ += p.images.copied();
   if (p.source < sources_.size() && sources_[p.source].session == p.session &&
       sources_[p.source].augmenter >= 0) {
@@ -511,8 +512,10 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
   size_t n = b.ids.size();
   if (n == 0 || n > batchSize_)
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
-  if (b.labels.size() != n || b.images.size() != n * 784 * sizeof(float)) {
-    auto images = b.images.size() % sizeof(float) == 0
+  size_t valueSize = b.bytes ? 1 : sizeof(float);
+  if (b.labels.size() != n || b.images.size() != n * 784 * valueSize) {
+    auto images = b.bytes ? kj::str(b.images.size(), " bytes of pixels")
+                  : b.images.size() % sizeof(float) == 0
                       ? kj::str(b.images.size() / sizeof(float), " floats")
                       : kj::str(b.images.size(), " bytes of images");
     return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ", images);
@@ -592,12 +595,14 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   auto done = std::make_shared<std::atomic<bool>>(false);
   stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done};
   return context()
-      .offload([model = model_, images = kj::mv(b.images), labels = kj::mv(b.labels), lr, done]() {
+      .offload([model = model_, images = kj::mv(b.images), bytes = b.bytes,
+                labels = kj::mv(b.labels), lr, done]() {
         trace::Span span("step", "train");
         model->setLearningRate(std::max(lr, 1e-5f));
         timespec before{}, after{};
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
-        float loss = model->trainStep(images.as<float>(), labels);
+        float loss = bytes ? model->trainStep(normalizeImages(images.as<uint8_t>()), labels)
+                           : model->trainStep(images.as<float>(), labels);
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
         done->store(true);
         double cpu = double(after.tv_sec - before.tv_sec) + 1e-9 * double(after.tv_nsec - before.tv_nsec);

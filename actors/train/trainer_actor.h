@@ -78,7 +78,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint64_t begin;
     std::vector<uint32_t> ids;
     std::vector<uint8_t> labels;
-    Received images;  // float32, ids.size() x 784: the received message's bytes, not a copy
+    // The received message's bytes, not a copy: float32 (normalised) or, with `bytes`, uint8
+    // pixels (x 255) the step normalises; ids.size() x 784 either way.
+    Received images;
+    bool bytes = false;
   };
   struct Test {
     std::vector<float> images;

@@ -41,7 +41,9 @@ struct Settings {
   float learningRate = 0.05f;
   float momentum = 0.9f;
   unsigned prefetch = 4;
-  int blur = 0;
+  std::string augment = "heavy";  // the AugmentConfig preset
+  int blur = -1;                   // -1: the preset's
+  troupe::train::AugmentConfig augmentConfig;
   uint64_t seed = 42;
   uint64_t samples = 0;  // 0 = all 60,000
   unsigned perNode = 0;  // augmenters per data node; 0 = one per vCPU
@@ -133,7 +135,14 @@ Settings parseSettings(int argc, char* argv[]) {
   cli.add_option("--momentum", s.momentum)->check(CLI::Range(0.0f, 0.999f));
   cli.add_option("--prefetch", s.prefetch, "batches in flight per augmenter")
       ->check(CLI::Range(1u, 64u));
-  cli.add_option("--blur", s.blur, "Gaussian blur kernel (0 = off; odd 3..99): augmentation cost");
+  cli.add_option("--augment", s.augment,
+                 "heavy: a vision pipeline's cost (random resized crop to 56x56, flip, affine, "
+                 "jitter, noise, back to 28x28: ~34 us per image); light: crop, flip, affine, "
+                 "jitter and noise at 28x28 (~11 us)")
+      ->check(CLI::IsMember({"heavy", "light"}))
+      ->capture_default_str();
+  cli.add_option("--blur", s.blur,
+                 "Gaussian blur kernel (0 = off; odd 3..99; adds to --augment's cost)");
   cli.add_option("--seed", s.seed);
   cli.add_option("--train-samples", s.samples, "use the first N training samples (0 = all)");
   cli.add_option("--augmenters-per-node", s.perNode, "per data node (0 = one per vCPU)");
@@ -186,9 +195,10 @@ Settings parseSettings(int argc, char* argv[]) {
     }
     troupe::parseAppFlags(cli, argc, argv, defaults);
     if (sm.active() && !sm.hasChannel("train")) checkNoTrainChannel(sm, s.dataDir);
-    troupe::train::AugmentConfig augment;
-    augment.blurKernel = s.blur;
-    augment.validate();
+    s.augmentConfig = s.augment == "light" ? troupe::train::AugmentConfig::light()
+                                           : troupe::train::AugmentConfig::heavy();
+    if (s.blur >= 0) s.augmentConfig.blurKernel = s.blur;
+    s.augmentConfig.validate();
   } catch (const troupe::ConfigError& e) {
     troupe::configError(e.what());
   } catch (const std::invalid_argument& e) {
@@ -340,7 +350,17 @@ class Job {
           a.setBatchSize(s_.batchSize);
           a.setDataDir(s_.dataDir);
           a.setSamples(samples_);
-          a.initAugment().setBlurKernel(s_.blur);
+          auto aug = a.initAugment();
+          const auto& c = s_.augmentConfig;
+          aug.setPadding(c.padding);
+          aug.setFlipProbability(c.flipProbability);
+          aug.setMaxRotationDegrees(c.maxRotationDegrees);
+          aug.setBrightness(c.brightness);
+          aug.setContrast(c.contrast);
+          aug.setBlurKernel(c.blurKernel);
+          aug.setNoiseStddev(c.noiseStddev);
+          aug.setUpscale(c.upscale);
+          aug.setCropAreaMin(c.cropAreaMin);
         });
   }
 
@@ -574,6 +594,9 @@ class Job {
                {"batch_size", s_.batchSize},
                {"trainer_on_cpu", onCpu},
                {"augmenters_per_node", s_.perNode},
+               {"augment", s_.augment},
+               {"blur", s_.augmentConfig.blurKernel},
+               {"cpu_scale", cpuScale()},
                {"dnn_group", s_.dnnGroup},
                {"data_group", s_.dataGroup}};
     }
@@ -597,6 +620,12 @@ class Job {
         auto a = adv::recommend(m, adv::candidates(types, std::max(4u, m.dataCount)), s_.prices);
         printf("\nsizing advice (troupe advise REPORT.json for other types and counts):\n%s",
                adv::table(a).c_str());
+        for (auto& row : a.rows) {
+          if (row.candidate.count != 0 || m.dataCount == 0) continue;
+          printf("homogeneous (%s alone, augmenting on its own vCPUs) would be %.1f ms/step, "
+                 "$%.4f per 1k steps (predicted)\n",
+                 m.dnnType.c_str(), row.stepMs, row.costPer1000);
+        }
         advice = adv::toJson(a);
       } catch (const hetero_train::advise::AdviseError& e) {
         noAdvice = e.what();
@@ -639,6 +668,16 @@ class Job {
                           {"exit_status", 0}};
       writeReport(s_.report, j.dump(2) + "\n");
     }
+  }
+
+  // CPUs of this machine per vCPU: troupe sim's CPU budget (TROUPE_CPU_SCALE), else 1 (a real
+  // instance's vCPU is one of its CPUs).
+  static double cpuScale() {
+    const char* text = getenv("TROUPE_CPU_SCALE");
+    if (text == nullptr || *text == '\0') return 1;
+    char* end = nullptr;
+    double scale = strtod(text, &end);
+    return *end == '\0' && scale > 0 && scale <= 64 ? scale : 1;
   }
 
   // The report's folder is made if missing (SageMaker's output/data/ need not exist); the file

@@ -69,6 +69,10 @@ Measured fromReport(const json& report) {
   if (!onCpu.is_boolean()) throw AdviseError("the report's 'rates.trainer_on_cpu' is not true/false");
   m.trainerOnCpu = onCpu.get<bool>();
   m.augmentersPerNode = unsigned(number(rates, "rates.", "augmenters_per_node", false));
+  // Reports from before the CPU budgets of troupe sim have none: a vCPU was a CPU.
+  if (rates.contains("cpu_scale") && !rates.at("cpu_scale").is_null()) {
+    m.cpuScale = number(rates, "rates.", "cpu_scale", true);
+  }
   auto& dnnGroup = field(rates, "rates.", "dnn_group");
   auto& dataGroup = field(rates, "rates.", "data_group");
   m.measuredStepMs = number(report, "", "mean_step_ms", true);
@@ -143,31 +147,34 @@ Row predict(const Measured& m, const Candidate& c, const Prices& prices) {
   r.candidate = c;
   // CPU milliseconds one batch costs an augmenter (gathering, augmenting, building the push).
   double augMs = 1000.0 * m.batchSize / m.augmentImagesPerVcpuSecond;
-  // How many of an instance's vCPUs augment at once: one augmenter per vCPU, or as many as the
-  // run's --augmenters-per-node.
+  // How many CPUs of an instance augment at once: one augmenter per vCPU, or as many as the
+  // run's --augmenters-per-node, each at most one CPU, all together at most the instance's CPUs
+  // (its vCPUs times the CPU per vCPU).
   auto augmenting = [&](double vcpus) {
-    return m.augmentersPerNode ? std::min<double>(m.augmentersPerNode, vcpus) : vcpus;
+    double cpus = vcpus * m.cpuScale;
+    return m.augmentersPerNode ? std::min<double>(m.augmentersPerNode, cpus) : cpus;
   };
   // The trainer's step loop is serial: a step (compute only) and the evaluation's share, at
   // best. Its instance's CPUs must also hold the trainer process's other work (receiving,
   // decoding, evaluating), and without a data group the augmentation too.
   double serialMs = m.computeStepMs + m.otherMsPerStep;
   double dnnVcpus = std::max(1u, m.dnnVcpus);
+  double dnnCpus = dnnVcpus * m.cpuScale;
   double busyMs;
   if (c.count == 0) {
     r.dataMs = augMs / augmenting(dnnVcpus);
-    r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnVcpus);
-    busyMs = std::max({serialMs, r.dataMs, (m.trainerCpuMsPerStep + augMs) / dnnVcpus});
+    r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnCpus);
+    busyMs = std::max({serialMs, r.dataMs, (m.trainerCpuMsPerStep + augMs) / dnnCpus});
   } else {
     // With a data group every augmenter runs on it (hetero_train places them with
     // prefer(data_group)); augmentation scales with its vCPUs.
     r.dataMs = augMs / (c.count * augmenting(c.vcpus));
-    r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnVcpus);
+    r.trainerMs = std::max(serialMs, m.trainerCpuMsPerStep / dnnCpus);
     busyMs = std::max(r.trainerMs, r.dataMs);
   }
   // Each epoch starts by waiting for its first batch: as measured, but for the shards' loading
   // (single-threaded, once per run), which takes longer on an instance smaller than a CPU.
-  auto loadVcpus = [](double vcpus) { return std::min(1.0, std::max(vcpus, 0.01)); };
+  auto loadVcpus = [&](double vcpus) { return std::min(1.0, std::max(vcpus * m.cpuScale, 0.01)); };
   double runVcpus = loadVcpus(m.dataCount ? m.dataVcpus : m.dnnVcpus);
   double candidateVcpus = loadVcpus(c.count ? c.vcpus : m.dnnVcpus);
   double fillPerEpoch =
@@ -269,6 +276,12 @@ std::vector<std::string> assumptions(const Measured& m) {
   out.push_back(
       "prices: the instance table's on-demand prices, or --prices FILE's; cost per 1,000 steps = "
       "cluster $/h x predicted step time");
+  if (m.cpuScale != 1) {
+    out.push_back("every vCPU is " + fmt("%.3g", m.cpuScale) +
+                  " of a CPU of the run's machine, as in the run (troupe sim's CPU budget): the "
+                  "rows predict that emulated cluster; --cpu-scale 1 predicts instances whose "
+                  "vCPU is a whole CPU of it");
+  }
   return out;
 }
 
@@ -276,7 +289,9 @@ std::string table(const Advice& a) {
   auto& m = a.measured;
   std::string out;
   out += "measured: " + m.cluster + ": step " + fmt("%.1f", m.measuredStepMs) + " ms, data wait " +
-         fmt("%.1f", 100 * m.measuredWaitShare) + " %\n";
+         fmt("%.1f", 100 * m.measuredWaitShare) + " %" +
+         (m.cpuScale != 1 ? ", " + fmt("%.3g", m.cpuScale) + " CPU per vCPU" : std::string()) +
+         "\n";
   if (!m.whatIf.empty()) out += "what if: " + m.whatIf + "\n";
   out += "rates: augmentation " + fmt("%.0f", m.augmentImagesPerVcpuSecond) +
          " images/s per vCPU, compute-only step " + fmt("%.2f", m.computeStepMs) +
@@ -347,6 +362,7 @@ json toJson(const Advice& a) {
             {"steps_per_epoch", m.stepsPerEpoch},
             {"stream_bytes_per_s", m.streamBytesPerSecond},
             {"pricing", m.spot ? "spot" : "on-demand"},
+            {"cpu_scale", m.cpuScale},
             {"what_if", m.whatIf.empty() ? json(nullptr) : json(m.whatIf)}}},
           {"rows", rows},
           {"assumptions", assumptions(m)}};

@@ -45,6 +45,9 @@ struct Measured {
   double dataVcpus = 0;  // each data instance's (bench_pipeline: a share of one CPU)
   double measuredStepMs = 0, measuredWaitShare = 0;
   bool spot = false;
+  // CPUs of the run's machine per vCPU: 1 on real instances; troupe sim's CPU budget otherwise
+  // (e.g. 0.125: 2 CPUs for 16 vCPUs). Predictions are for instances with this much CPU per vCPU.
+  double cpuScale = 1;
   std::string whatIf;  // non-empty: the inputs were changed from the run's (said in the output)
   std::string cluster;  // the run's, as measured ("1 x ml.p3.2xlarge (8 vCPUs) + ...")
 };

@@ -27,6 +27,11 @@ void addAdviseOptions(CLI::App& command, AdviseOptions& o) {
                      "what if: the trainer's compute-only step took this long on a GPU (its "
                      "steps then use no CPU of the dnn instance)")
       ->check(CLI::PositiveNumber);
+  command.add_option("--cpu-scale", o.cpuScale,
+                     "what if every vCPU were this much of a CPU of the run's machine (default: "
+                     "the run's; 1 for a run under troupe sim's CPU budget predicts instances "
+                     "whose vCPU is a whole CPU of it)")
+      ->check(CLI::Range(0.001, 64.0));
 }
 
 int runAdvise(const AdviseOptions& o) {
@@ -38,6 +43,13 @@ int runAdvise(const AdviseOptions& o) {
     if (!o.dnnType.empty()) {
       adv::setDnnType(m, o.dnnType);
       m.whatIf = "the trainer on 1 x " + o.dnnType + " (" + std::to_string(m.dnnVcpus) + " vCPUs)";
+    }
+    if (o.cpuScale > 0 && o.cpuScale != m.cpuScale) {
+      char scale[64];
+      snprintf(scale, sizeof(scale), "%.3g", o.cpuScale);
+      m.whatIf += std::string(m.whatIf.empty() ? "" : ", ") + "every vCPU " + scale +
+                  " of a CPU of the run's machine (--cpu-scale)";
+      m.cpuScale = o.cpuScale;
     }
     if (o.computeStepMs > 0) {
       // The steps leave the dnn instance's CPUs: its CPU work keeps only the rest (receiving,

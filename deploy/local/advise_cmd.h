@@ -16,6 +16,7 @@ struct AdviseOptions {
   // What-if: another dnn instance type, and a (GPU) trainer's compute-only step in ms.
   std::string dnnType;
   double computeStepMs = 0;
+  double cpuScale = 0;  // what if a vCPU were this much of the run's CPU (0: the run's)
 };
 
 void addAdviseOptions(CLI::App& command, AdviseOptions& o);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -13,7 +14,10 @@ namespace sim {
 
 namespace {
 
-constexpr long kPeriodUs = 100000;
+// The quota is spent per period: a short one keeps a busy instance from running all its threads
+// for a burst and then stalling (a serial trainer loses the stall); the kernel wants a quota of at
+// least 1 ms, so a small quota gets a longer period.
+constexpr long kShortPeriodUs = 20000, kLongPeriodUs = 100000, kMinQuotaUs = 1000;
 
 bool writeTo(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -48,11 +52,16 @@ void cgroupMounts(std::string& v2, std::string& v1) {
 }  // namespace
 
 CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
-  long quotaUs = std::lround(cpus * kPeriodUs);
-  if (!(cpus > 0) || quotaUs < 1000) {
+  long periodUs = std::clamp(long(std::ceil(kMinQuotaUs / std::max(cpus, 1e-6))), kShortPeriodUs,
+                             kLongPeriodUs);
+  long quotaUs = std::lround(cpus * periodUs);
+  if (!(cpus > 0) || quotaUs < kMinQuotaUs) {
     why_ = "a CPU quota must be at least 0.01 CPUs, not " + std::to_string(cpus);
     return;
   }
+  // Weight in proportion to the quota: when every instance is busy, the kernel shares the CPUs as
+  // the quotas do (equal weights would give a 1-CPU instance and a 0.5-CPU one the same share).
+  long weight = std::clamp(std::lround(cpus * 100), 1L, 10000L);
   std::string v2, v1;
   cgroupMounts(v2, v1);
   if (!v2.empty() && readFile(v2 + "/cgroup.controllers").find("cpu") != std::string::npos) {
@@ -62,8 +71,10 @@ CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
       return;
     }
     dir_ = v2 + "/" + name;
-    if (!writeTo(dir_ + "/cpu.max", std::to_string(quotaUs) + " " + std::to_string(kPeriodUs))) {
+    if (!writeTo(dir_ + "/cpu.max", std::to_string(quotaUs) + " " + std::to_string(periodUs))) {
       why_ = "cannot write " + dir_ + "/cpu.max";
+    } else if (!writeTo(dir_ + "/cpu.weight", std::to_string(weight))) {
+      why_ = "cannot write " + dir_ + "/cpu.weight";
     }
   } else if (!v1.empty()) {
     if (mkdir((v1 + "/" + name).c_str(), 0755) != 0) {
@@ -71,8 +82,9 @@ CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
       return;
     }
     dir_ = v1 + "/" + name;
-    if (!writeTo(dir_ + "/cpu.cfs_period_us", std::to_string(kPeriodUs)) ||
-        !writeTo(dir_ + "/cpu.cfs_quota_us", std::to_string(quotaUs))) {
+    if (!writeTo(dir_ + "/cpu.cfs_period_us", std::to_string(periodUs)) ||
+        !writeTo(dir_ + "/cpu.cfs_quota_us", std::to_string(quotaUs)) ||
+        !writeTo(dir_ + "/cpu.shares", std::to_string(std::max(2L, weight * 1024 / 100)))) {
       why_ = "cannot write " + dir_ + "/cpu.cfs_quota_us";
     }
   } else {

@@ -155,6 +155,7 @@ int printEnvironment(const EnvOptions& o) {
 struct Options {
   std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, cpuQuotaArgs, app,
       startLateArgs, scaleUpArgs;
+  std::string cpuScale = "auto";
   unsigned nodeRestarts = 2;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
       interruptWhen, out;
@@ -227,6 +228,13 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
                   "HOST_OR_GROUP=CPUS (e.g. data_group=0.25): each such instance in a cgroup of "
                   "its own limited to CPUS CPUs, to emulate instances smaller than a CPU (needs "
                   "root and a cgroup hierarchy with the cpu controller)");
+  sim->add_option("--cpu-scale", o.cpuScale,
+                  "auto, off or CPUS: every instance in a cgroup limited to its instance type's "
+                  "vCPUs times CPUS CPUs of this machine, so the cluster has its types' CPU "
+                  "ratios (auto: this machine's CPUs over the cluster's vCPUs, at most 1; none, "
+                  "with a note, where cgroups cannot be made). --cpus, --pin and --cpu-quota "
+                  "place an instance instead")
+      ->capture_default_str();
   auto* membership = "Membership";
   sim->add_option("--node-restarts", o.nodeRestarts,
                   "start a worker's process again, as the per-instance entry point does, when it "
@@ -391,6 +399,18 @@ sim::JobSpec jobSpec(Options& o) {
                                   "data_group=0.25");
     }
     spec.cpuQuotas.emplace_back(who, cpus);
+  }
+  if (o.cpuScale == "off") {
+    spec.cpuScale = 0;
+  } else if (o.cpuScale != "auto") {
+    char* end = nullptr;
+    double scale = strtod(o.cpuScale.c_str(), &end);
+    if (o.cpuScale.empty() || *end != '\0' || !(scale >= 0.001) || scale > 64) {
+      throw std::invalid_argument("--cpu-scale '" + o.cpuScale +
+                                  "': give auto, off, or the CPUs of this machine per vCPU, a "
+                                  "number from 0.001 to 64 (e.g. 0.125)");
+    }
+    spec.cpuScale = scale;
   }
   spec.pin = o.pin;
   spec.netns = o.netns;

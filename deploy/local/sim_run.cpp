@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -57,7 +58,8 @@ std::vector<unsigned> freePorts(size_t count) {
 struct Instance {
   std::string host, group, instanceType, address, root, cpus;
   unsigned controlPort = 0;  // on loopback: reserved with the others (TROUPE_CONTROL_PORT)
-  double cpuQuota = 0;  // --cpu-quota: CPUs (0: none)
+  double cpuQuota = 0;  // --cpu-quota, or the CPU budget: CPUs (0: none)
+  double cpuScale = 0;  // > 0: cpuQuota is the CPU budget, this many CPUs per vCPU
   std::unique_ptr<CpuQuotaCgroup> cgroup;
   kj::Own<troupe::ChildProcess> process;
   kj::Maybe<troupe::ChildExit> exit;  // its last process's, once the host is done
@@ -199,6 +201,7 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   env.push_back("TROUPE_SM_ROOT=" + in.root);
   if (!netns) env.push_back("TROUPE_HOST_MAP=" + hostMap.string());
   if (!in.cpus.empty()) env.push_back("TROUPE_CPUS=" + in.cpus);
+  if (in.cpuScale > 0) env.push_back("TROUPE_CPU_SCALE=" + formatCpus(in.cpuScale));
   if (in.controlPort != 0) env.push_back("TROUPE_CONTROL_PORT=" + std::to_string(in.controlPort));
   // The instance type's size, explicitly: a node otherwise reports what this machine allows
   // (troupe/node_size.h), and one small machine emulates the whole cluster.
@@ -316,6 +319,98 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   }
   if (lab && extras > 0) lab->writeHostsFiles();
   return instances;
+}
+
+// The budgeted instances on CPUs of their own where they pack (first fit, largest first): an
+// instance of 1 CPU on a whole CPU, two of 0.5 sharing one. A quota alone lets the kernel run a
+// serial trainer's wake-ups behind another instance's threads, as no real instance's vCPUs do.
+// Where they do not pack, or --cpus placed an instance, the quotas alone.
+void packBudgets(std::vector<Instance>& instances) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  std::vector<std::pair<unsigned, double>> free;  // CPU, capacity left
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) free.emplace_back(c, 1.0);
+  }
+  std::vector<Instance*> order;
+  for (auto& in : instances) {
+    if (!in.cpus.empty()) return;
+    if (in.cpuScale > 0) order.push_back(&in);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](Instance* a, Instance* b) { return a->cpuQuota > b->cpuQuota; });
+  constexpr double kSlack = 1e-6;
+  std::map<Instance*, std::string> lists;
+  for (auto* in : order) {
+    std::string list;
+    if (in->cpuQuota >= 1 - kSlack) {
+      size_t need = size_t(std::ceil(in->cpuQuota - kSlack));
+      for (auto& [cpu, left] : free) {
+        if (need == 0) break;
+        if (left < 1 - kSlack) continue;
+        left = 0;
+        list += (list.empty() ? "" : ",") + std::to_string(cpu);
+        --need;
+      }
+      if (need > 0) return;
+    } else {
+      // Best fit: the CPU with the least room that still holds it.
+      std::pair<unsigned, double>* best = nullptr;
+      for (auto& f : free) {
+        if (f.second + kSlack >= in->cpuQuota && (!best || f.second < best->second)) best = &f;
+      }
+      if (!best) return;
+      best->second -= in->cpuQuota;
+      list = std::to_string(best->first);
+    }
+    lists[in] = list;
+  }
+  for (auto& [in, list] : lists) in->cpus = list;
+}
+
+// The CPU budget (--cpu-scale): every instance that --cpus, --pin or --cpu-quota does not place
+// gets its instance type's vCPUs times the scale, so the emulated cluster has its types' CPU
+// ratios. Returns why there is none where the default (auto) gives none; empty otherwise.
+std::string cpuBudget(std::vector<Instance>& instances, const JobSpec& spec) {
+  // Below this an instance cannot answer its heartbeats in time: no budget is closer to real.
+  constexpr double kMinBudget = 0.05;
+  if (spec.cpuScale == 0 || spec.pin) return "";
+  bool automatic = spec.cpuScale == JobSpec::kAutoCpuScale;
+  double vcpus = 0;
+  for (auto& in : instances) {
+    auto type = troupe::sched::findInstanceType(in.instanceType);
+    if (type) vcpus += type->vcpus;
+  }
+  if (vcpus == 0) return automatic ? "no instance has a known instance type" : "";
+  double scale = spec.cpuScale;
+  if (automatic) {
+    cpu_set_t set;
+    double cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    scale = std::min(1.0, cpus / vcpus);
+  }
+  for (auto& in : instances) {
+    auto type = troupe::sched::findInstanceType(in.instanceType);
+    if (!type || !in.cpus.empty() || in.cpuQuota > 0) continue;
+    double budget = type->vcpus * scale;
+    if (budget < kMinBudget) {
+      if (automatic) {
+        for (auto& other : instances) {
+          if (other.cpuScale > 0) other.cpuQuota = other.cpuScale = 0;
+        }
+        return formatCpus(scale) + " CPU per vCPU would leave " + in.host + " (" +
+               in.instanceType + ") " + formatCpus(budget) + " CPUs, under " +
+               formatCpus(kMinBudget);
+      }
+      throw std::invalid_argument("--cpu-scale " + formatCpus(scale) + " leaves " + in.host +
+                                  " (" + in.instanceType + ", " + std::to_string(type->vcpus) +
+                                  " vCPUs) " + formatCpus(budget) + " CPUs, under " +
+                                  formatCpus(kMinBudget) + "; give a larger scale, or off");
+    }
+    in.cpuQuota = budget;
+    in.cpuScale = scale;
+  }
+  packBudgets(instances);
+  return "";
 }
 
 // Whether --env runs the instances with TROUPE_INSECURE on (for `troupe status`).
@@ -531,16 +626,35 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     }));
   };
 
+  std::string noBudget = cpuBudget(instances, spec_);
   // Every cgroup before any process: a failure starts nothing.
   for (auto& in : instances) {
     if (in.cpuQuota <= 0) continue;
     auto name = "troupe-sim-" + std::to_string(getpid()) + "-" + std::to_string(number) + "-" + in.host;
     in.cgroup = std::make_unique<CpuQuotaCgroup>(name, in.cpuQuota);
-    if (!in.cgroup->why().empty()) {
-      throw std::runtime_error("--cpu-quota for " + in.host + ": " + in.cgroup->why() +
-                               "; run as root where a cgroup hierarchy has the cpu controller, or "
-                               "without --cpu-quota");
+    if (in.cgroup->why().empty()) continue;
+    if (in.cpuScale > 0 && spec_.cpuScale == JobSpec::kAutoCpuScale) {
+      // The default budget where cgroups cannot be made: none, said on one line.
+      noBudget = in.cgroup->why();
+      for (auto& other : instances) {
+        if (other.cpuScale <= 0) continue;
+        other.cgroup.reset();
+        other.cpuQuota = other.cpuScale = 0;
+        other.cpus.clear();  // packBudgets' placement
+      }
+      continue;
     }
+    throw std::runtime_error(
+        std::string(in.cpuScale > 0 ? "--cpu-scale" : "--cpu-quota") + " for " + in.host + ": " +
+        in.cgroup->why() +
+        "; run as root where a cgroup hierarchy has the cpu controller, or without it");
+  }
+  if (!noBudget.empty()) {
+    printf("troupe sim: no CPU budgets (%s): the instances share this machine's CPUs\n",
+           noBudget.c_str());
+  } else if (!instances.empty() && instances.front().cpuScale > 0) {
+    printf("troupe sim: CPU budgets: %s CPU of this machine per vCPU (--cpu-scale)\n",
+           formatCpus(instances.front().cpuScale).c_str());
   }
   printf("troupe sim: %zu instances, seed %u, roots in %s\n", instances.size(), seed_, dir.c_str());
   for (auto& [who, ms] : spec_.startLate) {

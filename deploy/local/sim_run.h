@@ -38,6 +38,11 @@ struct JobSpec {
   std::vector<std::pair<std::string, std::filesystem::path>> channels;
   std::vector<std::string> envArgs, cpuArgs;
   std::vector<std::pair<std::string, double>> cpuQuotas;  // --cpu-quota: HOST_OR_GROUP, CPUs
+  // --cpu-scale: CPUs of this machine per vCPU of an instance's type, each instance in a cgroup
+  // limited to that many times its vCPUs. kAutoCpuScale: this machine's CPUs over the cluster's
+  // vCPUs (at most 1), or none where cgroups cannot be made (a note says why); 0: none.
+  static constexpr double kAutoCpuScale = -1;
+  double cpuScale = kAutoCpuScale;
   bool pin = false, netns = false;
   std::string headGroup, tokenFile;
   unsigned graceMs = 10000, lingerMs = 15000;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 using Catch::Matchers::Contains;
@@ -93,4 +94,41 @@ TEST_CASE("bad augment config and sizes are explained", "[augment]") {
   std::vector<uint8_t> pixels(784 * 2 + 1);
   std::vector<float> out(pixels.size());
   CHECK_THROWS_WITH(ok.augment(pixels, 28, 28, 1, out), Contains("do not fit"));
+}
+
+TEST_CASE("pixels as bytes are the normalised floats to within half a grey level", "[augment]") {
+  for (auto config : {AugmentConfig::light(), AugmentConfig::heavy()}) {
+    Augmenter augmenter(config);
+    const auto pixels = blockImages(8);
+    const auto floats = augmenter.augment(pixels, 28, 28, 77);
+    std::vector<uint8_t> bytes(pixels.size());
+    augmenter.augmentPixels(pixels, 28, 28, 77, bytes);
+    const auto back = troupe::train::normalizeImages(bytes, config.mean, config.stddev);
+    REQUIRE(back.size() == floats.size());
+    double worst = 0;
+    for (size_t i = 0; i < back.size(); ++i) worst = std::max(worst, double(std::fabs(back[i] - floats[i])));
+    CHECK(worst <= 0.5 / 255 / config.stddev + 1e-5);
+    std::vector<uint8_t> wrong(pixels.size() - 1);
+    CHECK_THROWS_WITH(augmenter.augmentPixels(pixels, 28, 28, 77, wrong),
+                      Contains("do not fit images of 28x28"));
+  }
+}
+
+TEST_CASE("the heavy preset works at twice the size and keeps the light one's images", "[augment]") {
+  // heavy: a random resized crop to 56x56 and back; the light preset's images are as they were
+  // before the crop's own random stream existed (the noise draws are unchanged).
+  const auto heavy = AugmentConfig::heavy();
+  CHECK(heavy.upscale == 2);
+  CHECK(heavy.cropAreaMin < 1);
+  const auto pixels = blockImages(4);
+  const auto h = Augmenter(heavy).augment(pixels, 28, 28, 5);
+  const auto l = Augmenter(AugmentConfig::light()).augment(pixels, 28, 28, 5);
+  CHECK(h.size() == l.size());
+  CHECK(h != l);
+  AugmentConfig bad;
+  bad.upscale = 5;
+  CHECK_THROWS_WITH(Augmenter(bad), Contains("AugmentConfig.upscale is 5"));
+  bad = AugmentConfig();
+  bad.cropAreaMin = 0;
+  CHECK_THROWS_WITH(Augmenter(bad), Contains("cropAreaMin"));
 }

@@ -4,7 +4,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -223,7 +226,8 @@ std::string firstLine(const std::string& path) {
 
 TEST_CASE("sim --cpu-quota runs each named instance in a cgroup of its own, removed at the end",
           "[sim][pin]") {
-  harness::Run run(harness::sim({"--cpu-quota", "data_group=0.5", "--group",
+  // Without the default CPU budget (--cpu-scale off), which would give the dnn instance one too.
+  harness::Run run(harness::sim({"--cpu-scale", "off", "--cpu-quota", "data_group=0.5", "--group",
                                  "data_group=2:ml.c5.xlarge", "--group",
                                  "dnn_group=1:ml.p3.2xlarge", "--hp", "hold_ms=1500"},
                                 {deploy::smApp()}));
@@ -248,13 +252,15 @@ TEST_CASE("sim --cpu-quota runs each named instance in a cgroup of its own, remo
     }
     REQUIRE_FALSE(dir.empty());
     dirs.insert(dir);
-    // Half a CPU: 50 ms in every 100 ms period (v2 cpu.max, or v1 cpu.cfs_quota_us).
+    // Half a CPU: 10 ms in every 20 ms period (v2 cpu.max, or v1 cpu.cfs_quota_us), and half
+    // the weight of a whole CPU.
     auto v2 = firstLine(dir + "/cpu.max");
     if (!v2.empty()) {
-      CHECK(v2 == "50000 100000");
+      CHECK(v2 == "10000 20000");
+      CHECK(firstLine(dir + "/cpu.weight") == "50");
     } else {
-      CHECK(firstLine(dir + "/cpu.cfs_quota_us") == "50000");
-      CHECK(firstLine(dir + "/cpu.cfs_period_us") == "100000");
+      CHECK(firstLine(dir + "/cpu.cfs_quota_us") == "10000");
+      CHECK(firstLine(dir + "/cpu.cfs_period_us") == "20000");
     }
     CHECK(out.find(host + " ") != std::string::npos);
   }
@@ -268,6 +274,74 @@ TEST_CASE("sim --cpu-quota runs each named instance in a cgroup of its own, remo
   CHECK(bad.wait(10s) == 2);
   CHECK(bad.output().find("--cpu-quota 'data_group=0': CPUS must be a number of CPUs from 0.01") !=
         std::string::npos);
+}
+
+TEST_CASE("sim gives every instance its type's share of the machine's CPUs by default",
+          "[sim][pin]") {
+  // The CPU budget: this machine's CPUs over the cluster's 16 vCPUs, at most 1 CPU per vCPU. Each
+  // instance sees the scale in TROUPE_CPU_SCALE (hetero_train's report and the advisor use it).
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  double cpus = CPU_COUNT(&set);
+  double scale = std::min(1.0, cpus / 16);
+  roots::TempDir dir;
+  harness::Run run(harness::sim(
+      {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge"},
+      {"/bin/sh", "-c",
+       "echo \"$TROUPE_CPU_SCALE $TROUPE_CPUS\" > " + dir.path() + "/$(hostname)-$$; sleep 2"}));
+  auto started = run.waitFor("CPU budgets:", 30s) || run.waitFor("no CPU budgets", 1s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(started);
+  if (out.find("no CPU budgets") != std::string::npos) {
+    // No writable cgroup hierarchy: the default is none, said on one line, and the job runs.
+    CHECK(run.wait(30s) == 0);
+    WARN("skipping the budget checks: " << out.substr(out.find("no CPU budgets")));
+    return;
+  }
+  REQUIRE(run.waitFor("pid=", 10s));
+  std::this_thread::sleep_for(500ms);
+  auto expect = [](double c) {
+    // Quota over a 20 ms period, weight 100 per CPU.
+    return std::make_pair(std::to_string(std::lround(c * 20000)) + " 20000",
+                          std::to_string(std::lround(c * 100)));
+  };
+  for (auto& [host, i] : run.instances()) {
+    auto cg = quotaCgroup(i.pid);
+    REQUIRE_FALSE(cg.empty());
+    double budget = (i.group == "dnn_group" ? 8 : 4) * scale;
+    auto v2 = firstLine(cg + "/cpu.max");
+    if (!v2.empty()) {
+      CHECK(v2 == expect(budget).first);
+      CHECK(firstLine(cg + "/cpu.weight") == expect(budget).second);
+    }
+  }
+  CHECK(run.wait(30s) == 0);
+  CHECK(run.leftovers().empty());
+  // What each instance was told: the scale, and (on a 2-CPU machine) CPUs of its own: the dnn
+  // instance one, the two data instances the other.
+  std::set<std::string> seen;
+  for (auto& f : std::filesystem::directory_iterator(dir.path())) {
+    auto line = roots::readFile(f.path().string());
+    CHECK(std::stod(line) == Approx(scale).epsilon(1e-3));
+    seen.insert(line);
+  }
+  CHECK_FALSE(seen.empty());
+  if (cpus == 2) {
+    CHECK(count(out, "cpus=0 cpu-quota=1") + count(out, "cpus=1 cpu-quota=1") == 1);
+    CHECK(count(out, "cpu-quota=0.5") == 2);
+  }
+
+  // Off: no cgroup, no scale. A bad value: exit 2, naming it.
+  harness::Run off(harness::sim({"--cpu-scale", "off"}, {"/bin/sh", "-c", "sleep 1"}));
+  REQUIRE(off.waitFor("pid=", 30s));
+  for (auto& [host, i] : off.instances()) CHECK(quotaCgroup(i.pid).empty());
+  CHECK(off.wait(30s) == 0);
+  CHECK(off.output().find("CPU budgets") == std::string::npos);
+  harness::Run bad(harness::sim({"--cpu-scale", "lots"}, {"/bin/sh", "-c", "true"}));
+  CHECK(bad.wait(10s) == 2);
+  CHECK(bad.output().find("--cpu-scale 'lots': give auto, off, or the CPUs of this machine per "
+                          "vCPU") != std::string::npos);
 }
 
 TEST_CASE("sim gives 256 instances 256 different loopback ports", "[sim][scale]") {
@@ -295,5 +369,7 @@ TEST_CASE("sim gives 256 instances 256 different loopback ports", "[sim][scale]"
   }
   CHECK(hosts.size() == 256);
   CHECK(ports.size() == 256);
+  // 1,024 vCPUs on a small machine: a budget too small to answer heartbeats is no emulation.
+  CHECK(run.output().find("no CPU budgets (") != std::string::npos);
   CHECK(run.leftovers().empty());
 }

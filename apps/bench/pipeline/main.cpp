@@ -51,6 +51,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -94,6 +95,7 @@ struct Options {
   double timeoutSeconds = 600;
   double measureSeconds = 3;
   bool json = false;
+  std::string jsonOut;  // also write the JSON object here
   std::string keep;  // keep logs and reports here
   std::string troupe = TROUPE_BINARY;
   std::string app = HETERO_TRAIN_BINARY;
@@ -776,14 +778,39 @@ int runSweep(const Options& o, const fs::path& dir) {
     double bestMs = INFINITY, cheapest = INFINITY, cheapestMeasured = INFINITY;
     std::map<unsigned, double> measuredCost;
     unsigned bestCount = 0, recommended = 0, cheapestCount = 0;
+    // The base run's own row is predicted from the next size's run (or the one before, for the
+    // largest), so every row is held out: a prediction from its own run is near 0% by
+    // construction and tests nothing.
+    auto at = std::find(counts.begin(), counts.end(), from);
+    std::optional<unsigned> other;
+    if (counts.size() > 1) other = at + 1 != counts.end() ? *(at + 1) : *(at - 1);
+    double oneMs = 0;  // the step with one data instance: the linear line's slope
+    for (unsigned n : counts) {
+      if (n == 1) oneMs = summarize(runs, setupName(o, blur, 1)).best.at("mean_step_ms").get<double>();
+    }
+    double previousRate = 0;
+    unsigned previousCount = 0;
+    std::optional<unsigned> saturated;
     for (unsigned n : counts) {
       auto s = summarize(runs, setupName(o, blur, n));
-      auto p = predictSetup(base.report, n, o.dataShare);
+      unsigned predictedFrom = n == from && other ? *other : from;
+      auto p = predictSetup(
+          n == from && other ? summarize(runs, setupName(o, blur, *other)).report : base.report, n,
+          o.dataShare);
       double measured = s.best.at("mean_step_ms").get<double>();
       double error = p.stepMs / measured - 1;
-      // A row predicted from its own run is near 0% by construction: only the others (held
-      // out) test the advisor.
-      bool heldOut = n != from;
+      bool heldOut = predictedFrom != n;
+      // Throughput, and against linear scaling in the number of data instances (n times the
+      // one-instance run's), and what the last instance added, as a share of one instance's.
+      double rate = 1000.0 * o.batchSize / measured;
+      double oneRate = oneMs > 0 ? 1000.0 * o.batchSize / oneMs : 0;
+      double ofLinear = n > 0 && oneRate > 0 ? rate / (n * oneRate) : NAN;
+      double added = n > 0 && previousCount + 1 == n && previousCount > 0 && oneRate > 0
+                         ? (rate - previousRate) / oneRate
+                         : NAN;
+      if (!saturated && !std::isnan(added) && added < 0.5) saturated = previousCount;
+      previousRate = rate;
+      previousCount = n;
       if (heldOut) {
         ++heldOutRows;
         heldOutWithin += std::fabs(error) <= targetError;
@@ -804,7 +831,11 @@ int runSweep(const Options& o, const fs::path& dir) {
                         {"predicted_data_wait_fraction", p.waitShare},
                         {"predicted_cost_per_1000_steps_usd", p.costPer1000},
                         {"measured_cost_per_1000_steps_usd", cost},
-                        {"predicted_from_data_instances", from},
+                        {"predicted_from_data_instances", predictedFrom},
+                        {"samples_per_s", rate},
+                        {"of_linear", std::isnan(ofLinear) ? json(nullptr) : json(ofLinear)},
+                        {"added_instance_efficiency", std::isnan(added) ? json(nullptr) : json(added)},
+                        {"predicted_samples_per_s", 1000.0 * o.batchSize / p.stepMs},
                         {"rates", s.report.at("rates")},
                         {"round", s.best.at("round")}});
     }
@@ -818,7 +849,8 @@ int runSweep(const Options& o, const fs::path& dir) {
                        {"recommended_data_instances", recommended},
                        {"recommended_cost_above_cheapest",
                         measuredCost[recommended] / cheapestMeasured - 1},
-                       {"within_one", apart <= 1}});
+                       {"within_one", apart <= 1},
+                       {"saturates_at_data_instances", saturated ? json(*saturated) : json(nullptr)}});
   }
   json out = {{"bench", "pipeline"},
               {"mode", "sweep"},
@@ -841,6 +873,7 @@ int runSweep(const Options& o, const fs::path& dir) {
               {"held_out_within_target", heldOutWithin},
               {"targets_met", met}};
   if (!o.keep.empty()) out["kept"] = dir.string();
+  if (!o.jsonOut.empty()) std::ofstream(o.jsonOut) << out.dump(2) << "\n";
   if (o.json) {
     printf("%s\n", out.dump().c_str());
     return 0;
@@ -859,32 +892,38 @@ int runSweep(const Options& o, const fs::path& dir) {
       "predicted: the sizing advisor (docs/advisor.md) from the same blur's run with %u data "
       "instances\n\n",
       from);
-  printf("%5s %5s %12s %12s %8s %10s %10s\n", "blur", "data", "measured ms", "predicted ms",
-         "error", "wait meas", "wait pred");
+  printf("%5s %5s %12s %12s %8s %10s %10s %10s %9s %9s %5s\n", "blur", "data", "measured ms",
+         "predicted ms", "error", "wait meas", "wait pred", "samples/s", "of linear", "added",
+         "from");
+  auto share = [](const json& v) {
+    return v.is_null() ? std::string("-") : fmtShare(std::round(1000 * v.get<double>()) / 10) + "%";
+  };
   for (auto& r : setups) {
-    if (!r.at("held_out").get<bool>()) {
-      printf("%5d %5u %12.1f %12.1f %8s %9.1f%% %9.1f%%  (predicted from itself: not counted)\n",
-             r.at("blur").get<int>(), r.at("data_instances").get<unsigned>(),
-             r.at("measured_step_ms").get<double>(), r.at("predicted_step_ms").get<double>(), "-",
-             100 * r.at("measured_data_wait_fraction").get<double>(),
-             100 * r.at("predicted_data_wait_fraction").get<double>());
-      continue;
-    }
-    printf("%5d %5u %12.1f %12.1f %+7.1f%% %9.1f%% %9.1f%%%s\n", r.at("blur").get<int>(),
-           r.at("data_instances").get<unsigned>(), r.at("measured_step_ms").get<double>(),
-           r.at("predicted_step_ms").get<double>(), 100 * r.at("error").get<double>(),
+    printf("%5d %5u %12.1f %12.1f %+7.1f%% %9.1f%% %9.1f%% %10.0f %9s %9s %5u%s\n",
+           r.at("blur").get<int>(), r.at("data_instances").get<unsigned>(),
+           r.at("measured_step_ms").get<double>(), r.at("predicted_step_ms").get<double>(),
+           100 * r.at("error").get<double>(),
            100 * r.at("measured_data_wait_fraction").get<double>(),
            100 * r.at("predicted_data_wait_fraction").get<double>(),
-           std::fabs(r.at("error").get<double>()) <= targetError ? "" : "  (outside 15%)");
+           r.at("samples_per_s").get<double>(), share(r.at("of_linear")).c_str(),
+           share(r.at("added_instance_efficiency")).c_str(),
+           r.at("predicted_from_data_instances").get<unsigned>(),
+           !r.at("held_out").get<bool>() ? "  (from itself: not counted)"
+           : std::fabs(r.at("error").get<double>()) <= targetError ? ""
+                                                                    : "  (outside 15%)");
   }
-  printf("\n%5s %10s %10s %12s %22s\n", "blur", "fastest", "cheapest", "recommended",
-         "its measured cost");
+  printf("(of linear: samples/s over n times the 1-instance run's; added: what the n-th instance "
+         "added, as a share of one instance's samples/s; from: the run the prediction came from)\n");
+  printf("\n%5s %10s %10s %12s %22s %10s\n", "blur", "fastest", "cheapest", "recommended",
+         "its measured cost", "saturates");
   for (auto& b : perBlur) {
-    printf("%5d %10u %10u %12u %+21.1f%%%s\n", b.at("blur").get<int>(),
+    auto sat = b.at("saturates_at_data_instances");
+    printf("%5d %10u %10u %12u %+21.1f%% %10s%s\n", b.at("blur").get<int>(),
            b.at("fastest_measured_data_instances").get<unsigned>(),
            b.at("cheapest_measured_data_instances").get<unsigned>(),
            b.at("recommended_data_instances").get<unsigned>(),
            100 * b.at("recommended_cost_above_cheapest").get<double>(),
+           sat.is_null() ? "-" : std::to_string(sat.get<unsigned>()).c_str(),
            b.at("within_one").get<bool>() ? "" : "  (more than one apart)");
   }
   printf("\nheld-out predictions within 15%%: %u of %u\n", heldOutWithin, heldOutRows);
@@ -1195,6 +1234,7 @@ int main(int argc, char* argv[]) {
   cli.add_option("--app", o.app, "the hetero_train binary");
   cli.add_option("--data-dir", o.dataDir, "Fashion-MNIST IDX files");
   cli.add_flag("--json", o.json, "one JSON object instead of the table");
+  cli.add_option("--json-out", o.jsonOut, "in a sweep: also write the JSON object to this file");
   cli.add_option("--probe", o.probe)->group("")->check(CLI::IsMember({"pinned", "late-pin"}));
   CLI11_PARSE(cli, argc, argv);
   if (o.blur % 2 == 0) {

@@ -2,16 +2,21 @@
 //
 // The data group's work: turn a batch of 8-bit grey images into augmented, normalised float32
 // rows (batch x rows*cols) the trainer can multiply directly. Each image goes through, in order:
-// random crop with zero padding, horizontal flip, a small affine (rotation and scale about the
-// centre), brightness/contrast jitter, Gaussian blur, Gaussian noise, clamping to [0, 1] and
-// normalisation ((x - mean) / stddev). All image operations are OpenCV imgproc calls.
+// random crop with zero padding, a random resized crop (torchvision's RandomResizedCrop) to
+// `upscale` times the image's size (bicubic), horizontal flip, a small affine (rotation and scale
+// about the centre), brightness/contrast jitter, Gaussian blur, Gaussian noise, clamping to [0, 1],
+// area downsampling back to the image's size and normalisation ((x - mean) / stddev). All image
+// operations are OpenCV imgproc calls.
 //
 // Reproducibility: image `i` of a batch draws its random parameters from a generator seeded by
 // (batchSeed, i) only, so a batch re-sent after a producer restart is bit-identical, and images
 // may be processed in any order or on any thread.
 //
-// Cost: the blur kernel size is the knob that makes augmentation CPU-heavy, as GaussianBlur(11)
-// did in the PyTorch example this project reproduces; 0 disables it.
+// Cost: the work after the resized crop is done at `upscale` times the image's resolution (4x the
+// pixels at 2), as a vision pipeline that decodes and crops a larger source does; the blur kernel
+// is the other knob, as GaussianBlur(11) was in the PyTorch example this project reproduces.
+// AugmentConfig::heavy() is hetero_train's default; docs/hetero_train.md gives each setting's cost
+// per image.
 
 #pragma once
 
@@ -25,6 +30,12 @@ namespace troupe::train {
 /// reported by validate(), which the Augmenter constructor calls.
 struct AugmentConfig {
   int padding = 1;                  ///< Crop offset range in pixels (zero padding); 0 disables.
+  /// Work at this many times the image's size (1..4): bicubic up after the crop, area down at the
+  /// end. 1 = the image's own resolution.
+  int upscale = 1;
+  /// Random resized crop: area fraction drawn from [cropAreaMin, 1] (aspect ratio from [3/4, 4/3])
+  /// of the padded image, resized to the working size. 1 = off.
+  float cropAreaMin = 1.0f;
   float flipProbability = 0.5f;     ///< Chance of a horizontal flip, in [0, 1].
   float maxRotationDegrees = 5.0f;  ///< Rotation drawn from [-max, max], max in [0, 180].
   float minScale = 0.95f;           ///< Scale drawn from [minScale, maxScale], within (0, 4].
@@ -43,6 +54,15 @@ struct AugmentConfig {
 
   /// Every augmentation off: output is only scaled and normalised. For evaluation data.
   static AugmentConfig none();
+
+  /// The defaults (mild Fashion-MNIST settings, about 11 us per 28x28 image on one core).
+  static AugmentConfig light();
+
+  /// A vision pipeline's cost, as the seeds' PyTorch example was made "heavy on data
+  /// preprocessing": random resized crop (area 0.6..1) to 2x the size (56x56, bicubic), flip,
+  /// affine, color jitter and noise at that size, area-downsampled back to 28x28 (about 34 us per
+  /// image on one core of the dev VM; a blur, blurKernel, adds to it).
+  static AugmentConfig heavy();
 };
 
 /// Applies an AugmentConfig. Immutable after construction, so one Augmenter may be shared by all
@@ -63,10 +83,19 @@ class Augmenter {
   std::vector<float> augment(std::span<const uint8_t> pixels, int rows, int cols,
                              uint64_t batchSeed) const;
 
+  /// The same images, not normalised: each augmented pixel in [0, 1] as a byte (x 255, rounded),
+  /// a quarter of the floats' bytes to send. normalizeImages() of the result equals augment()'s
+  /// to within half a grey level (2e-3 / stddev).
+  void augmentPixels(std::span<const uint8_t> pixels, int rows, int cols, uint64_t batchSeed,
+                     std::span<uint8_t> out) const;
+
   const AugmentConfig& config() const { return config_; }
 
  private:
-  void augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t seed, float* out) const;
+  // Writes floats (normalised) to `floats`, or bytes (x 255) to `bytes`: the other is null.
+  void augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t seed, float* floats,
+                  uint8_t* bytes) const;
+  void checkSizes(size_t pixels, size_t out, int rows, int cols) const;
 
   AugmentConfig config_;
 };
