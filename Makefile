@@ -31,18 +31,20 @@ compare: build
 	$(BUILD)/apps/bench/compare/bench_compare --rounds $(COMPARE_ROUNDS)
 
 # Data-group scaling (docs/hetero_train.md, "Scaling the data group"): hetero_train with 0..8
-# data instances, the dnn instance on one CPU and every data instance on the other with 1/8 of it
+# data instances, the dnn instance on one CPU and every data instance on the other with
+# SCALING_SHARE of it (0.125: 8 of them fill it)
 # (bench_pipeline's sweep), the advisor predicting each count from another count's run; then the
 # plots (scripts/plot_scaling.py, matplotlib) in SCALING_OUT.
 SCALING_OUT ?= troupe-out/scaling
 SCALING_ROUNDS ?= 1
+SCALING_SHARE ?= 0.125
 scaling: build
 	@scripts/install-deps.sh --plots
 	mkdir -p $(SCALING_OUT)
 	$(BUILD)/apps/bench/pipeline/bench_pipeline --sweep-data-instances 0,1,2,3,4,5,6,7,8 \
-	  --data-cpu-share 0.125 --predict-from 1 --blur 0 --augmenters-per-node 1 \
+	  --data-cpu-share $(SCALING_SHARE) --predict-from 1 --augment heavy --sweep-blur 0 --augmenters-per-node 1 \
 	  --rounds $(SCALING_ROUNDS) --json-out $(SCALING_OUT)/sweep.json
-	python3 scripts/plot_scaling.py $(SCALING_OUT)/sweep.json $(SCALING_OUT)
+	/usr/bin/python3 scripts/plot_scaling.py $(SCALING_OUT)/sweep.json $(SCALING_OUT)
 
 hello: build
 	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- $(BUILD)/apps/hello/hello

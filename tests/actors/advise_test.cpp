@@ -77,6 +77,36 @@ TEST_CASE("advisor: no data group on a 1-vCPU dnn instance costs augmentation pl
   CHECK_FALSE(r.beyondStream);
 }
 
+TEST_CASE("advisor: under troupe sim's CPU budget a vCPU is the report's scale of a CPU",
+          "[advise]") {
+  auto m = known();
+  m.augmentImagesPerVcpuSecond = 200;  // 500 ms per batch on one CPU
+  m.cpuScale = 0.125;                  // 2 CPUs for 16 vCPUs
+  // 4 vCPUs are half a CPU: 1,000 ms per batch; 2 instances, one CPU: 500 ms.
+  CHECK(predict(m, {"ml.c5.xlarge", 1, 4}, Prices()).dataMs == Approx(1000));
+  CHECK(predict(m, {"ml.c5.xlarge", 2, 4}, Prices()).dataMs == Approx(500));
+  m.cpuScale = 1;
+  CHECK(predict(m, {"ml.c5.xlarge", 2, 4}, Prices()).dataMs == Approx(62.5));
+  // The report carries it; one without (before the budget) means a whole CPU.
+  nlohmann::json report = {{"rates",
+                            {{"augment_images_per_vcpu_second", 1000}, {"compute_step_ms", 5},
+                             {"other_ms_per_step", 0}, {"trainer_cpu_ms_per_step", 5},
+                             {"fill_ms_per_epoch", 0}, {"steps_per_epoch", 10},
+                             {"load_ms_per_augmenter", 0}, {"epochs", 1},
+                             {"stream_bytes_per_s", 1e6}, {"bytes_per_batch", 1e5},
+                             {"batch_size", 128}, {"trainer_on_cpu", true},
+                             {"augmenters_per_node", 0}, {"dnn_group", "dnn_group"},
+                             {"data_group", "data_group"}, {"cpu_scale", 0.125}}},
+                           {"instances",
+                            {{{"group", "dnn_group"}, {"instance_type", "ml.p3.2xlarge"},
+                              {"vcpus", 8}}}},
+                           {"mean_step_ms", 10},
+                           {"data_wait_fraction", 0.5}};
+  CHECK(hetero_train::advise::fromReport(report).cpuScale == Approx(0.125));
+  report["rates"].erase("cpu_scale");
+  CHECK(hetero_train::advise::fromReport(report).cpuScale == Approx(1));
+}
+
 TEST_CASE("advisor: a data group scales augmentation with its vCPUs until the step is the limit",
           "[advise]") {
   auto m = known();

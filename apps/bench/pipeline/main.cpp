@@ -73,6 +73,9 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct Options {
+  // hetero_train's --augment preset, plus --blur: light with blur 99 is the figures of
+  // docs/benchmarks.md's pipeline section; `make scaling` sweeps heavy (hetero_train's default).
+  std::string augment = "light";
   int blur = 99;
   unsigned batchSize = 128;
   unsigned epochs = 1;
@@ -196,7 +199,10 @@ json runProbe(const Options& o) {
   }();
   out["openblas_threads"] = openblasThreads();
 
-  train::AugmentConfig config;
+  auto preset = [&] {
+    return o.augment == "heavy" ? train::AugmentConfig::heavy() : train::AugmentConfig::light();
+  };
+  train::AugmentConfig config = preset();
   std::vector<float> scratch(B * pixels);
   if (o.probe == "pinned") {
     config.blurKernel = o.blur;
@@ -242,7 +248,7 @@ json runProbe(const Options& o) {
       CPU_ZERO(&set);
       CPU_SET(o.cpus.at(1), &set);
       sched_setaffinity(0, sizeof(set), &set);
-      train::AugmentConfig heavyConfig;
+      train::AugmentConfig heavyConfig = preset();
       heavyConfig.blurKernel = o.blur;
       train::Augmenter heavy(heavyConfig);
       std::vector<float> out(B * pixels);
@@ -506,6 +512,8 @@ std::vector<std::string> appArgs(const Options& o, int blur, const std::string& 
           std::to_string(o.lr),
           "--prefetch",
           std::to_string(o.prefetch),
+          "--augment",
+          o.augment,
           "--blur",
           std::to_string(blur),
           "--train-samples",
@@ -1188,6 +1196,9 @@ int main(int argc, char* argv[]) {
   CLI::App cli(
       "bench_pipeline: hetero_train on 1 pinned CPU (homogeneous) against 1 + 1 CPUs "
       "(heterogeneous) under troupe sim");
+  cli.add_option("--augment", o.augment, "hetero_train's --augment preset (light or heavy)")
+      ->check(CLI::IsMember({"light", "heavy"}))
+      ->capture_default_str();
   cli.add_option("--blur", o.blur, "Gaussian blur kernel: the augmentation cost (odd 3..99)")
       ->check(CLI::Range(3, 99));
   cli.add_option("--batch-size", o.batchSize)->check(CLI::Range(1u, 8192u));
