@@ -102,7 +102,9 @@ kj::Promise<void> TrainerActor::onStart() {
 
 kj::Promise<void> TrainerActor::progress(ProgressContext call) {
   auto r = call.getResults();
-  r.setEpoch(epoch_);
+  // The epoch being trained: while the next one's streams start ahead (during the evaluation),
+  // still the one being evaluated.
+  r.setEpoch(aheadEpoch_ == nullptr || epoch_ == 0 ? epoch_ : epoch_ - 1);
   r.setSteps(totalSteps_);
   uint64_t samples = stats_.samples;
   for (auto& h : history_) samples += h.samples;
@@ -196,21 +198,13 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
       });
 }
 
-kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
-  // A resumed epoch keeps what restore() put in place: the epoch's counters, the samples already
-  // trained on and each shard's position.
+void TrainerActor::beginEpoch(uint32_t epoch, bool resumed, bool ahead) {
   epoch_ = epoch;
-  if (!resumed) {
-    stats_ = EpochRecord();
-    seen_.assign(trainSamples_, 0);
-    epochSecondsBefore_ = 0;
-    waitBefore_ = 0;
-  }
   queue_.clear();
-  epochStarted_ = context().timer().now();
-  for (auto& a : augmenters_) a.busy = a.slow = false;  // the last epoch's streams have ended
+  // The last epoch's streams have pushed everything (its every sample is acknowledged).
+  for (auto& a : augmenters_) a.busy = a.slow = false;
   for (auto& s : sources_) {
-    if (!resumed) s.acked = 0;
+    if (!resumed && !ahead) s.acked = 0;
     s.produced = false;
     s.end = 0;
     s.augmenter = -1;
@@ -218,12 +212,32 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
     auto shard = data::shardIndices(trainSamples_, s.shard, sources_.size());
     s.expected = data::epochOrder(shard, seed_, epoch);
   }
+  if (ahead) aheadEpoch_ = epoch;
   dispatch();
+}
+
+kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
+  // A resumed epoch keeps what restore() put in place: the epoch's counters, the samples already
+  // trained on and each shard's position.
+  if (!resumed) {
+    stats_ = EpochRecord();
+    seen_.assign(trainSamples_, 0);
+    epochSecondsBefore_ = 0;
+    waitBefore_ = 0;
+  }
+  epochStarted_ = context().timer().now();
+  bool begun = false;
+  KJ_IF_MAYBE(ahead, aheadEpoch_) {
+    begun = *ahead == epoch && !resumed;
+  }
+  aheadEpoch_ = nullptr;  // `acked` is this epoch's from here on (the evaluation reset it)
+  if (!begun) beginEpoch(epoch, resumed, false);
   return consume(epoch).then([this, epoch]() -> kj::Promise<void> {
     if (stopping_) return kj::NEVER_DONE;    // onStop() owns the model now
     for (auto& s : sources_) s.session = 0;  // late batches of this epoch are stale now
     stats_.missing = 0;
     for (auto v : seen_) stats_.missing += v == 0;
+    if (epoch + 1 < epochs_) beginEpoch(epoch + 1, false, true);
     return context()
         .offload([model = model_, test = test_]() {
           trace::Span span("eval", "train");
@@ -290,7 +304,7 @@ void TrainerActor::dispatch() {
   size_t next = 0;  // augmenters are taken in turn, from the first free one
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
-    if (s.produced || s.augmenter >= 0 || s.acked >= s.expected.size()) continue;
+    if (s.produced || s.augmenter >= 0 || from(s) >= s.expected.size()) continue;
     while (next < augmenters_.size() && !free(next)) ++next;
     if (next == augmenters_.size()) return;  // every augmenter is busy (or down)
     s.augmenter = static_cast<int32_t>(next);
@@ -338,6 +352,10 @@ bool TrainerActor::steal(uint32_t augmenter) {
   return true;
 }
 
+uint64_t TrainerActor::from(const Source& s) const {
+  return aheadEpoch_ == nullptr ? s.acked : 0;
+}
+
 void TrainerActor::startSource(uint32_t index) {
   auto& s = sources_[index];
   auto& a = augmenters_[s.augmenter];
@@ -346,7 +364,7 @@ void TrainerActor::startSource(uint32_t index) {
   auto req = a.client.produceRequest();
   req.setSession(s.session);
   req.setEpoch(epoch_);
-  req.setFrom(s.acked);
+  req.setFrom(from(s));
   req.setCredits(prefetch_);
   req.setSink(kj::heap<Sink>(self_));
   req.setShard(s.shard);

@@ -105,6 +105,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   };
 
   kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);
+  // Sets up `epoch`'s shards and hands them to the augmenters. With `ahead`, while the previous
+  // epoch is still being evaluated: its streams start at sample 0 and their batches wait in the
+  // queue, so the data group works through the evaluation and the epoch starts without a fill.
+  void beginEpoch(uint32_t epoch, bool resumed, bool ahead);
   uint32_t shardCount() const;
   // Shards per epoch: about kBatchesPerShard batches each, whatever the number of augmenters (so
   // a checkpoint resumes with any number of them).
@@ -120,6 +124,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   // saturated CPU) keeps its other work but steals nothing this epoch.
   static constexpr double kSlowShardFactor = 4;
   void startSource(uint32_t index);
+  // Where a stream for `s` starts: its acknowledged position, or 0 for an epoch begun ahead.
+  uint64_t from(const Source& s) const;
   void streamBroke(uint32_t index, uint32_t augmenter, kj::Exception error);
   // The shard goes back to the queue (from `acked`); its augmenter is down until revive() sees it
   // run as a new incarnation.
@@ -181,6 +187,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   bool fresh_ = false;
   uint64_t samplesSetting_ = 0;
   bool training_ = false;        // train() started and has not ended
+  // beginEpoch(ahead): the epoch whose streams started before its predecessor's evaluation ended;
+  // until then `acked` still holds the predecessor's positions (what a checkpoint records), so
+  // streams start at 0 and dispatch() does not take a full `acked` for a finished shard.
+  kj::Maybe<uint32_t> aheadEpoch_;
   bool stopping_ = false;        // onStop(): no new step, evaluation or checkpoint starts
   uint64_t savedSteps_ = ~0ull;  // totalSteps_ of the newest checkpoint (none yet)
   kj::Maybe<StepInFlight> stepInFlight_;
