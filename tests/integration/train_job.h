@@ -2,6 +2,8 @@
 // the cluster the tests use, and its report (--report PATH, JSON).
 #pragma once
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -17,8 +19,14 @@ inline const std::vector<std::string> kCluster = {"--group", "data_group=2:ml.c5
                                                   "dnn_group=1:ml.p3.2xlarge"};
 
 // hetero_train's argv with `extra` flags.
+// hetero_train with `extra`, and the light augmentation preset unless `extra` names one: these
+// tests check the job's behaviour, not its cost, and 5 epochs of the heavy default take minutes
+// under ASan. The fault matrix (tests/faults) runs make run's defaults, heavy included.
 inline std::vector<std::string> train(std::vector<std::string> extra) {
   std::vector<std::string> argv = {HETERO_TRAIN};
+  if (std::find(extra.begin(), extra.end(), "--augment") == extra.end()) {
+    argv.insert(argv.end(), {"--augment", "light"});
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
