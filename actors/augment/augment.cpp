@@ -190,16 +190,25 @@ void Augmenter::augmentOne(const uint8_t* pixels, int rows, int cols, uint64_t s
   f.convertTo(dst, CV_32F, 1.0 / c.stddev, -c.mean / c.stddev);
 }
 
-std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean, float stddev) {
+void normalizeImages(std::span<const uint8_t> pixels, std::span<float> out, float mean,
+                     float stddev) {
   if (!(stddev > 0)) {
     throw std::invalid_argument("normalizeImages: stddev is " + std::to_string(stddev) +
                                 "; it must be positive");
   }
-  std::vector<float> out(pixels.size());
-  if (pixels.empty()) return out;
+  if (out.size() != pixels.size()) {
+    throw std::invalid_argument("normalizeImages: " + std::to_string(pixels.size()) +
+                                " pixels into " + std::to_string(out.size()) + " floats");
+  }
+  if (pixels.empty()) return;
   cv::Mat src(1, int(pixels.size()), CV_8UC1, const_cast<uint8_t*>(pixels.data()));
   cv::Mat dst(1, int(out.size()), CV_32F, out.data());
   src.convertTo(dst, CV_32F, 1.0 / (255.0 * stddev), -mean / stddev);
+}
+
+std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean, float stddev) {
+  std::vector<float> out(pixels.size());
+  normalizeImages(pixels, out, mean, stddev);
   return out;
 }
 

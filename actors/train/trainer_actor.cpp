@@ -619,8 +619,17 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
         model->setLearningRate(std::max(lr, 1e-5f));
         timespec before{}, after{};
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
-        float loss = bytes ? model->trainStep(normalizeImages(images.as<uint8_t>()), labels)
-                           : model->trainStep(images.as<float>(), labels);
+        float loss;
+        if (bytes) {
+          // One buffer per pool thread: a batch's floats are 400 KB, an mmap and its page
+          // faults on every step if allocated each time.
+          thread_local std::vector<float> floats;
+          floats.resize(images.size());
+          normalizeImages(images.as<uint8_t>(), floats);
+          loss = model->trainStep(floats, labels);
+        } else {
+          loss = model->trainStep(images.as<float>(), labels);
+        }
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
         done->store(true);
         double cpu = double(after.tv_sec - before.tv_sec) + 1e-9 * double(after.tv_nsec - before.tv_nsec);

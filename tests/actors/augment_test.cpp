@@ -108,6 +108,11 @@ TEST_CASE("pixels as bytes are the normalised floats to within half a grey level
     double worst = 0;
     for (size_t i = 0; i < back.size(); ++i) worst = std::max(worst, double(std::fabs(back[i] - floats[i])));
     CHECK(worst <= 0.5 / 255 / config.stddev + 1e-5);
+    std::vector<float> into(bytes.size());
+    troupe::train::normalizeImages(bytes, into, config.mean, config.stddev);
+    CHECK(into == back);
+    std::vector<float> short_(bytes.size() - 1);
+    CHECK_THROWS_WITH(troupe::train::normalizeImages(bytes, short_), Contains("pixels into"));
     std::vector<uint8_t> wrong(pixels.size() - 1);
     CHECK_THROWS_WITH(augmenter.augmentPixels(pixels, 28, 28, 77, wrong),
                       Contains("do not fit images of 28x28"));

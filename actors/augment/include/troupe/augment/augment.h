@@ -104,4 +104,9 @@ class Augmenter {
 std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean = 0.2860f,
                                    float stddev = 0.3530f);
 
+/// The same into `out` (as many floats as `pixels`; std::invalid_argument otherwise): a caller
+/// that normalises every batch keeps one buffer.
+void normalizeImages(std::span<const uint8_t> pixels, std::span<float> out, float mean = 0.2860f,
+                     float stddev = 0.3530f);
+
 }  // namespace troupe::train
