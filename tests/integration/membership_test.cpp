@@ -27,7 +27,8 @@ TEST_CASE("a data instance that starts 5 s late joins the running job and gets a
       {"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
       train({"--start-with", "data_group=1", "--progress-every", "0.5", "--report", report})));
-  int code = run.wait(120s);
+  // 5 full epochs: about 20 s here, past 2 minutes under ASan with another test beside it.
+  int code = run.wait(300s);
   auto out = run.output();
   INFO(out);
   REQUIRE(out.find("algo-3   data_group   ml.c5.xlarge") != std::string::npos);
@@ -53,7 +54,7 @@ TEST_CASE("a host the cluster description does not name joins its group as a new
   Run run(harness::sim({"--group", "data_group=1:ml.c5.xlarge", "--group",
                         "dnn_group=1:ml.p3.2xlarge", "--scale-up", "data_group=1@3000"},
                        train({"--report", report})));
-  int code = run.wait(120s);
+  int code = run.wait(300s);  // as above: ASan
   auto out = run.output();
   INFO(out);
   CHECK(code == 0);
