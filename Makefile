@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: run test build deps configure clean hello soak test-sanitize image test-image test-slurm \
-	compare scaling
+	compare scaling run-pytorch
 
 deps:
 	@scripts/install-deps.sh
@@ -22,6 +22,13 @@ build: configure
 run: build
 	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
 	  --channel train=/usr/share/datasets/fashion-mnist -- $(BUILD)/apps/hetero_train/hetero_train
+
+# The seeds' PyTorch example (examples/pytorch/train.py, docs/pytorch.md) on the same cluster: the
+# same command on every instance; the data instances run troupe's augmenters, the dnn instance the
+# PyTorch loop, fed by troupe.data from the build's python/ folder.
+run-pytorch: build
+	PYTHONPATH=$(abspath $(BUILD))/python $(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge \
+	  --group dnn_group=1:ml.p3.2xlarge -- /usr/bin/python3 examples/pytorch/train.py
 
 # The seeds' table, measured (apps/bench/compare): the same job on the dnn instance alone and on
 # `make run`'s cluster, each instance with its type's share of this machine's CPUs, with the

@@ -82,6 +82,9 @@ struct TrainerArgs {
   killDuringCheckpoint @13 :UInt32;
   # A test hook: SIGKILL this process during its N-th checkpoint write, after the temporary file
   # is written and synced, before the rename (0 = never).
+  script @14 :UInt64;
+  # Nonzero: the batches go to a training script in the trainer's own process (the Python package
+  # troupe.data; script_learner.h), this one of its streams; zero: hetero_train's MLP.
 }
 
 struct EpochReport {

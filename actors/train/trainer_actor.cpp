@@ -4,13 +4,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "troupe/log.h"
 
-#include "troupe/augment/augment.h"
+#include "mlp_learner.h"
+#include "script_learner.h"
 #include "troupe/dataset/epoch.h"
-#include "troupe/dataset/fashion_mnist.h"
 #include "troupe/trace.h"
 
 namespace troupe::train {
@@ -55,9 +56,6 @@ TrainerActor::TrainerActor(ActorContext& context)
   batchSize_ = args_.getBatchSize();
   prefetch_ = std::max<uint32_t>(1, args_.getPrefetch());
   seed_ = args_.getSeed();
-  dataDir_ = args_.getDataDir();
-  modelDir_ = args_.getModelDir();
-  deviceName_ = args_.getDevice();
   KJ_REQUIRE(batchSize_ > 0, "batch size must be at least 1");
   KJ_REQUIRE(args_.getLearningRate() > 0, "learning rate must be positive",
              args_.getLearningRate());
@@ -71,33 +69,26 @@ TrainerActor::TrainerActor(ActorContext& context)
   samplesSetting_ = args_.getSamplesSetting();
   tasks_ = kj::heap<kj::TaskSet>(quiet);
   self_ = std::make_shared<TrainerActor*>(this);
+  if (args_.getScript() != 0) {
+    learner_ = ScriptLearner::find(args_.getScript());
+    KJ_REQUIRE(learner_ != nullptr,
+               "a script trainer runs in its script's process: no troupe.data stream there",
+               args_.getScript(), context.node().host());
+  } else {
+    learner_ = std::make_shared<MlpLearner>(args_);
+  }
 }
 
 TrainerActor::~TrainerActor() noexcept(false) {
   *self_ = nullptr;
+  if (auto* script = dynamic_cast<ScriptLearner*>(learner_.get())) script->detach();
 }
 
 kj::Promise<void> TrainerActor::onStart() {
-  auto kind = deviceName_ == "cpu"    ? DeviceKind::kCpu
-              : deviceName_ == "cuda" ? DeviceKind::kCuda
-                                      : DeviceKind::kAuto;
-  auto selection = selectDevice(kind);
-  deviceReason_ = selection.reason;
-  spdlog::info("trainer on {}: {}", node().host(), deviceReason_);
-  MlpConfig config;
-  config.learningRate = args_.getLearningRate();
-  config.momentum = args_.getMomentum();
-  config.seed = seed_;
-  model_ = std::make_shared<Mlp>(config, std::move(selection.device));
-  return context()
-      .offload([dir = dataDir_]() {
-        auto set = data::loadFashionMnist(dir, data::Split::kTest);
-        auto test = std::make_shared<Test>();
-        test->images = normalizeImages(set.pixels);
-        test->labels = set.labels;
-        return std::shared_ptr<const Test>(kj::mv(test));
-      })
-      .then([this](std::shared_ptr<const Test> test) { test_ = kj::mv(test); });
+  if (auto* script = dynamic_cast<ScriptLearner*>(learner_.get())) {
+    script->attach(*this);
+  }
+  return learner_->start(context());
 }
 
 kj::Promise<void> TrainerActor::progress(ProgressContext call) {
@@ -152,7 +143,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
       .then([this, call]() mutable {
         training_ = false;
         auto r = call.getResults();
-        r.setDevice(deviceReason_);
+        r.setDevice(learner_->device());
         auto c = r.initCheckpoints();
         c.setResumedFrom(resumedFrom_);
         c.setResumedEpoch(firstEpoch_);
@@ -190,11 +181,12 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
           e.setFromCheckpoint(h.fromCheckpoint);
           e.setDigest(h.digest);
         }
-        if (!modelDir_.empty()) {
-          model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history_.size()),
-                                            history_.empty() ? 0 : history_.back().accuracy});
-          spdlog::info("model saved to {}", modelDir_);
-        }
+        learner_->finished(history_);
+      },
+      [this](kj::Exception&& e) {
+        training_ = false;
+        learner_->failed(e);
+        kj::throwFatalException(kj::mv(e));
       });
 }
 
@@ -238,11 +230,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
     stats_.missing = 0;
     for (auto v : seen_) stats_.missing += v == 0;
     if (epoch + 1 < epochs_) beginEpoch(epoch + 1, false, true);
-    return context()
-        .offload([model = model_, test = test_]() {
-          trace::Span span("eval", "train");
-          return model->evaluate(test->images, test->labels);
-        })
+    return learner_->evaluate(context(), epoch)
         .then([this, epoch](double accuracy) {
           KJ_IF_MAYBE(from, steadyFrom_) {
             steadyProcessSeconds_ += CpuTimes::now().process - *from;
@@ -252,10 +240,13 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
           stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
           totalWait_ += stats_.waitSeconds - waitBefore_;
           spdlog::info(
-              "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, test "
-              "accuracy {:.4f}, {:.1f} s",
+              "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}, "
+              "{:.1f} s",
               epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing,
-              stats_.rejected, accuracy, stats_.seconds);
+              stats_.rejected,
+              std::isnan(accuracy) ? std::string("evaluated by the script")
+                                   : fmt::format("test accuracy {:.4f}", accuracy),
+              stats_.seconds);
           history_.push_back(stats_);
           // Between epochs: the next one has trained nothing yet (what a checkpoint now holds).
           stats_ = EpochRecord();
@@ -264,6 +255,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
           epochSecondsBefore_ = 0;
           waitBefore_ = 0;
           epochStarted_ = context().timer().now();
+          learner_->epochEnded(epoch);
         });
   });
 }
@@ -612,34 +604,19 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   ++totalSteps_;
   auto done = std::make_shared<std::atomic<bool>>(false);
   stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done};
-  return context()
-      .offload([model = model_, images = kj::mv(b.images), bytes = b.bytes,
-                labels = kj::mv(b.labels), lr, done]() {
-        trace::Span span("step", "train");
-        model->setLearningRate(std::max(lr, 1e-5f));
-        timespec before{}, after{};
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
-        float loss;
-        if (bytes) {
-          // One buffer per pool thread: a batch's floats are 400 KB, an mmap and its page
-          // faults on every step if allocated each time.
-          thread_local std::vector<float> floats;
-          floats.resize(images.size());
-          normalizeImages(images.as<uint8_t>(), floats);
-          loss = model->trainStep(floats, labels);
-        } else {
-          loss = model->trainStep(images.as<float>(), labels);
-        }
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
-        done->store(true);
-        double cpu = double(after.tv_sec - before.tv_sec) + 1e-9 * double(after.tv_nsec - before.tv_nsec);
-        return std::make_pair(loss, cpu);
-      })
-      .then([this, epoch, stepStart](std::pair<float, double> result) {
-        auto [loss, cpu] = result;
+  StepBatch step;
+  step.epoch = epoch;
+  step.ids = b.ids;
+  step.labels = kj::mv(b.labels);
+  step.images = kj::mv(b.images);
+  step.bytes = b.bytes;
+  step.learningRate = lr;
+  step.done = done;
+  return learner_->step(context(), kj::mv(step))
+      .then([this, epoch, stepStart](StepResult result) {
         stats_.stepSeconds += seconds(context().timer().now() - stepStart);
-        stats_.stepCpuSeconds += cpu;
-        stats_.loss = loss;
+        stats_.stepCpuSeconds += result.cpuSeconds;
+        stats_.loss = result.loss;
         stepInFlight_ = nullptr;
         if (due())
           return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")

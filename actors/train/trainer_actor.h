@@ -24,11 +24,10 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "learner.h"
 #include "train.capnp.h"
 #include "troupe/actor.h"
 #include "troupe/received.h"
-#include "troupe/trainer/device.h"
-#include "troupe/trainer/mlp.h"
 
 namespace troupe::train {
 
@@ -49,6 +48,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   void deliver(hetero::Batch::Reader batch);
 
  private:
+  friend class ScriptLearner;  // its state(): snapshot() on this thread
   struct Source {
     // A shard of the epoch (shardIndices(samples, shard, shardCount())): the unit of work that
     // one augmenter at a time serves.
@@ -82,10 +82,6 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     // pixels (x 255) the step normalises; ids.size() x 784 either way.
     Received images;
     bool bytes = false;
-  };
-  struct Test {
-    std::vector<float> images;
-    std::vector<uint8_t> labels;
   };
   struct StepInFlight {
     // The batch a training step on the pool is applying. Its samples count as trained from the
@@ -152,17 +148,16 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   // Writes the state as it is between two steps (the caller makes sure no step runs). A failed
   // write is logged and training goes on: the previous checkpoint stays the newest.
   TrainingState snapshot();
-  // Everything but the model, which the pool job adds.
+  // Everything but the model, which the pool job adds. A step in flight that the learner does
+  // not have yet (StepBatch::done) is left out: its batch is sent again after a resume.
   void takeBackUnappliedStep();
   bool due() const;
   // Whether the step just finished is one at which a periodic checkpoint is written.
   hetero::TrainerArgs::Reader args_;
   uint32_t batchSize_, prefetch_;
   uint64_t seed_;
-  std::string dataDir_, modelDir_, deviceName_;
-  std::shared_ptr<Mlp> model_;
-  std::shared_ptr<const Test> test_;
-  std::string deviceReason_;
+  // The model side (learner.h): hetero_train's MLP, or a training script in this process.
+  std::shared_ptr<Learner> learner_;
 
   std::vector<Source> sources_;           // the epoch's shards
   std::vector<AugmenterRef> augmenters_;  // train()'s, then addSources()'s

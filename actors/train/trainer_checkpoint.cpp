@@ -24,7 +24,7 @@ JobIdentity TrainerActor::identity() const {
   JobIdentity id;
   id.trainSamples = samplesSetting_;
   id.batchSize = batchSize_;
-  id.layerSizes = model_->config().layerSizes;
+  id.layerSizes = learner_->shape();
   id.seed = seed_;
   id.epochs = epochs_;
   id.learningRate = args_.getLearningRate();
@@ -33,6 +33,17 @@ JobIdentity TrainerActor::identity() const {
 }
 
 kj::Promise<void> TrainerActor::restore() {
+  if (auto given = learner_->givenState()) {
+    // A script's load_state_dict(): checked as a checkpoint file is.
+    auto differences = given->state.identity.differences(identity());
+    if (!differences.empty()) {
+      kj::throwFatalException(KJ_EXCEPTION(
+          FAILED, kj::str(given->path.string(), " was saved by another job: ", differences,
+                          "; resume it with the same settings, or start without it")));
+    }
+    apply(*given);
+    return kj::READY_NOW;
+  }
   if (!checkpoints_) return kj::READY_NOW;
   savedSteps_ = 0;
   if (killDuringCheckpoint_ > 0) {
@@ -57,22 +68,9 @@ kj::Promise<void> TrainerActor::restore() {
   }
   // Reading and checking a few MiB, and loading the model onto its device: the pool's work.
   return context()
-      .offload([dir = checkpoints_, id = identity(), model = model_]() {
+      .offload([dir = checkpoints_, id = identity(), learner = learner_]() {
         auto loaded = dir->latest(id);
-        if (loaded) {
-          auto& s = loaded->state;
-          if (s.parameters.size() != model->parameterCount() ||
-              s.velocities.size() != model->parameterCount()) {
-            throw CheckpointError(
-                loaded->path.string() + " holds " + std::to_string(s.parameters.size()) +
-                " parameters and " + std::to_string(s.velocities.size()) +
-                " velocities; the model has " + std::to_string(model->parameterCount()));
-          }
-          model->setParameters(s.parameters);
-          model->setVelocities(s.velocities);
-          s.parameters = {};
-          s.velocities = {};
-        }
+        if (loaded) learner->load(loaded->state, loaded->path.string());
         return loaded;
       })
       .then([this](std::optional<LoadedCheckpoint> loaded) {
@@ -160,6 +158,19 @@ TrainingState TrainerActor::snapshot() {
   s.current = stats_;
   s.current.seconds = epochSecondsBefore_ + secondsOf(context().timer().now() - epochStarted_);
   s.history = history_;
+  KJ_IF_MAYBE(step, stepInFlight_) {
+    if (!step->done->load()) {
+      // The learner does not have it yet: the batch is sent again after a resume.
+      s.acked[step->source] = step->begin;
+      for (auto id : step->ids) {
+        if (--s.seen[id] > 0) --s.current.duplicates;
+        s.current.digest -= sampleDigest(id);
+      }
+      s.current.samples -= step->ids.size();
+      --s.current.steps;
+      --s.steps;
+    }
+  }
   return s;
 }
 
@@ -190,9 +201,8 @@ kj::Promise<void> TrainerActor::checkpoint(std::string why) {
   auto epoch = state->epoch;
   auto samples = state->current.samples;
   return context()
-      .offload([dir = checkpoints_, model = model_, state]() {
-        state->parameters = model->parameters();
-        state->velocities = model->velocities();
+      .offload([dir = checkpoints_, learner = learner_, state]() {
+        learner->save(*state);
         return dir->write(*state).string();
       })
       .then(
@@ -229,7 +239,12 @@ kj::Promise<void> TrainerActor::checkpoint(std::string why) {
 }
 
 kj::Promise<void> TrainerActor::onStop() {
-  if (!checkpoints_ || !training_) return kj::READY_NOW;
+  if (!training_) return learner_->stopping();
+  if (!checkpoints_) {
+    // A script saves its own state (state_dict()) once told: no new step starts meanwhile.
+    stopping_ = true;
+    return learner_->stopping();
+  }
   // No new step, evaluation or checkpoint starts from here; the one on the pool, if any, ends
   // first, so the model and the counters agree.
   stopping_ = true;

@@ -25,6 +25,7 @@
 #include "advise.h"
 #include "prices.h"
 #include "trainer_actor.h"
+#include "troupe/trainer/mlp.h"
 #include "troupe/cli11.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/sagemaker.h"

@@ -31,19 +31,6 @@ namespace troupe {
 
 namespace {
 
-// A program that calls troupe::run() holds SIGTERM and SIGINT from before its static
-// initialisation until its node installs its handlers (troupe/loop.h): its first half second
-// (loading the cluster, TLS, joining) is no longer a window where a stop kills it without a
-// failure file, or where, as PID 1 of a container, the kernel drops it. (This file is linked only
-// into programs that reference run(); the `troupe` tool gives the signals back with
-// releaseStopSignals().) In .preinit_array: the dynamic linker calls it before any library's
-// initialisation (OpenCV's, BLAS's: tens of milliseconds), right after loading and relocating.
-void holdStopsFromTheStart(int, char**, char**) {
-  holdStopSignals();
-}
-[[gnu::used, gnu::section(".preinit_array")]] void (*const holdStopsEntry)(int, char**, char**) =
-    &holdStopsFromTheStart;
-
 [[noreturn]] void endProcess(int code) {
   // Flush the logger, never destroy it: another thread (the control thread, the pool) may log
   // until _exit ends it, and spdlog::shutdown() freed the logger under one (a segfault at exit,
@@ -684,6 +671,9 @@ void keepLargeAllocations() {
 }  // namespace
 
 int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOptions options) {
+  // Links hold_stops_entry.cpp (the stop signals held from the program's first instruction) into
+  // every program that calls run(), unless the program defines this itself (a Python module).
+  static_cast<void>(*static_cast<const volatile bool*>(&detail::kStopsHeldFromStart));
   keepLargeAllocations();
   // Under `troupe sim`: die with the simulator even if it is SIGKILLed.
   if (const char* parent = getenv("TROUPE_DIE_WITH_PARENT")) {

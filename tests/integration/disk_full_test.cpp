@@ -20,6 +20,9 @@
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using harness::headOf;
+using harness::readFile;
+using harness::rootsOf;
 using harness::Run;
 using train_job::kCluster;
 using train_job::tempPath;
@@ -68,28 +71,6 @@ class SmallDisk {
   std::string dir_, why_;
   bool mounted_ = false;
 };
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string rootsOf(const Run& run) {
-  static const std::regex roots(R"(roots in (\S+))");
-  std::smatch m;
-  auto out = run.output();
-  return std::regex_search(out, m, roots) ? m[1].str() : "";
-}
-
-// The head's host, from the sim's role files.
-std::string headOf(const std::string& roots) {
-  for (auto& entry : fs::directory_iterator(roots)) {
-    if (readFile(entry.path() / "role").rfind("head", 0) == 0) return entry.path().filename();
-  }
-  return "";
-}
 
 #define SKIP_UNLESS_MOUNTED(disk)                            \
   if (!(disk).unavailable().empty()) {                       \

@@ -217,4 +217,25 @@ std::string Run::exitLine(const std::string& host) const {
   return text.substr(at, text.find('\n', at) - at);
 }
 
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string rootsOf(const Run& run) {
+  static const std::regex roots(R"(roots in (\S+))");
+  std::smatch m;
+  auto out = run.output();
+  return std::regex_search(out, m, roots) ? m[1].str() : "";
+}
+
+std::string headOf(const std::string& roots) {
+  for (auto& entry : std::filesystem::directory_iterator(roots)) {
+    if (readFile(entry.path() / "role").rfind("head", 0) == 0) return entry.path().filename();
+  }
+  return "";
+}
+
 }  // namespace harness

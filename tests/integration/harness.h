@@ -84,6 +84,12 @@ Instance instanceIn(const Run& run, const std::string& group);
 // The first instance of `group` the simulator reported; throws std::logic_error if none.
 size_t count(const std::string& text, const std::string& needle);
 // How often `needle` occurs in `text`.
+std::string readFile(const std::string& path);
+// The file's bytes ("" when it cannot be read).
+std::string rootsOf(const Run& run);
+// The instances' roots folder a `troupe sim --keep` run printed ("" if none).
+std::string headOf(const std::string& roots);
+// The head's host among those roots (from the sim's role files), or "".
 
 }  // namespace harness
 

@@ -71,6 +71,14 @@ struct RunOptions {
 [[noreturn]] int run(int argc, char* argv[], Registry& registry, DriverFunction driver,
                      RunOptions defaults = {});
 
+namespace detail {
+// Defined in hold_stops_entry.cpp, whose .preinit_array entry holds SIGTERM and SIGINT from the
+// program's first instruction; run() refers to it, so every program that calls run() links it. A
+// shared object cannot have that section: a Python module defines this itself (the archive member
+// is then not linked) and holds the signals when it is imported (holdStopSignals()).
+extern const bool kStopsHeldFromStart;
+}  // namespace detail
+
 struct RunFlag {
   std::string flag;      // "--head-group"
   std::string variable;  // "TROUPE_HEAD_GROUP"; empty for --troupe-help

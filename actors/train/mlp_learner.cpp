@@ -1,0 +1,102 @@
+#include "mlp_learner.h"
+
+#include <spdlog/spdlog.h>
+
+#include "troupe/log.h"
+#include <time.h>
+
+#include "troupe/augment/augment.h"
+#include "troupe/dataset/fashion_mnist.h"
+#include "troupe/trace.h"
+
+namespace troupe::train {
+
+MlpLearner::MlpLearner(hetero::TrainerArgs::Reader args)
+    : deviceName_(args.getDevice()), dataDir_(args.getDataDir()), modelDir_(args.getModelDir()) {
+  config_.learningRate = args.getLearningRate();
+  config_.momentum = args.getMomentum();
+  config_.seed = args.getSeed();
+}
+
+std::vector<int> MlpLearner::shape() const {
+  return config_.layerSizes;
+}
+
+kj::Promise<void> MlpLearner::start(ActorContext& context) {
+  auto kind = deviceName_ == "cpu"    ? DeviceKind::kCpu
+              : deviceName_ == "cuda" ? DeviceKind::kCuda
+                                      : DeviceKind::kAuto;
+  auto selection = selectDevice(kind);
+  deviceReason_ = selection.reason;
+  spdlog::info("trainer on {}: {}", context.node().host(), deviceReason_);
+  model_ = std::make_shared<Mlp>(config_, std::move(selection.device));
+  return context
+      .offload([dir = dataDir_]() {
+        auto set = data::loadFashionMnist(dir, data::Split::kTest);
+        auto test = std::make_shared<Test>();
+        test->images = normalizeImages(set.pixels);
+        test->labels = set.labels;
+        return std::shared_ptr<const Test>(kj::mv(test));
+      })
+      .then([this](std::shared_ptr<const Test> test) { test_ = kj::mv(test); });
+}
+
+kj::Promise<StepResult> MlpLearner::step(ActorContext& context, StepBatch b) {
+  return context.offload([model = model_, b = kj::mv(b)]() {
+    trace::Span span("step", "train");
+    model->setLearningRate(std::max(b.learningRate, 1e-5f));
+    timespec before{}, after{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
+    StepResult r;
+    if (b.bytes) {
+      // One buffer per pool thread: a batch's floats are 400 KB, an mmap and its page faults on
+      // every step if allocated each time.
+      thread_local std::vector<float> floats;
+      floats.resize(b.images.size());
+      normalizeImages(b.images.as<uint8_t>(), floats);
+      r.loss = model->trainStep(floats, b.labels);
+    } else {
+      r.loss = model->trainStep(b.images.as<float>(), b.labels);
+    }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
+    b.done->store(true);
+    r.cpuSeconds =
+        double(after.tv_sec - before.tv_sec) + 1e-9 * double(after.tv_nsec - before.tv_nsec);
+    return r;
+  });
+}
+
+kj::Promise<double> MlpLearner::evaluate(ActorContext& context, uint32_t) {
+  return context.offload([model = model_, test = test_]() {
+    trace::Span span("eval", "train");
+    return model->evaluate(test->images, test->labels);
+  });
+}
+
+void MlpLearner::load(TrainingState& s, const std::string& name) {
+  if (s.parameters.size() != model_->parameterCount() ||
+      s.velocities.size() != model_->parameterCount()) {
+    throw CheckpointError(name + " holds " + std::to_string(s.parameters.size()) +
+                          " parameters and " + std::to_string(s.velocities.size()) +
+                          " velocities; the model has " +
+                          std::to_string(model_->parameterCount()));
+  }
+  model_->setParameters(s.parameters);
+  model_->setVelocities(s.velocities);
+  s.parameters = {};
+  s.velocities = {};
+}
+
+void MlpLearner::save(TrainingState& state) {
+  state.parameters = model_->parameters();
+  state.velocities = model_->velocities();
+}
+
+void MlpLearner::finished(const std::vector<EpochRecord>& history) {
+  if (modelDir_.empty()) return;
+  model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history.size()),
+                                    history.empty() ? 0 : history.back().accuracy});
+  spdlog::info("model saved to {}", modelDir_);
+}
+
+}  // namespace troupe::train

@@ -1,0 +1,40 @@
+// File: mlp_learner.h
+//
+// hetero_train's learner (learner.h): the MLP (troupe/trainer/mlp.h) on the node's device, CUDA
+// when built with it and a GPU is present, else Thrust's CPU back end. Each step runs on the
+// node's pool; the evaluation is on the Fashion-MNIST test set.
+
+#pragma once
+
+#include "learner.h"
+#include "train.capnp.h"
+#include "troupe/trainer/mlp.h"
+
+namespace troupe::train {
+
+class MlpLearner final : public Learner {
+ public:
+  explicit MlpLearner(hetero::TrainerArgs::Reader args);
+
+  kj::Promise<void> start(ActorContext& context) override;
+  std::string device() const override { return deviceReason_; }
+  std::vector<int> shape() const override;
+  kj::Promise<StepResult> step(ActorContext& context, StepBatch batch) override;
+  kj::Promise<double> evaluate(ActorContext& context, uint32_t epoch) override;
+  void load(TrainingState& state, const std::string& name) override;
+  void save(TrainingState& state) override;
+  void finished(const std::vector<EpochRecord>& history) override;
+
+ private:
+  struct Test {
+    std::vector<float> images;
+    std::vector<uint8_t> labels;
+  };
+  MlpConfig config_;
+  std::string deviceName_, dataDir_, modelDir_;
+  std::string deviceReason_;
+  std::shared_ptr<Mlp> model_;
+  std::shared_ptr<const Test> test_;
+};
+
+}  // namespace troupe::train

@@ -1,0 +1,233 @@
+#include "script_learner.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "troupe/log.h"
+
+#include <map>
+#include <stdexcept>
+
+#include "trainer_actor.h"
+
+namespace troupe::train {
+
+namespace {
+
+// The learners of this process by id: the trainer actor, spawned through the runtime with only
+// its arguments, finds its script's learner here (TrainerArgs.script).
+std::mutex tableMutex;
+std::map<uint64_t, std::weak_ptr<ScriptLearner>> table;
+uint64_t nextId = 1;
+
+}  // namespace
+
+std::shared_ptr<ScriptLearner> ScriptLearner::create() {
+  auto learner = std::make_shared<ScriptLearner>();
+  std::lock_guard lock(tableMutex);
+  learner->id_ = nextId++;
+  table[learner->id_] = learner;
+  return learner;
+}
+
+std::shared_ptr<ScriptLearner> ScriptLearner::find(uint64_t id) {
+  std::lock_guard lock(tableMutex);
+  auto it = table.find(id);
+  return it == table.end() ? nullptr : it->second.lock();
+}
+
+// -- the script's side --
+
+ScriptLearner::Item ScriptLearner::next() {
+  std::unique_lock lock(mutex_);
+  if (holding_) {
+    holding_->fulfill(StepResult{});  // the batch it held is trained: the trainer goes on
+    holding_ = nullptr;
+  }
+  changed_.wait(lock, [this] { return !queue_.empty(); });
+  auto item = kj::mv(queue_.front());
+  queue_.pop_front();
+  if (item.kind == Item::kBatch) {
+    holding_ = kj::mv(queuedSteps_.front());
+    queuedSteps_.pop_front();
+    item.batch.done->store(true);
+  }
+  return item;
+}
+
+std::string ScriptLearner::state() {
+  const kj::Executor* executor;
+  {
+    std::lock_guard lock(mutex_);
+    if (!executor_) throw std::runtime_error("the stream has not started: no state yet");
+    executor = executor_.get();
+  }
+  try {
+    return executor->executeSync([this]() -> std::string {
+      if (trainer_ == nullptr) throw std::runtime_error("the stream's trainer has ended");
+      auto state = trainer_->snapshot();
+      state.writtenBy = std::string(trainer_->node().host().cStr()) + ", the script's state_dict()";
+      return encodeCheckpoint(state);
+    });
+  } catch (const kj::Exception& e) {
+    throw std::runtime_error(std::string("the stream's state cannot be read: ") +
+                             e.getDescription().cStr());
+  }
+}
+
+uint32_t ScriptLearner::resumeFrom(const std::string& bytes, const std::string& name) {
+  auto state = decodeCheckpoint(bytes, name);
+  if (!state.parameters.empty()) {
+    throw CheckpointError(name + " is a hetero_train checkpoint (it holds a model), not a "
+                                 "troupe.data stream's state_dict()");
+  }
+  std::lock_guard lock(mutex_);
+  if (begun_) {
+    throw std::runtime_error(
+        "load_state_dict() after the stream started: call it before the first epoch");
+  }
+  uint32_t epoch = state.epoch;
+  given_ = LoadedCheckpoint{name, kj::mv(state)};
+  return epoch;
+}
+
+void ScriptLearner::begin() {
+  std::lock_guard lock(mutex_);
+  if (begun_) return;
+  begun_ = true;
+  if (begunFulfiller_) begunFulfiller_->fulfill();
+}
+
+void ScriptLearner::end(std::string failure) {
+  std::lock_guard lock(mutex_);
+  if (ended_) return;
+  ended_ = true;
+  failure_ = kj::mv(failure);
+  if (holding_) {
+    holding_->fulfill(StepResult{});
+    holding_ = nullptr;
+  }
+  for (auto& w : endWaiters_) w->fulfill(std::string(failure_));
+  endWaiters_.clear();
+}
+
+bool ScriptLearner::ended() const {
+  std::lock_guard lock(mutex_);
+  return ended_;
+}
+
+// -- the trainer's side --
+
+void ScriptLearner::attach(TrainerActor& trainer) {
+  std::lock_guard lock(mutex_);
+  trainer_ = &trainer;
+  executor_ = kj::getCurrentThreadExecutor().addRef();
+}
+
+void ScriptLearner::detach() {
+  std::lock_guard lock(mutex_);
+  trainer_ = nullptr;
+}
+
+kj::Promise<void> ScriptLearner::begun() {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  std::lock_guard lock(mutex_);
+  if (begun_) return kj::READY_NOW;
+  begunFulfiller_ = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+kj::Promise<std::string> ScriptLearner::whenEnded() {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<std::string>();
+  std::lock_guard lock(mutex_);
+  if (ended_) return std::string(failure_);
+  endWaiters_.push_back(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void ScriptLearner::push(Item item) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(kj::mv(item));
+  }
+  changed_.notify_all();
+}
+
+kj::Promise<void> ScriptLearner::start(ActorContext& context) {
+  spdlog::info("trainer on {}: batches go to the training script in this process",
+               context.node().host());
+  return kj::READY_NOW;
+}
+
+kj::Promise<StepResult> ScriptLearner::step(ActorContext&, StepBatch batch) {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<StepResult>();
+  {
+    std::lock_guard lock(mutex_);
+    if (ended_) return StepResult{};  // nobody takes it: the job is ending
+    Item item;
+    item.kind = Item::kBatch;
+    item.epoch = batch.epoch;
+    item.batch = kj::mv(batch);
+    queue_.push_back(kj::mv(item));
+    queuedSteps_.push_back(kj::mv(paf.fulfiller));
+  }
+  changed_.notify_all();
+  return kj::mv(paf.promise);
+}
+
+kj::Promise<double> ScriptLearner::evaluate(ActorContext&, uint32_t) {
+  return double(NAN);  // the script evaluates on its own (epochEnded() tells it the epoch ended)
+}
+
+void ScriptLearner::epochEnded(uint32_t epoch) {
+  // After the trainer recorded the epoch: a state() from here on holds the next one. Meanwhile
+  // the next epoch's streams fill the trainer's queue.
+  Item item;
+  item.kind = Item::kEpochEnd;
+  item.epoch = epoch;
+  push(kj::mv(item));
+}
+
+std::optional<LoadedCheckpoint> ScriptLearner::givenState() {
+  std::lock_guard lock(mutex_);
+  return given_;
+}
+
+void ScriptLearner::finished(const std::vector<EpochRecord>& history) {
+  auto epochs = nlohmann::json::array();
+  for (size_t i = 0; i < history.size(); ++i) {
+    auto& h = history[i];
+    epochs.push_back({{"epoch", i},
+                      {"samples", h.samples},
+                      {"duplicates", h.duplicates},
+                      {"missing", h.missing},
+                      {"rejected", h.rejected},
+                      {"steps", h.steps},
+                      {"seconds", h.seconds},
+                      {"wait_seconds", h.waitSeconds},
+                      {"fill_seconds", h.fillSeconds},
+                      {"step_seconds", h.stepSeconds},
+                      {"from_checkpoint", h.fromCheckpoint},
+                      {"digest", h.digest}});
+  }
+  Item item;
+  item.kind = Item::kFinished;
+  item.text = nlohmann::json{{"epochs", epochs}}.dump();
+  push(kj::mv(item));
+}
+
+void ScriptLearner::failed(const kj::Exception& e) {
+  Item item;
+  item.kind = Item::kFailed;
+  item.text = e.getDescription().cStr();
+  push(kj::mv(item));
+}
+
+kj::Promise<void> ScriptLearner::stopping() {
+  Item item;
+  item.kind = Item::kStopped;
+  push(kj::mv(item));
+  return whenEnded().ignoreResult();
+}
+
+}  // namespace troupe::train

@@ -1,0 +1,97 @@
+// File: script_learner.h
+//
+// The learner (learner.h) of a training script that runs in the trainer's own process: the
+// Python package troupe.data, whose PyTorch loop is the model side. The trainer actor still owns
+// the data side (shards, credits, exactly-once, recovery); each batch it would have stepped is
+// handed to the script instead, and the step is done when the script asks for the next one.
+//
+// Two threads meet here: the trainer's (its node's event loop) and the script's (Python's main
+// thread, which blocks in next() without the GIL). The trainer pushes items (a batch, an epoch's
+// end, the end of training, a stop, a failure) into a queue the script pops; the script answers
+// through cross-thread fulfillers (a step done, the script ended) and, for state(), by running
+// the trainer's snapshot on the trainer's thread (kj::Executor).
+//
+// When a batch counts as trained: once the script has received it and then asked for the next
+// item or for state() (between two of its steps). A state taken while a batch waits in the queue
+// leaves that batch out; it is sent again after a resume.
+
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "learner.h"
+
+namespace troupe::train {
+
+class TrainerActor;
+
+class ScriptLearner final : public Learner {
+ public:
+  // -- the script's side (its own thread) --
+  static std::shared_ptr<ScriptLearner> create();  // findable by id() in this process
+  static std::shared_ptr<ScriptLearner> find(uint64_t id);
+  uint64_t id() const { return id_; }
+
+  struct Item {
+    enum Kind { kBatch, kEpochEnd, kFinished, kStopped, kFailed };
+    Kind kind = kBatch;
+    StepBatch batch;       // kBatch
+    uint32_t epoch = 0;    // kBatch, kEpochEnd
+    std::string text;      // kFinished: the report (JSON); kFailed: why
+  };
+  // Blocks until the next item. The batch the script received before counts as trained.
+  Item next();
+  // The trainer's state (checkpoint.h's bytes, without a model), between two of the script's
+  // steps: the batch it received last counts as trained. Blocks; throws std::runtime_error when
+  // the trainer is not running.
+  std::string state();
+  // Before training starts: resume from `bytes` (what state() returned in an earlier run); returns
+  // the epoch it continues (0-based). Throws CheckpointError when they are not a state.
+  uint32_t resumeFrom(const std::string& bytes, const std::string& name);
+  // The script may start: train() goes ahead (streams start, a given state is applied).
+  void begin();
+  // The script is done with the stream: `failure` empty when it ended well, else why it failed.
+  void end(std::string failure);
+  bool ended() const;
+
+  // -- the trainer's side (its event loop) --
+  void attach(TrainerActor& trainer);
+  void detach();  // the trainer is going
+  // Resolves once the script called begin().
+  kj::Promise<void> begun();
+  // Resolves once the script ended: with its failure, if any.
+  kj::Promise<std::string> whenEnded();
+
+  kj::Promise<void> start(ActorContext& context) override;
+  std::string device() const override { return "the training script (troupe.data)"; }
+  std::vector<int> shape() const override { return {}; }
+  kj::Promise<StepResult> step(ActorContext& context, StepBatch batch) override;
+  kj::Promise<double> evaluate(ActorContext& context, uint32_t epoch) override;
+  void epochEnded(uint32_t epoch) override;
+  std::optional<LoadedCheckpoint> givenState() override;
+  void finished(const std::vector<EpochRecord>& history) override;
+  void failed(const kj::Exception& e) override;
+  kj::Promise<void> stopping() override;
+
+ private:
+  void push(Item item);
+  uint64_t id_ = 0;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Item> queue_;
+  // The step of the batch the script holds: fulfilled when it asks for the next item.
+  kj::Own<kj::CrossThreadPromiseFulfiller<StepResult>> holding_;
+  std::deque<kj::Own<kj::CrossThreadPromiseFulfiller<StepResult>>> queuedSteps_;
+  kj::Own<const kj::Executor> executor_;  // the trainer's thread
+  TrainerActor* trainer_ = nullptr;
+  std::optional<LoadedCheckpoint> given_;
+  bool begun_ = false;
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> begunFulfiller_;
+  bool ended_ = false;
+  std::string failure_;
+  std::vector<kj::Own<kj::CrossThreadPromiseFulfiller<std::string>>> endWaiters_;
+};
+
+}  // namespace troupe::train

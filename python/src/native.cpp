@@ -1,0 +1,362 @@
+// troupe._native: the C++ side of the Python package (python/troupe/data.py).
+//
+// One troupe job per process, as in a C++ app: start() runs troupe::run() on a thread of its own
+// with this module's actors (train.Augmenter, train.Trainer) and a driver that places them as
+// hetero_train does, the trainer in this process with a ScriptLearner (script_learner.h) that
+// hands its batches to the script. On the head (a dnn instance) start() returns once the driver
+// runs; on every other instance it never returns: the process serves augmenters until the job
+// ends and troupe::run() ends it with the job's exit code, as it ends every process.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "augmenter_actor.h"
+#include "script_learner.h"
+#include "train.capnp.h"
+#include "trainer_actor.h"
+#include "troupe/augment/augment.h"
+#include "troupe/dataset/fashion_mnist.h"
+#include "troupe/loop.h"
+#include "troupe/troupe.h"
+
+namespace py = pybind11;
+using troupe::train::ScriptLearner;
+
+// A shared object cannot have run()'s .preinit_array entry (troupe/run.h): defined here, it is
+// not linked; the module holds the stop signals when it is imported instead (PYBIND11_MODULE).
+namespace troupe::detail {
+const bool kStopsHeldFromStart = false;
+}  // namespace troupe::detail
+
+namespace {
+
+struct Settings {
+  unsigned epochs = 5;
+  unsigned batchSize = 128;
+  unsigned prefetch = 4;
+  uint64_t seed = 42;
+  uint64_t samples = 0;  // 0: the whole training set
+  std::string augment = "heavy";
+  int blur = -1;         // -1: the preset's
+  unsigned perNode = 0;  // augmenters per data node; 0: one per vCPU
+  unsigned restarts = 3;
+  unsigned stopTimeoutSeconds = 30;
+  std::string dataDir = troupe::data::kDefaultFashionMnistDir;
+  std::string dataGroup = "data_group";
+};
+
+class Job {
+  // The process's troupe job: the runtime's thread and what the script waits on.
+ public:
+  static Job& get() {
+    static Job* job = new Job;  // never destroyed: the runtime ends the process with _exit
+    return *job;
+  }
+
+  // Starts the runtime; blocks (without the GIL) until this process is the head and its driver
+  // runs, which on any other instance is never.
+  void start(std::vector<std::string> argv, Settings settings) {
+    {
+      std::lock_guard lock(mutex_);
+      if (started_) throw std::runtime_error("troupe.data: one stream per process");
+      started_ = true;
+    }
+    settings_ = std::move(settings);
+    learner_ = ScriptLearner::create();
+    argv_ = std::move(argv);
+    for (auto& a : argv_) args_.push_back(a.data());
+    args_.push_back(nullptr);
+    types_.add<troupe::train::AugmenterActor>();
+    types_.add<troupe::train::TrainerActor>();
+    std::thread([this]() {
+      troupe::run(static_cast<int>(argv_.size()), args_.data(), types_,
+                   [this](troupe::Driver& job) { return drive(job); });
+    }).detach();
+    std::unique_lock lock(mutex_);
+    running_.wait(lock, [this] { return driving_; });
+  }
+
+  std::shared_ptr<ScriptLearner> learner() const { return learner_; }
+  std::string placements() const {
+    std::lock_guard lock(mutex_);
+    return placements_;
+  }
+
+ private:
+  kj::Promise<void> drive(troupe::Driver& job) {
+    // The dataset's size, on the pool (unpacking it on the event loop starves heartbeats).
+    return job.loop()
+        .offload([dir = settings_.dataDir]() {
+          return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
+        })
+        .then([this, &job](size_t available) { return place(job, available); });
+  }
+
+  kj::Promise<void> place(troupe::Driver& job, size_t available) {
+    auto& s = settings_;
+    KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set",
+               s.samples, available);
+    samples_ = s.samples ? s.samples : available;
+    auto config = s.augment == "light" ? troupe::train::AugmentConfig::light()
+                                       : troupe::train::AugmentConfig::heavy();
+    if (s.blur >= 0) config.blurKernel = s.blur;
+    auto where = troupe::Placement::prefer(s.dataGroup);
+    where = s.perNode ? where.perNode(s.perNode) : where.perVcpu();
+    auto augmenters = job.spawnMany<hetero::Augmenter>(
+        where, troupe::SpawnOptions()
+                   .named("augmenter")
+                   .unlinked()  // one gone for good costs throughput: the others take its shards
+                   .restarts(s.restarts, 60 * kj::SECONDS)
+                   .args<hetero::AugmenterArgs>([&](auto a) {
+                     a.setSeed(s.seed);
+                     a.setBatchSize(s.batchSize);
+                     a.setDataDir(s.dataDir);
+                     a.setSamples(samples_);
+                     auto aug = a.initAugment();
+                     aug.setPadding(config.padding);
+                     aug.setFlipProbability(config.flipProbability);
+                     aug.setMaxRotationDegrees(config.maxRotationDegrees);
+                     aug.setBrightness(config.brightness);
+                     aug.setContrast(config.contrast);
+                     aug.setBlurKernel(config.blurKernel);
+                     aug.setNoiseStddev(config.noiseStddev);
+                     aug.setUpscale(config.upscale);
+                     aug.setCropAreaMin(config.cropAreaMin);
+                   }));
+    // The trainer runs here, in the script's process: its batches go to the script.
+    auto trainer = job.spawn<hetero::Trainer>(
+        troupe::Placement::any().labels(std::string("host=") + job.node().host().cStr()),
+        troupe::SpawnOptions()
+            .named("trainer")
+            .args<hetero::TrainerArgs>([&](auto a) {
+              a.setBatchSize(s.batchSize);
+              a.setSeed(s.seed);
+              a.setPrefetch(s.prefetch);
+              a.setSamplesSetting(s.samples);
+              a.setScript(learner_->id());
+            })
+            // Stopped early (SIGTERM), it waits for the script to save its state and end.
+            .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS));
+    std::string table = "actor          type             host     group\n";
+    auto row = [&](const troupe::ActorAddress& a, const char* type) {
+      char line[160];
+      snprintf(line, sizeof line, "%-14s %-16s %-8s %s\n", a.name.c_str(), type, a.host.c_str(),
+               a.group.c_str());
+      table += line;
+    };
+    row(trainer.address(), "train.Trainer");
+    for (auto& a : augmenters) row(a.address(), "train.Augmenter");
+    {
+      std::lock_guard lock(mutex_);
+      placements_ = table;
+      driving_ = true;
+    }
+    running_.notify_all();
+
+    auto train = learner_->begun().then([this, trainer, sources = KJ_MAP(a, augmenters) {
+                                           return a.address();
+                                         }]() mutable {
+      auto req = trainer.trainRequest();
+      req.setEpochs(settings_.epochs);
+      req.setTrainSamples(samples_);
+      auto list = req.initSources(sources.size());
+      for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
+      return req.send().ignoreResult().catch_([this](kj::Exception&& e) {
+        // The trainer itself failed (not only its train()): the script hears it at its next batch.
+        learner_->failed(e);
+      });
+    });
+    // The job ends when the script does: its failure is the job's.
+    auto ended = learner_->whenEnded().then([](std::string failure) {
+      if (!failure.empty()) {
+        kj::throwFatalException(
+            KJ_EXCEPTION(FAILED, kj::str("the training script failed: ", failure)));
+      }
+    });
+    return ended.attach(kj::mv(augmenters), kj::mv(trainer), train.eagerlyEvaluate(nullptr));
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable running_;
+  bool started_ = false, driving_ = false;
+  Settings settings_;
+  uint64_t samples_ = 0;
+  std::string placements_;
+  std::shared_ptr<ScriptLearner> learner_;
+  std::vector<std::string> argv_;
+  std::vector<char*> args_;
+  troupe::Registry types_;
+};
+
+// A received batch as arrays: images (N, 1, 28, 28), float32 normalised or uint8 as sent,
+// labels and sample ids as int64.
+py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
+  auto& b = item.batch;
+  auto n = static_cast<py::ssize_t>(b.ids.size());
+  std::vector<py::ssize_t> shape{n, 1, 28, 28};
+  py::object images;
+  if (normalize) {
+    py::array_t<float> out(shape);
+    auto* dst = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      if (b.bytes) {
+        troupe::train::normalizeImages(b.images.as<uint8_t>(), std::span<float>(dst, n * 784));
+      } else {
+        auto src = b.images.as<float>();
+        std::copy(src.begin(), src.end(), dst);
+      }
+    }
+    images = std::move(out);
+  } else if (b.bytes) {
+    // The received buffer itself, kept alive by the array (no copy).
+    auto* held = new troupe::Received(std::move(b.images));
+    py::capsule owner(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
+    images = py::array_t<uint8_t>(shape, const_cast<uint8_t*>(held->as<uint8_t>().data()), owner);
+  } else {
+    auto* held = new troupe::Received(std::move(b.images));
+    py::capsule owner(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
+    images = py::array_t<float>(shape, const_cast<float*>(held->as<float>().data()), owner);
+  }
+  py::array_t<int64_t> labels(n), ids(n);
+  auto* l = labels.mutable_data();
+  auto* d = ids.mutable_data();
+  for (py::ssize_t i = 0; i < n; ++i) {
+    l[i] = b.labels[i];
+    d[i] = b.ids[i];
+  }
+  return py::make_tuple(images, labels, ids);
+}
+
+const char* kindName(ScriptLearner::Item::Kind k) {
+  switch (k) {
+    case ScriptLearner::Item::kBatch: return "batch";
+    case ScriptLearner::Item::kEpochEnd: return "epoch_end";
+    case ScriptLearner::Item::kFinished: return "finished";
+    case ScriptLearner::Item::kStopped: return "stopped";
+    case ScriptLearner::Item::kFailed: return "failed";
+  }
+  return "?";
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "troupe's runtime and data plane for the Python package (troupe.data)";
+  // As troupe::run() does from a program's first instruction: a SIGTERM before the node is up
+  // is recorded and handed to it, not the default action (threads started from here on inherit
+  // this).
+  troupe::holdStopSignals();
+
+  m.def(
+      "start",
+      [](std::vector<std::string> argv, py::dict options) {
+        Settings s;
+        auto get = [&](const char* key, auto& field) {
+          if (options.contains(key)) field = options[key].cast<std::decay_t<decltype(field)>>();
+        };
+        get("epochs", s.epochs);
+        get("batch_size", s.batchSize);
+        get("prefetch", s.prefetch);
+        get("seed", s.seed);
+        get("train_samples", s.samples);
+        get("augment", s.augment);
+        get("blur", s.blur);
+        get("augmenters_per_node", s.perNode);
+        get("restarts", s.restarts);
+        get("stop_timeout", s.stopTimeoutSeconds);
+        get("data_dir", s.dataDir);
+        get("data_group", s.dataGroup);
+        py::gil_scoped_release release;
+        Job::get().start(std::move(argv), std::move(s));
+      },
+      "Starts this process's troupe job; returns on the head once its driver runs, never "
+      "elsewhere.");
+  m.def("placements", []() { return Job::get().placements(); });
+  m.def("begin", []() { Job::get().learner()->begin(); });
+  m.def(
+      "next",
+      [](bool normalize) -> py::tuple {
+        ScriptLearner::Item item;
+        {
+          py::gil_scoped_release release;
+          item = Job::get().learner()->next();
+        }
+        if (item.kind == ScriptLearner::Item::kBatch) {
+          auto arrays = batchArrays(item, normalize);
+          return py::make_tuple(kindName(item.kind), item.epoch, arrays[0], arrays[1], arrays[2]);
+        }
+        return py::make_tuple(kindName(item.kind), item.epoch, item.text, py::none(), py::none());
+      },
+      py::arg("normalize") = true);
+  m.def("state", []() {
+    std::string bytes;
+    {
+      py::gil_scoped_release release;
+      bytes = Job::get().learner()->state();
+    }
+    return py::bytes(bytes);
+  });
+  m.def("load_state", [](py::bytes bytes, std::string name) {
+    return Job::get().learner()->resumeFrom(std::string(bytes), name);
+  });
+  m.def(
+      "end",
+      [](std::string failure) {
+        // The job ends with the script: on the head the runtime stops every actor, tells every
+        // node to exit and ends this process with the job's exit code. Never returns.
+        fflush(stdout);
+        fflush(stderr);
+        py::gil_scoped_release release;
+        Job::get().learner()->end(std::move(failure));
+        for (;;) pause();
+      },
+      py::arg("failure") = "");
+  py::register_exception<troupe::train::CheckpointError>(m, "StateError", PyExc_ValueError);
+
+  // For a script without troupe's data group (the plain PyTorch baseline): the same data and the
+  // same augmentation, in the script's own process and its DataLoader's workers.
+  m.def(
+      "fashion_mnist",
+      [](std::string split, std::string dir) {
+        auto set = troupe::data::loadFashionMnist(
+            dir, split == "test" ? troupe::data::Split::kTest : troupe::data::Split::kTrain);
+        auto n = static_cast<py::ssize_t>(set.labels.size());
+        py::array_t<uint8_t> images(std::vector<py::ssize_t>{n, 28, 28});
+        std::copy(set.pixels.begin(), set.pixels.end(), images.mutable_data());
+        py::array_t<int64_t> labels(n);
+        std::copy(set.labels.begin(), set.labels.end(), labels.mutable_data());
+        return py::make_tuple(images, labels);
+      },
+      py::arg("split"), py::arg("data_dir") = troupe::data::kDefaultFashionMnistDir);
+  py::class_<troupe::train::Augmenter>(m, "Augmenter")
+      .def(py::init([](std::string preset, int blur) {
+             auto config = preset == "light" ? troupe::train::AugmentConfig::light()
+                                             : troupe::train::AugmentConfig::heavy();
+             if (blur >= 0) config.blurKernel = blur;
+             return troupe::train::Augmenter(config);
+           }),
+           py::arg("preset") = "heavy", py::arg("blur") = -1)
+      .def(
+          "augment",
+          [](const troupe::train::Augmenter& a, py::array_t<uint8_t, py::array::c_style> pixels,
+             uint64_t seed) {
+            auto n = static_cast<py::ssize_t>(pixels.size() / 784);
+            py::array_t<float> out(std::vector<py::ssize_t>{n, 1, 28, 28});
+            std::span<const uint8_t> in(pixels.data(), pixels.size());
+            std::span<float> dst(out.mutable_data(), out.size());
+            {
+              py::gil_scoped_release release;
+              a.augment(in, 28, 28, seed, dst);
+            }
+            return out;
+          },
+          "Augments (N, 28, 28) uint8 images into normalised float32 (N, 1, 28, 28).");
+}

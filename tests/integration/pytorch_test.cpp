@@ -1,0 +1,270 @@
+// troupe.data (docs/pytorch.md): PyTorch scripts fed by troupe's data group, run as a user runs
+// them - `troupe sim ... -- python3 script.py`, the package from the build's python/ folder. The
+// samples are counted at both ends: by the trainer (stream.report()) and by the script, which
+// writes every id it trained on (tests/python/feed_check.py). Skipped, with the reason on one
+// line, where PyTorch is not installed for the Python the package was built for.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "harness.h"
+#include "train_job.h"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using harness::Run;
+using train_job::kCluster;
+using train_job::tempPath;
+
+namespace {
+
+std::vector<std::string> pythonEnv() {
+  return {std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR};
+}
+
+// Why the Python tests cannot run here ("" when they can).
+std::string whyNoTorch() {
+  std::string command = std::string("PYTHONPATH=") + PYTHON_PACKAGE_DIR + " " + PYTHON3 +
+                        " -c 'import torch, troupe.data' > /dev/null 2>&1";
+  if (std::system(command.c_str()) == 0) return "";
+  return std::string("PyTorch (or the troupe package) cannot be imported by ") + PYTHON3 +
+         ": install python3-torch (scripts/install-deps.sh does)";
+}
+
+#define SKIP_WITHOUT_TORCH()                     \
+  if (auto why = whyNoTorch(); !why.empty()) {   \
+    WARN("skipping: " << why);                   \
+    return;                                      \
+  }
+
+std::vector<std::string> feedCheck(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {PYTHON3, FEED_CHECK};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The ids file feed_check.py wrote ("<epoch> <id> ..." per trained batch, of every run): every
+// one of `samples` ids trained exactly once in each of `epochs` epochs.
+void checkIdsOnce(const std::string& path, unsigned epochs, unsigned samples) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::map<unsigned, std::vector<unsigned>> seen;
+  std::string line;
+  size_t batches = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    unsigned epoch, id;
+    REQUIRE(bool(words >> epoch));
+    auto& counts = seen[epoch];
+    counts.resize(samples);
+    while (words >> id) {
+      REQUIRE(id < samples);
+      ++counts[id];
+    }
+    ++batches;
+  }
+  INFO(batches << " batches in " << path);
+  REQUIRE(seen.size() == epochs);
+  for (auto& [epoch, counts] : seen) {
+    size_t missing = 0, duplicated = 0;
+    for (auto c : counts) {
+      missing += c == 0;
+      duplicated += c > 1;
+    }
+    INFO("epoch " << epoch + 1 << " as the script counted it");
+    CHECK(missing == 0);
+    CHECK(duplicated == 0);
+  }
+}
+
+// The trainer's count (stream.report()): every epoch had every sample once.
+nlohmann::json checkReportOnce(const nlohmann::json& report, unsigned epochs, unsigned samples) {
+  INFO(report.dump());
+  REQUIRE(report["epochs"].size() == epochs);
+  for (auto& e : report["epochs"]) {
+    CHECK(e["samples"] == samples);
+    CHECK(e["duplicates"] == 0);
+    CHECK(e["missing"] == 0);
+  }
+  return report;
+}
+
+nlohmann::json readJson(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the PyTorch example trains 2 epochs on the data group: every instance exits 0, every "
+    "sample once, an accuracy near hetero_train's",
+    "[pytorch]") {
+  SKIP_WITHOUT_TORCH();
+  auto report = tempPath("pytorch-example.json");
+  Run run(harness::sim(kCluster, {PYTHON3, PYTORCH_EXAMPLE, "--epochs", "2", "--train-samples",
+                                  "12800", "--report", report}),
+          pythonEnv());
+  int code = run.wait(280s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  auto j = readJson(report);
+  unlink(report.c_str());
+  checkReportOnce(j["stream"], 2, 12800);
+  double accuracy = j["epochs"].back()["accuracy"].get<double>();
+
+  // hetero_train (its MLP, the same data, augmentation and epochs) on the same cluster.
+  auto reference = tempPath("pytorch-reference.json");
+  Run cpp(harness::sim(kCluster, train_job::train({"--epochs", "2", "--train-samples", "12800",
+                                                   "--augment", "heavy", "--report", reference})));
+  REQUIRE(cpp.wait(180s) == 0);
+  double theirs = train_job::finalAccuracy(train_job::checkEverySampleOnce(reference, 2, 12800));
+  INFO("PyTorch CNN " << accuracy << ", hetero_train's MLP " << theirs);
+  CHECK(accuracy >= theirs - 0.03);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a data instance killed mid-epoch under a PyTorch script: every sample once, counted "
+          "at both ends",
+          "[pytorch][fault]") {
+  SKIP_WITHOUT_TORCH();
+  auto ids = tempPath("pytorch-kill.ids");
+  auto report = tempPath("pytorch-kill.json");
+  unlink(ids.c_str());
+  Run run(harness::sim(kCluster, feedCheck({"--epochs", "2", "--train-samples", "12800",
+                                            "--ids-out", ids, "--report", report})),
+          pythonEnv());
+  REQUIRE_OUTPUT(run, "feed_check: epoch 1 step 20 ", 120s);
+  std::string victim;
+  for (auto& [host, i] : run.instances()) {
+    if (i.group == "data_group") {
+      REQUIRE(kill(i.pid, SIGKILL) == 0);
+      victim = host;
+      break;
+    }
+  }
+  REQUIRE(!victim.empty());
+  int code = run.wait(240s);
+  auto out = run.output();
+  INFO(out);
+  // As for hetero_train (docs/exit-codes.md): the job completed on its head, the other data
+  // instance ended it normally, and the killed one's 137 is the simulator's status.
+  CHECK(harness::headDoneHostKilled(code, out));
+  for (auto& [host, i] : run.instances()) {
+    if (host != victim) CHECK(run.exitLine(host).empty());
+  }
+  CHECK(out.find("node " + victim + " (data_group) was lost") != std::string::npos);
+  checkIdsOnce(ids, 2, 12800);
+  checkReportOnce(readJson(report), 2, 12800);
+  unlink(ids.c_str());
+  unlink(report.c_str());
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("SIGTERM to every instance under a PyTorch script, then the job again from the saved "
+          "state: every sample once across both runs",
+          "[pytorch][resume]") {
+  SKIP_WITHOUT_TORCH();
+  auto dir = tempPath("pytorch-resume");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto ids = dir + "/ids";
+  auto report = dir + "/report.json";
+  auto seed = std::random_device()();
+  // A spot reclaim inside epoch 1 at a random moment after its 15th step (the seed is printed),
+  // then the job started again with the same command, as SageMaker does.
+  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--interrupt-random-ms", "0:300",
+                        "--interrupt-when", "feed_check: epoch 1 step 15 ", "--interrupt-seed",
+                        std::to_string(seed), "--restarts-on-interrupt", "1"},
+                       feedCheck({"--epochs", "2", "--train-samples", "12800", "--ids-out", ids,
+                                  "--checkpoint", dir + "/state.pt", "--report", report})),
+          pythonEnv());
+  int code = run.wait(280s);
+  auto out = run.output();
+  INFO("--interrupt-seed " << seed << "\n" << out);
+  REQUIRE(out.find("troupe sim: interrupting the job as a spot reclaim does") != std::string::npos);
+  // docs/exit-codes.md: every instance of the interrupted run exits 6 (INTERRUPTED); the run
+  // started again completes.
+  CHECK(out.find("run 1 ended with 6 (INTERRUPTED) after the interruption") != std::string::npos);
+  CHECK(code == 0);
+  CHECK(out.find("feed_check: state saved to") != std::string::npos);
+  CHECK(out.find("feed_check: resumed") != std::string::npos);
+  checkIdsOnce(ids, 2, 12800);
+  auto j = checkReportOnce(readJson(report), 2, 12800);
+  // The resumed epoch carried the first run's samples in the state: not trained again.
+  uint64_t carried = 0;
+  for (auto& e : j["epochs"]) carried += e["from_checkpoint"].get<uint64_t>();
+  CHECK(carried > 0);
+  fs::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a Python exception in the training loop ends every process with 1 (JOB_FAILED) and a "
+          "failure file naming it",
+          "[pytorch]") {
+  SKIP_WITHOUT_TORCH();
+  auto ids = tempPath("pytorch-raise.ids");
+  Run run(harness::sim(
+              [] {
+                auto a = kCluster;
+                a.insert(a.begin(), "--keep");
+                return a;
+              }(),
+              feedCheck({"--epochs", "2", "--train-samples", "6400", "--ids-out", ids,
+                         "--raise-at-step", "10"})),
+          pythonEnv());
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 1);
+  CHECK(out.find("ValueError: the test's exception at step 10") != std::string::npos);
+  auto roots = harness::rootsOf(run);
+  REQUIRE(!roots.empty());
+  for (auto& [host, i] : run.instances()) {
+    CHECK(run.exitLine(host).find("exited with 1") != std::string::npos);
+    auto failure = harness::readFile(roots + "/" + host + "/output/failure");
+    INFO(host << "'s output/failure: " << failure);
+    CHECK(failure.find("the training script failed: ValueError: the test's exception at step "
+                       "10") != std::string::npos);
+    CHECK(failure.find("exit code 1 (JOB_FAILED)") != std::string::npos);
+  }
+  unlink(ids.c_str());
+  fs::remove_all(roots);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("the SageMaker entry point runs a Python script as the app on every instance",
+          "[pytorch][sagemaker]") {
+  SKIP_WITHOUT_TORCH();
+  // As SageMaker starts it: deploy/sagemaker/train on every instance, the script and its
+  // arguments from the hyperparameters (script mode: epochs -> --epochs).
+  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--hp",
+                        std::string("troupe_app=") + PYTORCH_EXAMPLE, "--hp",
+                        std::string("troupe_python=") + PYTHON3, "--hp", "epochs=1", "--hp",
+                        "train_samples=3200"},
+                       {TRAIN_SCRIPT}),
+          pythonEnv());
+  int code = run.wait(240s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  CHECK(harness::count(out, std::string("train: ") + PYTHON3 + " " + PYTORCH_EXAMPLE +
+                                " --epochs 1 --train-samples 3200") == 3);
+  CHECK(out.find("epoch 1/1: loss ") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
