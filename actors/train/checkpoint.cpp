@@ -1,5 +1,6 @@
 #include "checkpoint.h"
 
+#include <cmath>
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -99,8 +101,13 @@ EpochRecord recordFrom(const json& j) {
   r.fillSeconds = j.value("fill_seconds", 0.0);
   r.waitSeconds = j.at("wait_seconds");
   r.seconds = j.at("seconds");
-  r.loss = j.at("loss");
-  r.accuracy = j.at("accuracy");
+  // NaN (a learner that does not measure it: a script) is written as null.
+  auto number = [&j](const char* key) {
+    auto& v = j.at(key);
+    return v.is_null() ? std::nan("") : v.get<double>();
+  };
+  r.loss = number("loss");
+  r.accuracy = number("accuracy");
   r.fromCheckpoint = j.at("from_checkpoint");
   r.digest = j.value("digest", uint64_t(0));  // absent in older checkpoints: see restore()
   return r;

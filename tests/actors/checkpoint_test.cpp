@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include <fstream>
 
@@ -84,6 +85,27 @@ TEST_CASE("a checkpoint gives back every field it was written with", "[checkpoin
   CHECK(back.parameters == s.parameters);
   CHECK(back.velocities == s.velocities);
   CHECK_THAT(back.writtenBy, Contains("algo-1, a test"));
+}
+
+TEST_CASE("a state without a model or a measured loss and accuracy (a script's) reads back",
+          "[checkpoint]") {
+  // troupe.data's state_dict(): no parameters, and NaN where the script evaluates on its own
+  // (written as JSON null; the first version refused its own state as a corrupt header).
+  auto s = state(7);
+  s.parameters.clear();
+  s.velocities.clear();
+  s.identity.layerSizes.clear();
+  s.current.loss = std::nan("");
+  s.history[0].accuracy = std::nan("");
+  s.history[0].loss = std::nan("");
+  auto back = decodeCheckpoint(encodeCheckpoint(s), "x");
+  CHECK(std::isnan(back.current.loss));
+  REQUIRE(back.history.size() == 1);
+  CHECK(std::isnan(back.history[0].accuracy));
+  CHECK(std::isnan(back.history[0].loss));
+  CHECK(back.parameters.empty());
+  CHECK(back.acked == s.acked);
+  CHECK(back.identity.differences(s.identity).empty());
 }
 
 TEST_CASE("a damaged checkpoint is refused with the reason, never half-read", "[checkpoint]") {

@@ -174,7 +174,7 @@ TEST_CASE("a data instance killed mid-epoch under a PyTorch script: every sample
 }
 
 TEST_CASE("SIGTERM to every instance under a PyTorch script, then the job again from the saved "
-          "state: every sample once across both runs",
+          "state, every sample once across both runs",
           "[pytorch][resume]") {
   SKIP_WITHOUT_TORCH();
   auto dir = tempPath("pytorch-resume");
