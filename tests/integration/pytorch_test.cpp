@@ -212,6 +212,39 @@ TEST_CASE("SIGTERM to every instance under a PyTorch script, then the job again 
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("capacity lost without warning (SIGKILL to every instance) under a PyTorch script that "
+          "saves its state every 10 steps, then the job again, every sample once in the model",
+          "[pytorch][resume]") {
+  SKIP_WITHOUT_TORCH();
+  auto dir = tempPath("pytorch-hard");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto ids = dir + "/ids";
+  auto report = dir + "/report.json";
+  auto seed = std::random_device()();
+  // No grace period: the run is lost from the newest periodic state, taken while the script held
+  // the batch it had just trained (which that state must count, and the resumed run not resend).
+  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--interrupt-random-ms", "0:300",
+                        "--interrupt-when", "feed_check: epoch 1 step 25 ", "--interrupt-seed",
+                        std::to_string(seed), "--interrupt-hard", "--restarts-on-interrupt", "1"},
+                       feedCheck({"--epochs", "2", "--train-samples", "12800", "--ids-out", ids,
+                                  "--checkpoint", dir + "/state.pt", "--save-every", "10",
+                                  "--report", report})),
+          pythonEnv());
+  int code = run.wait(280s);
+  auto out = run.output();
+  INFO("--interrupt-seed " << seed << "\n" << out);
+  REQUIRE(out.find("SIGKILL to every instance (capacity lost, no grace period)") !=
+          std::string::npos);
+  CHECK(code == 0);
+  CHECK(out.find("feed_check: resumed after ") != std::string::npos);
+  checkIdsOnce(ids, 2, 12800);
+  checkReportOnce(readJson(report), 2, 12800);
+  fs::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("a Python exception in the training loop ends every process with 1 (JOB_FAILED) and a "
           "failure file naming it",
           "[pytorch]") {
