@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: run test build deps configure clean hello soak test-sanitize image test-image test-slurm \
-	compare scaling run-pytorch
+	compare scaling run-pytorch bench-pytorch
 
 deps:
 	@scripts/install-deps.sh
@@ -29,6 +29,13 @@ run: build
 run-pytorch: build
 	PYTHONPATH=$(abspath $(BUILD))/python $(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge \
 	  --group dnn_group=1:ml.p3.2xlarge -- /usr/bin/python3 examples/pytorch/train.py
+
+# The example fed by troupe's data group against the same script with a DataLoader on the dnn
+# instance's own CPUs, and troupe.data's per-batch cost against hetero_train's C++ trainer
+# (apps/bench/pytorch, docs/pytorch.md). BENCH_PYTORCH_ROUNDS runs of each.
+BENCH_PYTORCH_ROUNDS ?= 1
+bench-pytorch: build
+	/usr/bin/python3 apps/bench/pytorch/bench_pytorch.py --build $(BUILD) --rounds $(BENCH_PYTORCH_ROUNDS)
 
 # The seeds' table, measured (apps/bench/compare): the same job on the dnn instance alone and on
 # `make run`'s cluster, each instance with its type's share of this machine's CPUs, with the

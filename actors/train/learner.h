@@ -34,9 +34,21 @@ struct StepBatch {
   Received images;
   bool bytes = false;
   float learningRate = 0;  // the trainer's schedule (the MLP follows it; a script has its own)
+  // The trainer waited for data since the previous step: the time between the two steps is not
+  // the learner's handoff (Handoffs).
+  bool waited = false;
   // Set once the learner has the batch for good: the MLP applied it, the script received it.
   // Until then a checkpoint leaves the batch out (it is sent again after a resume).
   std::shared_ptr<std::atomic<bool>> done;
+};
+
+struct Handoffs {
+  // From one step's end to the next one's start, where the batch was already in the trainer's
+  // queue: what the learner's side costs per batch beyond the step (the MLP: the pool job's end
+  // reaching the event loop, the bookkeeping, the next pool job starting; a script: from asking
+  // for the next batch to holding it as tensors). docs/benchmarks.md, "troupe.data".
+  uint64_t count = 0;
+  double seconds = 0;
 };
 
 struct StepResult {
@@ -60,6 +72,8 @@ class Learner {
   // After the epoch's last step: the test accuracy, or NaN where the learner evaluates on its
   // own (a script).
   virtual kj::Promise<double> evaluate(ActorContext& context, uint32_t epoch) = 0;
+  // What handing batches over has cost so far.
+  virtual Handoffs handoffs() const = 0;
   // The epoch is recorded (its report is in the history, a state now holds the next one).
   virtual void epochEnded(uint32_t epoch) { (void)epoch; }
 

@@ -42,8 +42,16 @@ kj::Promise<void> MlpLearner::start(ActorContext& context) {
 }
 
 kj::Promise<StepResult> MlpLearner::step(ActorContext& context, StepBatch b) {
-  return context.offload([model = model_, b = kj::mv(b)]() {
+  return context.offload([model = model_, gaps = gaps_, b = kj::mv(b)]() {
     trace::Span span("step", "train");
+    {
+      std::lock_guard lock(gaps->mutex);
+      auto start = std::chrono::steady_clock::now();
+      if (!b.waited && gaps->lastEnd != std::chrono::steady_clock::time_point{}) {
+        ++gaps->total.count;
+        gaps->total.seconds += std::chrono::duration<double>(start - gaps->lastEnd).count();
+      }
+    }
     model->setLearningRate(std::max(b.learningRate, 1e-5f));
     timespec before{}, after{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
@@ -60,6 +68,10 @@ kj::Promise<StepResult> MlpLearner::step(ActorContext& context, StepBatch b) {
     }
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
     b.done->store(true);
+    {
+      std::lock_guard lock(gaps->mutex);
+      gaps->lastEnd = std::chrono::steady_clock::now();
+    }
     r.cpuSeconds =
         double(after.tv_sec - before.tv_sec) + 1e-9 * double(after.tv_nsec - before.tv_nsec);
     return r;
@@ -90,6 +102,11 @@ void MlpLearner::load(TrainingState& s, const std::string& name) {
 void MlpLearner::save(TrainingState& state) {
   state.parameters = model_->parameters();
   state.velocities = model_->velocities();
+}
+
+Handoffs MlpLearner::handoffs() const {
+  std::lock_guard lock(gaps_->mutex);
+  return gaps_->total;
 }
 
 void MlpLearner::finished(const std::vector<EpochRecord>& history) {

@@ -6,6 +6,9 @@
 
 #pragma once
 
+#include <chrono>
+#include <mutex>
+
 #include "learner.h"
 #include "train.capnp.h"
 #include "troupe/trainer/mlp.h"
@@ -24,6 +27,7 @@ class MlpLearner final : public Learner {
   void load(TrainingState& state, const std::string& name) override;
   void save(TrainingState& state) override;
   void finished(const std::vector<EpochRecord>& history) override;
+  Handoffs handoffs() const override;
 
  private:
   struct Test {
@@ -35,6 +39,13 @@ class MlpLearner final : public Learner {
   std::string deviceReason_;
   std::shared_ptr<Mlp> model_;
   std::shared_ptr<const Test> test_;
+  struct Gaps {
+    // Written on the pool thread of each step, read on the event loop.
+    std::mutex mutex;
+    std::chrono::steady_clock::time_point lastEnd{};
+    Handoffs total;
+  };
+  std::shared_ptr<Gaps> gaps_ = std::make_shared<Gaps>();
 };
 
 }  // namespace troupe::train

@@ -111,6 +111,17 @@ void ScriptLearner::end(std::string failure) {
   endWaiters_.clear();
 }
 
+void ScriptLearner::handedOver(double seconds) {
+  std::lock_guard lock(mutex_);
+  ++handoffs_.count;
+  handoffs_.seconds += seconds;
+}
+
+Handoffs ScriptLearner::handoffs() const {
+  std::lock_guard lock(mutex_);
+  return handoffs_;
+}
+
 bool ScriptLearner::ended() const {
   std::lock_guard lock(mutex_);
   return ended_;
@@ -210,9 +221,13 @@ void ScriptLearner::finished(const std::vector<EpochRecord>& history) {
                       {"from_checkpoint", h.fromCheckpoint},
                       {"digest", h.digest}});
   }
+  auto h = handoffs();
   Item item;
   item.kind = Item::kFinished;
-  item.text = nlohmann::json{{"epochs", epochs}}.dump();
+  item.text = nlohmann::json{{"epochs", epochs},
+                             {"handoffs", h.count},
+                             {"handoff_us_per_batch", h.count ? 1e6 * h.seconds / h.count : 0.0}}
+                  .dump();
   push(kj::mv(item));
 }
 

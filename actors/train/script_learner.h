@@ -54,6 +54,9 @@ class ScriptLearner final : public Learner {
   void begin();
   // The script is done with the stream: `failure` empty when it ended well, else why it failed.
   void end(std::string failure);
+  // next() returned a batch the trainer had queued, and the script held it as tensors `seconds`
+  // after asking (Handoffs).
+  void handedOver(double seconds);
   bool ended() const;
 
   // -- the trainer's side (its event loop) --
@@ -74,6 +77,7 @@ class ScriptLearner final : public Learner {
   void finished(const std::vector<EpochRecord>& history) override;
   void failed(const kj::Exception& e) override;
   kj::Promise<void> stopping() override;
+  Handoffs handoffs() const override;
 
  private:
   void push(Item item);
@@ -92,6 +96,7 @@ class ScriptLearner final : public Learner {
   bool ended_ = false;
   std::string failure_;
   std::vector<kj::Own<kj::CrossThreadPromiseFulfiller<std::string>>> endWaiters_;
+  Handoffs handoffs_;
 };
 
 }  // namespace troupe::train

@@ -116,6 +116,10 @@ struct TrainerCpu {
   steadyProcessSeconds @4 :Float64;
   # Of processSeconds: from each epoch's first batch to its end (evaluation included), without
   # the wait for the first batch (what the sizing advisor counts per step).
+  handoffs @5 :UInt64;
+  handoffSeconds @6 :Float64;
+  # Steps whose batch was already queued, and the time from the step before each one's end to its
+  # start: the learner's per-batch cost beyond the step (learner.h, Handoffs).
 }
 
 struct CheckpointReport {

@@ -161,6 +161,9 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
         cpu.setProcessSeconds(used.process);
         cpu.setCopiedBatches(copiedBatches_);
         cpu.setSteadyProcessSeconds(steadyProcessSeconds_);
+        auto handoffs = learner_->handoffs();
+        cpu.setHandoffs(handoffs.count);
+        cpu.setHandoffSeconds(handoffs.seconds);
         auto list = r.initEpochs(history_.size());
         for (size_t i = 0; i < history_.size(); ++i) {
           auto& h = history_[i];
@@ -550,6 +553,7 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
     auto waitStart = context().timer().now();
     return trace::around(dataReady(), "wait", "train", trace::actorRow(self().id))
         .then([this, epoch, waitStart]() {
+          waitedSinceStep_ = true;
           auto waited = seconds(context().timer().now() - waitStart);
           stats_.waitSeconds += waited;
           if (stats_.steps == 0) stats_.fillSeconds += waited;  // the pipeline filling
@@ -612,6 +616,8 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   step.bytes = b.bytes;
   step.learningRate = lr;
   step.done = done;
+  step.waited = waitedSinceStep_;
+  waitedSinceStep_ = false;
   return learner_->step(context(), kj::mv(step))
       .then([this, epoch, stepStart](StepResult result) {
         stats_.stepSeconds += seconds(context().timer().now() - stepStart);

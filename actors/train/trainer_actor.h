@@ -201,6 +201,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   double steadyProcessSeconds_ = 0;
   uint64_t stepsAtStart_ = 0;
   uint64_t copiedBatches_ = 0;  // deliveries Received::keep had to copy
+  bool waitedSinceStep_ = false;  // consume() waited for data since the last step (Handoffs)
   double writeSeconds_ = 0;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;
   std::shared_ptr<TrainerActor*> self_;  // what sinks hold: cleared when the trainer goes

@@ -662,7 +662,11 @@ class Job {
                            {{"batches", cpu.getBatches()},
                             {"copied_batches", cpu.getCopiedBatches()},
                             {"receive_ms_per_batch", cpu.getLoopSeconds() * perBatch},
-                            {"process_ms_per_batch", cpu.getProcessSeconds() * perBatch}}},
+                            {"process_ms_per_batch", cpu.getProcessSeconds() * perBatch},
+                            {"handoffs", cpu.getHandoffs()},
+                            {"handoff_us_per_batch",
+                             cpu.getHandoffs() ? 1e6 * cpu.getHandoffSeconds() / cpu.getHandoffs()
+                                               : 0.0}}},
                           {"rates", rates},
                           {"advice", advice},
                           {"membership", changes},

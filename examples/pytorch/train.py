@@ -1,12 +1,13 @@
-"""The seeds' PyTorch example on troupe: PyTorch's MNIST CNN on Fashion-MNIST, each batch
-augmented heavily by troupe's augmenters on the data group, streamed in exactly once per epoch.
+"""The seeds' PyTorch example: PyTorch's MNIST CNN on Fashion-MNIST with heavy augmentation.
 
-train_plain.py beside it is the same script in one process; `diff train_plain.py train.py` shows
-everything that changes (docs/pytorch.md). Every instance runs it (troupe sim ... -- python3 ...).
+train.py is fed by troupe's data group (every instance runs it: troupe sim ... -- python3 train.py);
+train_plain.py is the same script in one process, augmenting on its DataLoader's workers.
+`diff train_plain.py train.py` shows everything that changes (docs/pytorch.md).
 """
 import argparse
 import json
 import os
+import time
 
 import torch
 import torch.nn as nn
@@ -34,6 +35,19 @@ class Net(nn.Module):
         x = torch.flatten(self.dropout1(x), 1)
         x = self.dropout2(F.relu(self.fc1(x)))
         return F.log_softmax(self.fc2(x), dim=1)
+
+
+def timed(batches, clock):
+    # The batches, adding the time spent waiting for each to clock["wait"].
+    batches = iter(batches)
+    while True:
+        start = time.perf_counter()
+        batch = next(batches, None)
+        clock["wait"] += time.perf_counter() - start
+        if batch is None:
+            return
+        clock["steps"] += 1
+        yield batch
 
 
 def test(model, device, images, labels):
@@ -68,9 +82,8 @@ def main():
                         "scheduler": scheduler.state_dict(), "stream": stream.state_dict()},
                        args.checkpoint)
 
-    stream = troupe.data.AugmentedBatches(batch_size=args.batch_size, epochs=args.epochs,
-                                          seed=args.seed, train_samples=args.train_samples,
-                                          on_stop=save)
+    stream = troupe.data.AugmentedBatches(args.batch_size, args.epochs, seed=args.seed,
+                                          train_samples=args.train_samples, on_stop=save)
     model = Net(args.width).to(device)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
@@ -86,17 +99,21 @@ def main():
     epochs = []
     for epoch in stream.epochs():
         model.train()
-        for images, labels in epoch:
+        clock = {"wait": 0.0, "steps": 0, "start": time.perf_counter()}
+        for images, labels in timed(epoch, clock):
             images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad()
             loss = F.nll_loss(model(images), labels)
             loss.backward()
             optimizer.step()
+        seconds = time.perf_counter() - clock["start"]
         scheduler.step()
         accuracy = test(model, device, test_images, test_labels)
         print(f"epoch {epoch + 1}/{args.epochs}: loss {loss.item():.4f}, "
-              f"test accuracy {accuracy:.4f}", flush=True)
-        epochs.append({"epoch": epoch, "accuracy": accuracy})
+              f"test accuracy {accuracy:.4f}, {clock['steps']} steps in {seconds:.1f} s, "
+              f"data wait {100 * clock['wait'] / seconds:.0f}%", flush=True)
+        epochs.append({"epoch": epoch, "accuracy": accuracy, "seconds": seconds,
+                       "steps": clock["steps"], "wait_seconds": clock["wait"]})
         save()
     if args.report:
         with open(args.report, "w") as f:

@@ -1,12 +1,13 @@
-"""The seeds' PyTorch example in one process: PyTorch's MNIST CNN on Fashion-MNIST, each sample
-augmented heavily by the DataLoader's workers on this instance's own CPUs.
+"""The seeds' PyTorch example: PyTorch's MNIST CNN on Fashion-MNIST with heavy augmentation.
 
-train.py beside it is the same script fed by troupe's data group; `diff train_plain.py train.py`
-shows everything that changes (docs/pytorch.md).
+train.py is fed by troupe's data group (every instance runs it: troupe sim ... -- python3 train.py);
+train_plain.py is the same script in one process, augmenting on its DataLoader's workers.
+`diff train_plain.py train.py` shows everything that changes (docs/pytorch.md).
 """
 import argparse
 import json
 import os
+import time
 
 import torch
 import torch.nn as nn
@@ -34,6 +35,19 @@ class Net(nn.Module):
         x = torch.flatten(self.dropout1(x), 1)
         x = self.dropout2(F.relu(self.fc1(x)))
         return F.log_softmax(self.fc2(x), dim=1)
+
+
+def timed(batches, clock):
+    # The batches, adding the time spent waiting for each to clock["wait"].
+    batches = iter(batches)
+    while True:
+        start = time.perf_counter()
+        batch = next(batches, None)
+        clock["wait"] += time.perf_counter() - start
+        if batch is None:
+            return
+        clock["steps"] += 1
+        yield batch
 
 
 def test(model, device, images, labels):
@@ -66,7 +80,7 @@ def main():
     def save():
         if args.checkpoint:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "epoch": epoch + 1},
+                        "scheduler": scheduler.state_dict()},
                        args.checkpoint)
 
     dataset = troupe.data.FashionMNIST(train_samples=args.train_samples)
@@ -77,28 +91,30 @@ def main():
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     test_images, test_labels = troupe.data.fashion_mnist("test")
 
-    start = 0
     if args.checkpoint and os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        start = state["epoch"]
 
     epochs = []
-    for epoch in range(start, args.epochs):
+    for epoch in range(scheduler.last_epoch, args.epochs):  # the epochs still to train
         model.train()
-        for images, labels in loader:
+        clock = {"wait": 0.0, "steps": 0, "start": time.perf_counter()}
+        for images, labels in timed(loader, clock):
             images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad()
             loss = F.nll_loss(model(images), labels)
             loss.backward()
             optimizer.step()
+        seconds = time.perf_counter() - clock["start"]
         scheduler.step()
         accuracy = test(model, device, test_images, test_labels)
         print(f"epoch {epoch + 1}/{args.epochs}: loss {loss.item():.4f}, "
-              f"test accuracy {accuracy:.4f}", flush=True)
-        epochs.append({"epoch": epoch, "accuracy": accuracy})
+              f"test accuracy {accuracy:.4f}, {clock['steps']} steps in {seconds:.1f} s, "
+              f"data wait {100 * clock['wait'] / seconds:.0f}%", flush=True)
+        epochs.append({"epoch": epoch, "accuracy": accuracy, "seconds": seconds,
+                       "steps": clock["steps"], "wait_seconds": clock["wait"]})
         save()
     if args.report:
         with open(args.report, "w") as f:

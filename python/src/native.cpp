@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -285,12 +286,19 @@ PYBIND11_MODULE(_native, m) {
       "next",
       [](bool normalize) -> py::tuple {
         ScriptLearner::Item item;
+        auto asked = std::chrono::steady_clock::now();
         {
           py::gil_scoped_release release;
           item = Job::get().learner()->next();
         }
         if (item.kind == ScriptLearner::Item::kBatch) {
+          bool waited = item.batch.waited;
           auto arrays = batchArrays(item, normalize);
+          if (!waited) {
+            Job::get().learner()->handedOver(std::chrono::duration<double>(
+                                                 std::chrono::steady_clock::now() - asked)
+                                                 .count());
+          }
           return py::make_tuple(kindName(item.kind), item.epoch, arrays[0], arrays[1], arrays[2]);
         }
         return py::make_tuple(kindName(item.kind), item.epoch, item.text, py::none(), py::none());

@@ -301,3 +301,28 @@ TEST_CASE("the SageMaker entry point runs a Python script as the app on every in
   CHECK(out.find("epoch 1/1: loss ") != std::string::npos);
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("bench_pytorch runs the three setups and prints one JSON object of their figures",
+          "[pytorch][bench]") {
+  SKIP_WITHOUT_TORCH();
+  auto out = tempPath("bench-pytorch.json");
+  auto command = std::string(PYTHON3) + " " + BENCH_PYTORCH + " --build " + BUILD_DIR +
+                 " --train-samples 2560 --json > " + out + " 2>&1";
+  int code = std::system(command.c_str());
+  auto text = harness::readFile(out);
+  unlink(out.c_str());
+  INFO(text);
+  REQUIRE(code == 0);
+  auto j = nlohmann::json::parse(text);
+  REQUIRE(j["rounds"].size() == 1);
+  auto& round = j["rounds"][0];
+  for (auto key : {"troupe_data", "dataloader", "hetero_train"}) {
+    INFO(key);
+    CHECK(round[key]["ms_per_step"].get<double>() > 0);
+    CHECK(round[key]["samples_per_second"].get<double>() > 0);
+    CHECK(round[key]["data_wait"].get<double>() >= 0);
+  }
+  CHECK(round["troupe_data"]["handoff_us_per_batch"].get<double>() > 0);
+  CHECK(round["hetero_train"]["handoff_us_per_batch"].get<double>() > 0);
+  CHECK(round["speedup"].get<double>() > 0);
+}
