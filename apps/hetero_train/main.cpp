@@ -21,6 +21,7 @@
 
 #include "train.capnp.h"
 #include "augmenter_actor.h"
+#include "augmenter_spawn.h"
 #include "checkpoint.h"
 #include "advise.h"
 #include "prices.h"
@@ -305,7 +306,8 @@ class Job {
             // well within SageMaker's 120 s between SIGTERM and SIGKILL.
             .stopTimeout(30 * kj::SECONDS));
     auto augmenters =
-        job_.spawnMany<hetero::Augmenter>(augmenterPlacement(), augmenterOptions("augmenter"));
+        job_.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(augmenterSpec()),
+                                          troupe::train::augmenterOptions(augmenterSpec(), "augmenter"));
     placed_.push_back(
         {"trainer", "train.Trainer", trainer.address().host, trainer.address().group});
     for (auto& a : augmenters) {
@@ -316,7 +318,14 @@ class Job {
     trainer_ = trainer;
     // A data node that joins the running job (a late host, one started again after a crash or a
     // partition) gets augmenters of its own, which take shards from the trainer's queue at once.
-    job_.onNodeJoined([this](const troupe::NodeInfo& node) { grow(node); });
+    troupe::train::growOnJoin(
+        job_, augmenterSpec(), trainer, tasks_,
+        [this](const std::string& host, kj::ArrayPtr<troupe::Ref<hetero::Augmenter>> added) {
+          for (auto& a : added) {
+            placed_.push_back({a.address().name, "train.Augmenter", host, a.address().group});
+            augmenters_.emplace_back(a);
+          }
+        });
 
     auto req = trainer.trainRequest();
     req.setEpochs(s_.epochs);
@@ -334,59 +343,18 @@ class Job {
     return done.exclusiveJoin(progressLoop(trainer)).attach(kj::mv(augmenters));
   }
 
-  Placement augmenterPlacement() const {
-    auto where = Placement::prefer(s_.dataGroup);
-    return s_.perNode ? where.perNode(s_.perNode) : where.perVcpu();
-  }
-
-  troupe::SpawnOptions augmenterOptions(std::string name) const {
-    // Unlinked: an augmenter gone for good (no room to restart it) is not the job's failure; the
-    // trainer gives its shards to the others.
-    return troupe::SpawnOptions()
-        .named(kj::mv(name))
-        .unlinked()
-        .restarts(s_.restarts, 60 * kj::SECONDS)
-        .args<hetero::AugmenterArgs>([&](auto a) {
-          a.setSeed(s_.seed);
-          a.setBatchSize(s_.batchSize);
-          a.setDataDir(s_.dataDir);
-          a.setSamples(samples_);
-          auto aug = a.initAugment();
-          const auto& c = s_.augmentConfig;
-          aug.setPadding(c.padding);
-          aug.setFlipProbability(c.flipProbability);
-          aug.setMaxRotationDegrees(c.maxRotationDegrees);
-          aug.setBrightness(c.brightness);
-          aug.setContrast(c.contrast);
-          aug.setBlurKernel(c.blurKernel);
-          aug.setNoiseStddev(c.noiseStddev);
-          aug.setUpscale(c.upscale);
-          aug.setCropAreaMin(c.cropAreaMin);
-        });
-  }
-
-  // A node joined the running job: augmenters on it when it is a data node, handed to the trainer.
-  void grow(const troupe::NodeInfo& node) {
-    if (node.group() != s_.dataGroup.c_str() || trainer_ == nullptr) return;
-    std::string host = node.host().cStr();
-    auto name = "augmenter-" + host + "." + std::to_string(node.incarnation());
-    auto where = augmenterPlacement().labels("host=" + host);
-    tasks_.add(job_.spawnManyAsync<hetero::Augmenter>(troupe::actorTypeName<hetero::Augmenter>(),
-                                                      where, augmenterOptions(name))
-                   .then([this, host](kj::Array<troupe::Ref<hetero::Augmenter>> added) {
-                     printf("%zu augmenters placed on %s as it joined the job\n", added.size(),
-                            host.c_str());
-                     fflush(stdout);
-                     auto req = KJ_ASSERT_NONNULL(trainer_).addSourcesRequest();
-                     auto list = req.initSources(added.size());
-                     for (size_t i = 0; i < added.size(); ++i) {
-                       added[i].address().toProto(list[i]);
-                       placed_.push_back({added[i].address().name, "train.Augmenter", host,
-                                          added[i].address().group});
-                       augmenters_.emplace_back(added[i]);
-                     }
-                     return req.send().ignoreResult();
-                   }));
+  // What hetero_train's augmenters are (augmenter_spawn.h).
+  troupe::train::AugmenterSpec augmenterSpec() const {
+    troupe::train::AugmenterSpec spec;
+    spec.seed = s_.seed;
+    spec.batchSize = s_.batchSize;
+    spec.dataDir = s_.dataDir;
+    spec.samples = samples_;
+    spec.augment = s_.augmentConfig;
+    spec.restarts = s_.restarts;
+    spec.perNode = s_.perNode;
+    spec.dataGroup = s_.dataGroup;
+    return spec;
   }
 
   void printPlacements() {

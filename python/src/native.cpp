@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "augmenter_actor.h"
+#include "augmenter_spawn.h"
 #include "script_learner.h"
 #include "train.capnp.h"
 #include "trainer_actor.h"
@@ -105,32 +106,20 @@ class Job {
     KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set",
                s.samples, available);
     samples_ = s.samples ? s.samples : available;
-    auto config = s.augment == "light" ? troupe::train::AugmentConfig::light()
-                                       : troupe::train::AugmentConfig::heavy();
-    if (s.blur >= 0) config.blurKernel = s.blur;
-    auto where = troupe::Placement::prefer(s.dataGroup);
-    where = s.perNode ? where.perNode(s.perNode) : where.perVcpu();
-    auto augmenters = job.spawnMany<hetero::Augmenter>(
-        where, troupe::SpawnOptions()
-                   .named("augmenter")
-                   .unlinked()  // one gone for good costs throughput: the others take its shards
-                   .restarts(s.restarts, 60 * kj::SECONDS)
-                   .args<hetero::AugmenterArgs>([&](auto a) {
-                     a.setSeed(s.seed);
-                     a.setBatchSize(s.batchSize);
-                     a.setDataDir(s.dataDir);
-                     a.setSamples(samples_);
-                     auto aug = a.initAugment();
-                     aug.setPadding(config.padding);
-                     aug.setFlipProbability(config.flipProbability);
-                     aug.setMaxRotationDegrees(config.maxRotationDegrees);
-                     aug.setBrightness(config.brightness);
-                     aug.setContrast(config.contrast);
-                     aug.setBlurKernel(config.blurKernel);
-                     aug.setNoiseStddev(config.noiseStddev);
-                     aug.setUpscale(config.upscale);
-                     aug.setCropAreaMin(config.cropAreaMin);
-                   }));
+    troupe::train::AugmenterSpec spec;
+    spec.seed = s.seed;
+    spec.batchSize = s.batchSize;
+    spec.dataDir = s.dataDir;
+    spec.samples = samples_;
+    spec.augment = s.augment == "light" ? troupe::train::AugmentConfig::light()
+                                        : troupe::train::AugmentConfig::heavy();
+    if (s.blur >= 0) spec.augment.blurKernel = s.blur;
+    spec.augment.validate();
+    spec.restarts = s.restarts;
+    spec.perNode = s.perNode;
+    spec.dataGroup = s.dataGroup;
+    auto augmenters = job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
+                                                       troupe::train::augmenterOptions(spec, "augmenter"));
     // The trainer runs here, in the script's process: its batches go to the script.
     auto trainer = job.spawn<hetero::Trainer>(
         troupe::Placement::any().labels(std::string("host=") + job.node().host().cStr()),
@@ -160,6 +149,9 @@ class Job {
       driving_ = true;
     }
     running_.notify_all();
+
+    // A data node that joins the running job gets augmenters, which the trainer takes at once.
+    troupe::train::growOnJoin(job, spec, trainer, tasks_);
 
     auto train = learner_->begun().then([this, trainer, sources = KJ_MAP(a, augmenters) {
                                            return a.address();
@@ -194,6 +186,13 @@ class Job {
   std::vector<std::string> argv_;
   std::vector<char*> args_;
   troupe::Registry types_;
+  struct Quiet : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override {
+      fprintf(stderr, "troupe.data: adding a joined node's augmenters failed: %s\n",
+              e.getDescription().cStr());
+    }
+  } quiet_;
+  kj::TaskSet tasks_{quiet_};
 };
 
 // A received batch as arrays: images (N, 1, 28, 28), float32 normalised or uint8 as sent,

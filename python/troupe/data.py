@@ -123,11 +123,12 @@ class AugmentedBatches:
     ``augmenters_per_node`` (0: one per vCPU), ``restarts``, ``data_dir``, ``data_group`` and
     ``stop_timeout`` (seconds the script has to save after a stop) mean what hetero_train's flags
     of those names mean (docs/hetero_train.md). ``on_stop``: called when the job is stopping,
-    before :class:`Stopped` is raised (save the model and ``state_dict()`` there).
+    before :class:`Stopped` is raised (save the model and ``state_dict()`` there). ``pin_memory``
+    (default: whether CUDA is available) returns page-locked tensors, a copy of each batch.
     """
 
     def __init__(self, batch_size=128, epochs=5, *, normalize=True, with_ids=False, on_stop=None,
-                 **options):
+                 pin_memory=None, **options):
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
             raise TypeError(f"AugmentedBatches: unknown option(s) {', '.join(unknown)}; "
@@ -144,6 +145,9 @@ class AugmentedBatches:
         self._with_ids = with_ids
         self._on_stop = on_stop
         self._torch = _torch()
+        # Page-locked images, for an asynchronous copy to the GPU (.to(device, non_blocking=True)):
+        # by default where CUDA is available. Pinning is a copy of the batch.
+        self._pin = self._torch.cuda.is_available() if pin_memory is None else pin_memory
         self._report = None
         self._first_epoch = 0
         self._begun = False
@@ -226,6 +230,8 @@ class AugmentedBatches:
         torch = self._torch
         images = torch.from_numpy(item[2])
         labels = torch.from_numpy(item[3])
+        if self._pin:
+            images, labels = images.pin_memory(), labels.pin_memory()
         if self._with_ids:
             return images, labels, torch.from_numpy(item[4])
         return images, labels

@@ -326,3 +326,45 @@ TEST_CASE("bench_pytorch runs the three setups and prints one JSON object of the
   CHECK(round["hetero_train"]["handoff_us_per_batch"].get<double>() > 0);
   CHECK(round["speedup"].get<double>() > 0);
 }
+
+TEST_CASE("the installed package feeds a plain script written outside the tree",
+          "[pytorch][package]") {
+  SKIP_WITHOUT_TORCH();
+  // As a user installs it (docs/pytorch.md): cmake --install's python component under a prefix,
+  // then a script of their own, in a folder of their own, with only that prefix on its path.
+  auto dir = tempPath("pytorch-installed");
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/app");
+  auto install = std::string(CMAKE_COMMAND) + " --install " + BUILD_DIR +
+                 " --component python --prefix " + dir + "/prefix > " + dir + "/install.log 2>&1";
+  REQUIRE(std::system(install.c_str()) == 0);
+  std::string site;
+  for (auto& entry : fs::recursive_directory_iterator(dir + "/prefix")) {
+    if (entry.path().filename() == "data.py") site = entry.path().parent_path().parent_path();
+  }
+  INFO(harness::readFile(dir + "/install.log"));
+  REQUIRE(!site.empty());
+  CHECK(site.find("dist-packages") != std::string::npos);
+  std::ofstream(dir + "/app/mine.py") << R"(import torch
+import troupe.data
+
+stream = troupe.data.AugmentedBatches(batch_size=64, epochs=1, train_samples=1280)
+print("mine: troupe.data from", troupe.data.__file__, flush=True)
+for epoch in stream.epochs():
+    for images, labels in epoch:
+        assert images.shape[1:] == (1, 28, 28) and images.dtype == torch.float32
+print("mine: epochs", [e["samples"] for e in stream.report()["epochs"]], flush=True)
+)";
+  Run run(harness::sim({"--group", "data_group=1:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge"},
+                       {PYTHON3, dir + "/app/mine.py"}),
+          {"PYTHONPATH=" + site});
+  int code = run.wait(120s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("mine: epochs [1280]") != std::string::npos);
+  CHECK(out.find("mine: troupe.data from " + site + "/troupe/data.py") != std::string::npos);
+  fs::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}

@@ -1,0 +1,58 @@
+#include "augmenter_spawn.h"
+
+#include <cstdio>
+
+namespace troupe::train {
+
+Placement augmenterPlacement(const AugmenterSpec& spec) {
+  auto where = Placement::prefer(spec.dataGroup);
+  return spec.perNode ? where.perNode(spec.perNode) : where.perVcpu();
+}
+
+SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
+  return SpawnOptions()
+      .named(kj::mv(name))
+      .unlinked()
+      .restarts(spec.restarts, 60 * kj::SECONDS)
+      .args<hetero::AugmenterArgs>([&](auto a) {
+        a.setSeed(spec.seed);
+        a.setBatchSize(spec.batchSize);
+        a.setDataDir(spec.dataDir);
+        a.setSamples(spec.samples);
+        auto aug = a.initAugment();
+        const auto& c = spec.augment;
+        aug.setPadding(c.padding);
+        aug.setFlipProbability(c.flipProbability);
+        aug.setMaxRotationDegrees(c.maxRotationDegrees);
+        aug.setBrightness(c.brightness);
+        aug.setContrast(c.contrast);
+        aug.setBlurKernel(c.blurKernel);
+        aug.setNoiseStddev(c.noiseStddev);
+        aug.setUpscale(c.upscale);
+        aug.setCropAreaMin(c.cropAreaMin);
+      });
+}
+
+void growOnJoin(Driver& job, const AugmenterSpec& spec, Ref<hetero::Trainer> trainer,
+                kj::TaskSet& tasks, AugmentersAdded added) {
+  job.onNodeJoined([&job, spec, trainer, &tasks, added](const NodeInfo& node) mutable {
+    if (node.group() != spec.dataGroup.c_str()) return;
+    std::string host = node.host().cStr();
+    auto name = "augmenter-" + host + "." + std::to_string(node.incarnation());
+    auto where = augmenterPlacement(spec).labels("host=" + host);
+    tasks.add(job.spawnManyAsync<hetero::Augmenter>(actorTypeName<hetero::Augmenter>(), where,
+                                                    augmenterOptions(spec, name))
+                  .then([trainer, host, added](kj::Array<Ref<hetero::Augmenter>> refs) mutable {
+                    printf("%zu augmenters placed on %s as it joined the job\n", refs.size(),
+                           host.c_str());
+                    fflush(stdout);
+                    auto req = trainer.addSourcesRequest();
+                    auto list = req.initSources(refs.size());
+                    for (size_t i = 0; i < refs.size(); ++i) refs[i].address().toProto(list[i]);
+                    if (added) added(host, refs);
+                    return req.send().ignoreResult();
+                  }));
+  });
+}
+
+}  // namespace troupe::train

@@ -1,0 +1,43 @@
+// File: augmenter_spawn.h
+//
+// How a driver places train.Augmenter actors and hands them to a trainer: hetero_train's and the
+// Python package's (python/src/native.cpp) drivers share it. One per vCPU of each data node (or
+// `perNode`), preferring the data group; unlinked (one gone for good costs throughput, the
+// trainer gives its shards to the others); restarted up to `restarts` times a minute. A data node
+// that joins the running job gets augmenters of its own, which the trainer's addSources() takes
+// at once.
+
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "train.capnp.h"
+#include "troupe/augment/augment.h"
+#include "troupe/driver.h"
+
+namespace troupe::train {
+
+struct AugmenterSpec {
+  uint64_t seed = 42;
+  uint32_t batchSize = 128;
+  std::string dataDir;
+  uint64_t samples = 0;  // the samples per epoch (the dataset's first N)
+  AugmentConfig augment;
+  unsigned restarts = 3;
+  unsigned perNode = 0;  // augmenters per data node; 0: one per vCPU
+  std::string dataGroup = "data_group";
+};
+
+Placement augmenterPlacement(const AugmenterSpec& spec);
+SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name);
+
+// On every data node that joins the running job: spawns its augmenters and adds them to
+// `trainer` (addSources). `added` (optional) hears of each batch of them, for the app's own
+// tables. The tasks live in `tasks`.
+using AugmentersAdded = std::function<void(const std::string& host,
+                                           kj::ArrayPtr<Ref<hetero::Augmenter>> added)>;
+void growOnJoin(Driver& job, const AugmenterSpec& spec, Ref<hetero::Trainer> trainer,
+                kj::TaskSet& tasks, AugmentersAdded added = nullptr);
+
+}  // namespace troupe::train
