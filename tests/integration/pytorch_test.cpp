@@ -245,6 +245,38 @@ TEST_CASE("capacity lost without warning (SIGKILL to every instance) under a PyT
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("a data instance that starts late joins the running job and feeds the PyTorch script",
+          "[pytorch][membership]") {
+  SKIP_WITHOUT_TORCH();
+  // Seed 5 deals algo-1 and algo-3 to data_group and algo-2 to dnn_group (as membership_test).
+  auto ids = tempPath("pytorch-late.ids");
+  auto report = tempPath("pytorch-late.json");
+  Run run(harness::sim({"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=3000",
+                        // --start-with through the environment: the script's own flags are its
+                        "--env", "dnn_group:TROUPE_START_WITH=data_group=1", "--env",
+                        "data_group:TROUPE_START_WITH=data_group=1"},
+                       feedCheck({"--epochs", "3", "--train-samples", "60000", "--augment",
+                                  "heavy", "--ids-out", ids, "--report", report})),
+          pythonEnv());
+  int code = run.wait(280s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(out.find("algo-3   data_group   ml.c5.xlarge") != std::string::npos);
+  CHECK(code == 0);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  auto joined = out.find("membership: algo-3 (data_group) joined the running job");
+  CHECK(joined != std::string::npos);
+  CHECK(out.find("4 augmenters placed on algo-3 as it joined the job") != std::string::npos);
+  CHECK(out.find("first batch from 'augmenter-algo-3.") != std::string::npos);
+  CHECK(out.find("feed_check: epoch 1 step 1 ") < joined);  // it trained before the join
+  checkIdsOnce(ids, 3, 60000);
+  checkReportOnce(readJson(report), 3, 60000);
+  unlink(ids.c_str());
+  unlink(report.c_str());
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("a Python exception in the training loop ends every process with 1 (JOB_FAILED) and a "
           "failure file naming it",
           "[pytorch]") {
