@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages troupe needs, only those that are missing. Idempotent.
 # `--plots`: also what scripts/plot_scaling.py needs (`make scaling`), which the build never does.
+# `--no-python`: without the Python package's (the SageMaker image's build stage, which builds
+# only the C++ programs).
 set -euo pipefail
 
 packages=(
@@ -13,6 +15,12 @@ packages=(
 )
 if [ "${1:-}" = "--plots" ]; then
   packages=(python3 python3-matplotlib)
+elif [ "${1:-}" = "--no-python" ]; then
+  kept=()
+  for p in "${packages[@]}"; do
+    case "$p" in python3-dev|pybind11-dev|python3-numpy|python3-torch) ;; *) kept+=("$p") ;; esac
+  done
+  packages=("${kept[@]}")
 fi
 
 missing=()

@@ -147,15 +147,9 @@ TEST_CASE("a data instance killed mid-epoch under a PyTorch script: every sample
                                             "--ids-out", ids, "--report", report})),
           pythonEnv());
   REQUIRE_OUTPUT(run, "feed_check: epoch 1 step 20 ", 120s);
-  std::string victim;
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == "data_group") {
-      REQUIRE(kill(i.pid, SIGKILL) == 0);
-      victim = host;
-      break;
-    }
-  }
-  REQUIRE(!victim.empty());
+  auto killed = harness::instanceIn(run, "data_group");
+  REQUIRE(kill(killed.pid, SIGKILL) == 0);
+  auto victim = killed.host;
   int code = run.wait(240s);
   auto out = run.output();
   INFO(out);
@@ -173,35 +167,36 @@ TEST_CASE("a data instance killed mid-epoch under a PyTorch script: every sample
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("SIGTERM to every instance under a PyTorch script, then the job again from the saved "
-          "state, every sample once across both runs",
-          "[pytorch][resume]") {
-  SKIP_WITHOUT_TORCH();
-  auto dir = tempPath("pytorch-resume");
+namespace {
+
+// A spot cycle under feed_check.py: the job interrupted inside epoch 1 at a random moment after
+// `afterStep` (`interruptArgs` say how; the seed is printed), then started again with the same
+// command, as SageMaker does. Checks every sample once in the final model, counted at both ends;
+// returns the simulator's status and output for the case's own checks.
+std::pair<int, std::string> spotCycle(const std::string& name,
+                                      std::vector<std::string> interruptArgs,
+                                      std::vector<std::string> scriptArgs, int afterStep) {
+  auto dir = tempPath(name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto ids = dir + "/ids";
   auto report = dir + "/report.json";
   auto seed = std::random_device()();
-  // A spot reclaim inside epoch 1 at a random moment after its 15th step (the seed is printed),
-  // then the job started again with the same command, as SageMaker does.
-  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
-                        "dnn_group=1:ml.p3.2xlarge", "--interrupt-random-ms", "0:300",
-                        "--interrupt-when", "feed_check: epoch 1 step 15 ", "--interrupt-seed",
-                        std::to_string(seed), "--restarts-on-interrupt", "1"},
-                       feedCheck({"--epochs", "2", "--train-samples", "12800", "--ids-out", ids,
-                                  "--checkpoint", dir + "/state.pt", "--report", report})),
-          pythonEnv());
+  std::vector<std::string> simArgs = {
+      "--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+      "--interrupt-random-ms", "0:300", "--interrupt-when",
+      "feed_check: epoch 1 step " + std::to_string(afterStep) + " ", "--interrupt-seed",
+      std::to_string(seed), "--restarts-on-interrupt", "1"};
+  simArgs.insert(simArgs.end(), interruptArgs.begin(), interruptArgs.end());
+  std::vector<std::string> app = {"--epochs", "2", "--train-samples", "12800", "--ids-out", ids,
+                                  "--checkpoint", dir + "/state.pt", "--report", report};
+  app.insert(app.end(), scriptArgs.begin(), scriptArgs.end());
+  Run run(harness::sim(simArgs, feedCheck(app)), pythonEnv());
   int code = run.wait(280s);
-  auto out = run.output();
-  INFO("--interrupt-seed " << seed << "\n" << out);
-  REQUIRE(out.find("troupe sim: interrupting the job as a spot reclaim does") != std::string::npos);
-  // docs/exit-codes.md: every instance of the interrupted run exits 6 (INTERRUPTED); the run
-  // started again completes.
-  CHECK(out.find("run 1 ended with 6 (INTERRUPTED) after the interruption") != std::string::npos);
+  auto out = "--interrupt-seed " + std::to_string(seed) + "\n" + run.output();
+  INFO(out);
   CHECK(code == 0);
-  CHECK(out.find("feed_check: state saved to") != std::string::npos);
-  CHECK(out.find("feed_check: resumed") != std::string::npos);
+  CHECK(out.find("feed_check: resumed after ") != std::string::npos);
   checkIdsOnce(ids, 2, 12800);
   auto j = checkReportOnce(readJson(report), 2, 12800);
   // The resumed epoch carried the first run's samples in the state: not trained again.
@@ -210,39 +205,34 @@ TEST_CASE("SIGTERM to every instance under a PyTorch script, then the job again 
   CHECK(carried > 0);
   fs::remove_all(dir);
   CHECK(run.leftovers().empty());
+  return {code, out};
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM to every instance under a PyTorch script, then the job again from the saved "
+          "state, every sample once across both runs",
+          "[pytorch][resume]") {
+  SKIP_WITHOUT_TORCH();
+  auto [code, out] = spotCycle("pytorch-resume", {}, {}, 15);
+  INFO(out);
+  REQUIRE(out.find("troupe sim: interrupting the job as a spot reclaim does") != std::string::npos);
+  // docs/exit-codes.md: every instance of the interrupted run exits 6 (INTERRUPTED) once the
+  // script saved its state (on_stop); the run started again completes.
+  CHECK(out.find("run 1 ended with 6 (INTERRUPTED) after the interruption") != std::string::npos);
+  CHECK(out.find("feed_check: state saved to") != std::string::npos);
 }
 
 TEST_CASE("capacity lost without warning (SIGKILL to every instance) under a PyTorch script that "
           "saves its state every 10 steps, then the job again, every sample once in the model",
           "[pytorch][resume]") {
   SKIP_WITHOUT_TORCH();
-  auto dir = tempPath("pytorch-hard");
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  auto ids = dir + "/ids";
-  auto report = dir + "/report.json";
-  auto seed = std::random_device()();
   // No grace period: the run is lost from the newest periodic state, taken while the script held
   // the batch it had just trained (which that state must count, and the resumed run not resend).
-  Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
-                        "dnn_group=1:ml.p3.2xlarge", "--interrupt-random-ms", "0:300",
-                        "--interrupt-when", "feed_check: epoch 1 step 25 ", "--interrupt-seed",
-                        std::to_string(seed), "--interrupt-hard", "--restarts-on-interrupt", "1"},
-                       feedCheck({"--epochs", "2", "--train-samples", "12800", "--ids-out", ids,
-                                  "--checkpoint", dir + "/state.pt", "--save-every", "10",
-                                  "--report", report})),
-          pythonEnv());
-  int code = run.wait(280s);
-  auto out = run.output();
-  INFO("--interrupt-seed " << seed << "\n" << out);
+  auto [code, out] = spotCycle("pytorch-hard", {"--interrupt-hard"}, {"--save-every", "10"}, 25);
+  INFO(out);
   REQUIRE(out.find("SIGKILL to every instance (capacity lost, no grace period)") !=
           std::string::npos);
-  CHECK(code == 0);
-  CHECK(out.find("feed_check: resumed after ") != std::string::npos);
-  checkIdsOnce(ids, 2, 12800);
-  checkReportOnce(readJson(report), 2, 12800);
-  fs::remove_all(dir);
-  CHECK(run.leftovers().empty());
 }
 
 TEST_CASE("a data instance that starts late joins the running job and feeds the PyTorch script",
@@ -382,9 +372,9 @@ import troupe.data
 
 stream = troupe.data.AugmentedBatches(batch_size=64, epochs=1, train_samples=1280)
 print("mine: troupe.data from", troupe.data.__file__, flush=True)
-for epoch in stream.epochs():
-    for images, labels in epoch:
-        assert images.shape[1:] == (1, 28, 28) and images.dtype == torch.float32
+# The IterableDataset form, for code that wants a DataLoader.
+for images, labels in torch.utils.data.DataLoader(stream.as_dataset(), batch_size=None):
+    assert images.shape[1:] == (1, 28, 28) and images.dtype == torch.float32
 print("mine: epochs", [e["samples"] for e in stream.report()["epochs"]], flush=True)
 )";
   Run run(harness::sim({"--group", "data_group=1:ml.c5.xlarge", "--group",

@@ -137,14 +137,9 @@ TEST_CASE("trace: a data instance killed mid-job is named missing, and the job s
   Run run(harness::sim(simArgs, train({"--epochs", "2", "--train-samples", "12000",
                                        "--augmenters-per-node", "2", "--progress-every", "0.2"})));
   REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
-  std::string victim;
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == "data_group") {
-      REQUIRE(kill(i.pid, SIGKILL) == 0);
-      victim = host;
-      break;
-    }
-  }
+  auto killed = harness::instanceIn(run, "data_group");
+  REQUIRE(kill(killed.pid, SIGKILL) == 0);
+  auto victim = killed.host;
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);

@@ -24,14 +24,9 @@ namespace {
 // Returns the victim's host.
 std::string killDataInstanceInEpoch1(Run& run) {
   REQUIRE_OUTPUT(run, "progress: epoch 1/2, step ", 60s);
-  for (auto& [host, i] : run.instances()) {
-    if (i.group == "data_group") {
-      REQUIRE(kill(i.pid, SIGKILL) == 0);
-      return host;
-    }
-  }
-  FAIL("no data instance");
-  return "";
+  auto victim = harness::instanceIn(run, "data_group");
+  REQUIRE(kill(victim.pid, SIGKILL) == 0);
+  return victim.host;
 }
 
 // Exactly-once (docs/hetero_train.md): both epochs of the report have every sample once.
