@@ -272,11 +272,12 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
     throw refuse("corrupt: " + std::to_string(bytes.size()) + " bytes, the header describes " +
                  std::to_string(at + 4 * (params + velocities) + seen + 4));
   }
+  // (A state without a model, a script's, has none: no memcpy from or to a null pointer.)
   s.parameters.resize(params);
-  memcpy(s.parameters.data(), bytes.data() + at, 4 * params);
+  if (params > 0) memcpy(s.parameters.data(), bytes.data() + at, 4 * params);
   at += 4 * params;
   s.velocities.resize(velocities);
-  memcpy(s.velocities.data(), bytes.data() + at, 4 * velocities);
+  if (velocities > 0) memcpy(s.velocities.data(), bytes.data() + at, 4 * velocities);
   at += 4 * velocities;
   s.seen.assign(bytes.begin() + at, bytes.begin() + at + seen);
   return s;

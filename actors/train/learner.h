@@ -25,6 +25,8 @@
 
 namespace troupe::train {
 
+class TrainerActor;
+
 struct StepBatch {
   uint32_t epoch = 0;
   std::vector<uint32_t> ids;
@@ -60,6 +62,9 @@ class Learner {
  public:
   virtual ~Learner() noexcept(false) = default;  // (kj::Own members may throw)
 
+  // The trainer that steps it, from its start to its destructor (on the trainer's thread).
+  virtual void attach(TrainerActor& trainer) { (void)trainer; }
+  virtual void detach() {}
   // Before train(): the device, the test set. `context` is the trainer's.
   virtual kj::Promise<void> start(ActorContext& context) = 0;
   // The report's `device`: where and how it trains.

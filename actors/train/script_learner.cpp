@@ -174,7 +174,7 @@ kj::Promise<StepResult> ScriptLearner::step(ActorContext&, StepBatch batch) {
   auto paf = kj::newPromiseAndCrossThreadFulfiller<StepResult>();
   {
     std::lock_guard lock(mutex_);
-    if (ended_) return StepResult{};  // nobody takes it: the job is ending
+    if (ended_) return kj::NEVER_DONE;  // nobody takes it: the job is ending
     Item item;
     item.kind = Item::kBatch;
     item.epoch = batch.epoch;

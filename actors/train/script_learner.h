@@ -60,8 +60,8 @@ class ScriptLearner final : public Learner {
   bool ended() const;
 
   // -- the trainer's side (its event loop) --
-  void attach(TrainerActor& trainer);
-  void detach();  // the trainer is going
+  void attach(TrainerActor& trainer) override;
+  void detach() override;
   // Resolves once the script called begin().
   kj::Promise<void> begun();
   // Resolves once the script ended: with its failure, if any.

@@ -81,13 +81,11 @@ TrainerActor::TrainerActor(ActorContext& context)
 
 TrainerActor::~TrainerActor() noexcept(false) {
   *self_ = nullptr;
-  if (auto* script = dynamic_cast<ScriptLearner*>(learner_.get())) script->detach();
+  learner_->detach();
 }
 
 kj::Promise<void> TrainerActor::onStart() {
-  if (auto* script = dynamic_cast<ScriptLearner*>(learner_.get())) {
-    script->attach(*this);
-  }
+  learner_->attach(*this);
   return learner_->start(context());
 }
 

@@ -1,9 +1,10 @@
 // The trainer actor: hands each epoch's shards out to its augmenters from a queue, one shard at a
 // time per augmenter, so that a slow, throttled or newly joined augmenter takes what it can and
 // no more; pulls the augmented batches with credit-based flow control (each stream has at most
-// `prefetch` batches in flight), trains an MLP on the node's device (CUDA when built with it and
-// a GPU is present, else Thrust's CPU back end), and checks that every training sample arrives
-// exactly once per epoch. When a stream breaks (its augmenter's node was lost or drained), the
+// `prefetch` batches in flight), hands each to its learner (learner.h: hetero_train's MLP on the
+// node's device, CUDA when built with it and a GPU is present, else Thrust's CPU back end; or a
+// training script in this process, script_learner.h), and checks that every training sample
+// arrives exactly once per epoch. When a stream breaks (its augmenter's node was lost or drained), the
 // shard goes back to the queue and the next free augmenter resumes it from the last position
 // the trainer acknowledged; the augmenter itself is used again once the runtime has restarted
 // it.

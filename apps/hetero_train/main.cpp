@@ -315,7 +315,6 @@ class Job {
     }
     printPlacements();
     augmenters_.assign(augmenters.begin(), augmenters.end());
-    trainer_ = trainer;
     // A data node that joins the running job (a late host, one started again after a crash or a
     // partition) gets augmenters of its own, which take shards from the trainer's queue at once.
     troupe::train::growOnJoin(
@@ -689,7 +688,6 @@ class Job {
   uint64_t samples_ = 0;
   std::vector<Placed> placed_;
   std::deque<troupe::Ref<hetero::Augmenter>> augmenters_;  // every one, joined nodes' too
-  kj::Maybe<troupe::Ref<hetero::Trainer>> trainer_;
   struct Quiet : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override {
       printf("could not place augmenters on a node that joined: %s\n", e.getDescription().cStr());

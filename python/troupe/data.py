@@ -149,6 +149,7 @@ class AugmentedBatches:
         # by default where CUDA is available. Pinning is a copy of the batch.
         self._pin = self._torch.cuda.is_available() if pin_memory is None else pin_memory
         self._report = None
+        self._pid = os.getpid()
         self._first_epoch = 0
         self._begun = False
         sys.stdout.flush()
@@ -213,6 +214,10 @@ class AugmentedBatches:
             _native.begin()
 
     def _next(self):
+        if os.getpid() != self._pid:
+            raise RuntimeError("AugmentedBatches cannot be iterated in a forked process (a "
+                               "DataLoader worker): use num_workers=0, the batches are made on "
+                               "the data group")
         item = _native.next(self._normalize)
         kind = item[0]
         if kind == "stopped":

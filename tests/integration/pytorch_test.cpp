@@ -278,8 +278,9 @@ TEST_CASE("a Python exception in the training loop ends every process with 1 (JO
                 a.insert(a.begin(), "--keep");
                 return a;
               }(),
+              // --raw: the received bytes as uint8 tensors (normalize=False), no copy
               feedCheck({"--epochs", "2", "--train-samples", "6400", "--ids-out", ids,
-                         "--raise-at-step", "10"})),
+                         "--raise-at-step", "10", "--raw"})),
           pythonEnv());
   int code = run.wait(180s);
   auto out = run.output();

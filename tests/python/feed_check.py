@@ -29,6 +29,7 @@ def main():
     p.add_argument("--checkpoint", default="")
     p.add_argument("--raise-at-step", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--raw", action="store_true", help="normalize=False: the received bytes")
     p.add_argument("--report", default="")
     args = p.parse_args()
 
@@ -47,7 +48,7 @@ def main():
 
     stream = troupe.data.AugmentedBatches(batch_size=128, epochs=args.epochs, with_ids=True,
                                           train_samples=args.train_samples, augment=args.augment,
-                                          on_stop=save)
+                                          on_stop=save, normalize=not args.raw)
     if args.checkpoint and os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint)
         model.load_state_dict(state["model"])
@@ -59,7 +60,11 @@ def main():
     step = 0
     for epoch in stream.epochs():
         for images, labels, sample_ids in epoch:
-            assert images.dtype == torch.float32 and images.shape[1:] == (1, 28, 28), images.shape
+            assert images.shape[1:] == (1, 28, 28), images.shape
+            if args.raw:
+                assert images.dtype == torch.uint8, images.dtype
+                images = troupe.data.normalize(images)
+            assert images.dtype == torch.float32, images.dtype
             assert labels.dtype == torch.int64 and len(labels) == len(sample_ids)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(images.flatten(1)), labels)
