@@ -475,6 +475,30 @@ sim::JobSpec jobSpec(Options& o) {
     }
     spec.scaleUps.push_back({group, static_cast<unsigned>(n), static_cast<unsigned>(ms)});
   }
+  // --env names a group or a host of this cluster (its own or a scaled-up one): a typo would
+  // leave the variable unset on every instance, silently.
+  unsigned hosts = 0;
+  std::string groups;
+  for (auto& g : spec.groups) {
+    hosts += g.count;
+    groups += (groups.empty() ? "" : ", ") + g.name;
+  }
+  for (auto& u : spec.scaleUps) hosts += u.count;
+  for (auto& e : o.envArgs) {
+    auto who = e.substr(0, e.find(':'));
+    bool known = false;
+    for (auto& g : spec.groups) known = known || g.name == who;
+    if (!known && who.rfind("algo-", 0) == 0) {
+      char* end = nullptr;
+      unsigned long n = strtoul(who.c_str() + 5, &end, 10);
+      known = who.size() > 5 && *end == '\0' && n >= 1 && n <= hosts;
+    }
+    if (!known) {
+      throw std::invalid_argument("--env '" + e + "': no host or group '" + who +
+                                  "' in this cluster; name a group (" + groups +
+                                  ") or a host, algo-1 to algo-" + std::to_string(hosts));
+    }
+  }
   spec.app = o.app;
   return spec;
 }

@@ -690,6 +690,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   std::optional<std::string> headGroupWarning;
   try {
     parsed = parseOptions(argc, argv, options);
+    if (!registry.problem().empty()) throw ConfigError(registry.problem());
     if (underSageMaker(options)) outcome.setOutputDir(SageMakerEnv::defaultRoot() + "/output");
     pinFromEnvironment();
     loaded = loadCluster(options);

@@ -181,3 +181,29 @@ TEST_CASE("sim refuses an empty instance type and a group given twice, starting 
   refused({"a=1:ml.c5.xlarge", "b=1", "a=2:ml.c5.xlarge"},
           "--group 'a=2:ml.c5.xlarge': the group 'a' is already given");
 }
+
+TEST_CASE("sim refuses --env for a host or group the cluster does not have, starting nothing",
+          "[sim][bad-input]") {
+  // A typo once left the variable unset on every instance, silently (issue 24).
+  auto run = [](std::vector<std::string> env) {
+    std::vector<std::string> argv = {TROUPE_BINARY, "sim", "--group", "data=2", "--group",
+                                     "dnn=1", "--scale-up", "data=1@0"};
+    for (auto& e : env) argv.insert(argv.end(), {"--env", e});
+    argv.insert(argv.end(), {"--", "/bin/true"});
+    harness::Run r(argv);
+    int code = r.wait(30s);
+    return std::make_pair(code, r.output());
+  };
+  auto [code, out] = run({"nosuchgroup:FOO=1"});
+  INFO(out);
+  CHECK(code == 2);
+  CHECK(out.find("--env 'nosuchgroup:FOO=1': no host or group 'nosuchgroup' in this cluster; "
+                 "name a group (data, dnn) or a host, algo-1 to algo-4") != std::string::npos);
+  CHECK(out.find("pid=") == std::string::npos);
+  std::tie(code, out) = run({"algo-5:FOO=1"});
+  CHECK(code == 2);
+  // A group, a host of the description and a scaled-up host are all names it knows.
+  std::tie(code, out) = run({"dnn:FOO=1", "algo-3:FOO=2", "algo-4:FOO=3"});
+  INFO(out);
+  CHECK(code == 0);
+}

@@ -52,6 +52,20 @@ TEST_CASE("a job that ends normally: every process exits 0", "[cluster]") {
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("an actor type registered twice is a configuration error on every node, not an abort",
+          "[cluster][bad-input]") {
+  // It was a KJ_REQUIRE in main(), before run(): an uncaught exception, exit 134 (issue 24).
+  Run run(harness::sim(kThree, probe("normal")), {"PROBE_REGISTER_TWICE=1"});
+  int code = run.wait(30s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 2);  // CONFIG_ERROR
+  CHECK(count(out, "configuration error: actor type 'probe.Probe' is registered twice in this "
+                   "program (troupe::Registry::add)") == 3);
+  CHECK(count(out, "exited with 2 (CONFIG_ERROR)") == 3);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("kill -9 of a worker mid-job: every other process exits non-zero, naming the host",
           "[cluster][fault]") {
   Run run(harness::sim(kThree, probe("hold")));

@@ -921,6 +921,8 @@ Scenario find(const std::string& name) {
 int main(int argc, char* argv[]) {
   troupe::Registry types;
   types.add<Probe>("probe.Probe");
+  // A test of the registry's refusal (cluster_test): the same name twice.
+  if (getenv("PROBE_REGISTER_TWICE") != nullptr) types.add<Probe>("probe.Probe");
   troupe::RunOptions defaults;
   defaults.headGroup = "dnn_group";
   return troupe::run(
