@@ -40,8 +40,7 @@ void growOnJoin(Driver& job, const AugmenterSpec& spec, Ref<hetero::Trainer> tra
     std::string host = node.host().cStr();
     auto name = "augmenter-" + host + "." + std::to_string(node.incarnation());
     auto where = augmenterPlacement(spec).labels("host=" + host);
-    tasks.add(job.spawnManyAsync<hetero::Augmenter>(actorTypeName<hetero::Augmenter>(), where,
-                                                    augmenterOptions(spec, name))
+    tasks.add(job.spawnManyAsync<hetero::Augmenter>(where, augmenterOptions(spec, name))
                   .then([trainer, host, added](kj::Array<Ref<hetero::Augmenter>> refs) mutable {
                     printf("%zu augmenters placed on %s as it joined the job\n", refs.size(),
                            host.c_str());

@@ -26,6 +26,12 @@ struct GangMember {
   std::string typeName;
   Placement placement;
   SpawnOptions options = {};
+
+  // The same, with the type named by its interface: GangMember::of<hello::Greeter>(placement).
+  template <typename T>
+  static GangMember of(Placement placement, SpawnOptions options = {}) {
+    return GangMember{actorTypeName<T>(), kj::mv(placement), kj::mv(options)};
+  }
 };
 
 class Gang {
@@ -113,6 +119,14 @@ class Driver {
   template <typename T>
   kj::Array<Ref<T>> spawnEach(Placement placement = Placement::any(), SpawnOptions options = {}) {
     return spawnEach<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
+  }
+  template <typename T>
+  kj::Promise<Ref<T>> spawnAsync(Placement placement, SpawnOptions options = {}) {
+    return spawnAsync<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
+  }
+  template <typename T>
+  kj::Promise<kj::Array<Ref<T>>> spawnManyAsync(Placement placement, SpawnOptions options = {}) {
+    return spawnManyAsync<T>(actorTypeName<T>(), kj::mv(placement), kj::mv(options));
   }
 
   template <typename T>

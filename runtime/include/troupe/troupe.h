@@ -10,6 +10,7 @@
 #include "troupe/driver.h"           // Driver: spawn, call, stop, monitor from the head
 #include "troupe/exit_codes.h"       // how processes exit
 #include "troupe/loop.h"             // EventLoop, offload
+#include "troupe/received.h"         // Received: a message's bytes kept without a copy
 #include "troupe/registry.h"         // Registry: the actor types a binary can host
 #include "troupe/run.h"              // troupe::run()
 #include "troupe/sagemaker.h"        // SageMakerEnv: hyperparameters, channels, model dir
