@@ -235,6 +235,40 @@ TEST_CASE("capacity lost without warning (SIGKILL to every instance) under a PyT
           std::string::npos);
 }
 
+TEST_CASE("a saved state of another job is refused at the first batch, naming what differs",
+          "[pytorch][resume]") {
+  SKIP_WITHOUT_TORCH();
+  auto dir = tempPath("pytorch-other-job");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<std::string> cluster = {"--group", "data_group=1:ml.c5.xlarge", "--group",
+                                      "dnn_group=1:ml.p3.2xlarge"};
+  // A state saved by a job of 6,400 samples (stopped after its 10th step) ...
+  auto stopped = cluster;
+  stopped.insert(stopped.end(), {"--interrupt-when", "feed_check: epoch 1 step 10 ",
+                                 "--interrupt-after-ms", "0"});
+  Run first(harness::sim(stopped, feedCheck({"--train-samples", "6400", "--ids-out",
+                                             dir + "/ids", "--checkpoint", dir + "/state.pt"})),
+            pythonEnv());
+  CHECK(first.wait(120s) == 6);  // INTERRUPTED
+  REQUIRE(fs::exists(dir + "/state.pt"));
+  // ... given to a job of 12,800.
+  Run second(harness::sim(cluster, feedCheck({"--train-samples", "12800", "--ids-out",
+                                              dir + "/ids", "--checkpoint", dir + "/state.pt"})),
+             pythonEnv());
+  int code = second.wait(120s);
+  auto out = second.output();
+  INFO(out);
+  CHECK(code == 1);  // JOB_FAILED, on every instance
+  CHECK(harness::count(out, "exited with 1 (JOB_FAILED)") == 2);
+  CHECK(out.find("troupe.data.JobFailed: troupe.data: the stream's state_dict() was saved by "
+                 "another job: train samples 6400 in the checkpoint, 12800 in this job") !=
+        std::string::npos);
+  fs::remove_all(dir);
+  CHECK(first.leftovers().empty());
+  CHECK(second.leftovers().empty());
+}
+
 TEST_CASE("a data instance that starts late joins the running job and feeds the PyTorch script",
           "[pytorch][membership]") {
   SKIP_WITHOUT_TORCH();
