@@ -69,6 +69,9 @@ TrainerActor::TrainerActor(ActorContext& context)
   samplesSetting_ = args_.getSamplesSetting();
   tasks_ = kj::heap<kj::TaskSet>(quiet);
   self_ = std::make_shared<TrainerActor*>(this);
+  auto started = kj::newPromiseAndFulfiller<void>();
+  onStartedFulfiller_ = kj::mv(started.fulfiller);
+  onStarted_ = started.promise.fork();
   if (args_.getScript() != 0) {
     learner_ = ScriptLearner::find(args_.getScript());
     KJ_REQUIRE(learner_ != nullptr,
@@ -86,7 +89,12 @@ TrainerActor::~TrainerActor() noexcept(false) {
 
 kj::Promise<void> TrainerActor::onStart() {
   learner_->attach(*this);
-  return learner_->start(context());
+  return learner_->start(context()).then(
+      [this]() { onStartedFulfiller_->fulfill(); },
+      [this](kj::Exception&& e) {
+        onStartedFulfiller_->reject(kj::cp(e));
+        kj::throwFatalException(kj::mv(e));
+      });
 }
 
 kj::Promise<void> TrainerActor::progress(ProgressContext call) {
@@ -129,7 +137,8 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   stepsAtStart_ = totalSteps_;
   copiedBatches_ = 0;
 
-  return restore()
+  return onStarted_.addBranch()
+      .then([this]() { return restore(); })
       .then([this]() {
         kj::Promise<void> chain = kj::READY_NOW;
         for (uint32_t e = firstEpoch_; e < epochs_; ++e) {

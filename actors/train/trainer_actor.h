@@ -207,6 +207,11 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;
   std::shared_ptr<TrainerActor*> self_;  // what sinks hold: cleared when the trainer goes
   kj::Own<kj::TaskSet> tasks_;
+  // onStart() (the learner's device, its test set) has finished. The runtime delivers calls
+  // before that; train() waits for it: a resumed epoch that was already complete evaluates at
+  // once, and did so on a test set not loaded yet (a segfault, make test-image's stop case).
+  kj::Own<kj::PromiseFulfiller<void>> onStartedFulfiller_;
+  kj::ForkedPromise<void> onStarted_ = nullptr;
 };
 
 }  // namespace troupe::train
