@@ -19,7 +19,7 @@ size_t totalSize(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
 }  // namespace
 
 CoalescingStream::CoalescingStream(kj::Own<kj::AsyncIoStream> inner)
-    : inner(kj::mv(inner)), readBuffer(kj::heapArray<kj::byte>(kReadAheadBytes)), tasks(*this) {}
+    : ForwardingStream(kj::mv(inner)), readBuffer(kj::heapArray<kj::byte>(kReadAheadBytes)), tasks(*this) {}
 
 CoalescingStream::~CoalescingStream() noexcept(false) {}
 
@@ -44,11 +44,11 @@ kj::Promise<size_t> CoalescingStream::tryRead(void* buffer, size_t minBytes, siz
   size_t minRest = minBytes - n;
   size_t maxRest = maxBytes - n;
   if (maxRest >= kReadAheadBytes) {
-    return readCanceler.wrap(inner->tryRead(out + n, minRest, maxRest)).then([n](size_t got) {
+    return readCanceler.wrap(inner_->tryRead(out + n, minRest, maxRest)).then([n](size_t got) {
       return n + got;
     });
   }
-  return readCanceler.wrap(inner->tryRead(readBuffer.begin(), minRest, readBuffer.size()))
+  return readCanceler.wrap(inner_->tryRead(readBuffer.begin(), minRest, readBuffer.size()))
       .then([this, out, n, maxRest](size_t got) {
         size_t take = kj::min(got, maxRest);
         memcpy(out + n, readBuffer.begin(), take);
@@ -111,10 +111,6 @@ kj::Promise<void> CoalescingStream::writeLarge(
   queue.add(kj::mv(chunk));
   startWrite();
   return kj::mv(paf.promise);
-}
-
-kj::Promise<void> CoalescingStream::whenWriteDisconnected() {
-  return inner->whenWriteDisconnected();
 }
 
 kj::Promise<void> CoalescingStream::flush() {
@@ -189,7 +185,7 @@ void CoalescingStream::startWrite() {
   }
   inFlightPieces = pieces.finish();
 
-  auto promise = kj::evalNow([this]() { return inner->write(inFlightPieces); });
+  auto promise = kj::evalNow([this]() { return inner_->write(inFlightPieces); });
   tasks.add(promise.then([this]() { onWriteDone(); },
                          [this](kj::Exception&& exception) { fail(kj::mv(exception)); }));
 }
@@ -250,7 +246,7 @@ void CoalescingStream::maybeFinishDrain() {
   drainWaiters.clear();
   if (shutdownRequested && !shutdownDone) {
     shutdownDone = true;
-    inner->shutdownWrite();
+    inner_->shutdownWrite();
   }
 }
 
@@ -273,26 +269,6 @@ void CoalescingStream::abort(kj::Exception&& exception) {
   if (failure == nullptr) failure = kj::cp(exception);
   if (aborted == nullptr) aborted = kj::cp(exception);
   readCanceler.cancel(kj::mv(exception));
-}
-
-void CoalescingStream::abortRead() {
-  inner->abortRead();
-}
-
-void CoalescingStream::getsockopt(int level, int option, void* value, kj::uint* length) {
-  inner->getsockopt(level, option, value, length);
-}
-
-void CoalescingStream::setsockopt(int level, int option, const void* value, kj::uint length) {
-  inner->setsockopt(level, option, value, length);
-}
-
-void CoalescingStream::getsockname(struct sockaddr* addr, kj::uint* length) {
-  inner->getsockname(addr, length);
-}
-
-void CoalescingStream::getpeername(struct sockaddr* addr, kj::uint* length) {
-  inner->getpeername(addr, length);
 }
 
 void setNoDelay(kj::AsyncIoStream& stream) {

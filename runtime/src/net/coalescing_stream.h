@@ -26,9 +26,11 @@
 #include <kj/common.h>
 #include <kj/vector.h>
 
+#include "forwarding_stream.h"
+
 namespace troupe {
 
-class CoalescingStream final : public kj::AsyncIoStream, private kj::TaskSet::ErrorHandler {
+class CoalescingStream final : public ForwardingStream, private kj::TaskSet::ErrorHandler {
   // Buffers writes and reads of `inner`; see the file comment. Single-threaded, like every KJ
   // object: use it on the event loop that owns `inner`.
   //
@@ -70,30 +72,20 @@ class CoalescingStream final : public kj::AsyncIoStream, private kj::TaskSet::Er
   // ones fail with `exception`, and so do later writes. For fencing a peer that may be frozen or
   // partitioned, where no FIN or RST would ever arrive.
 
-  kj::AsyncIoStream& getInner() { return *inner; }
-  // The wrapped stream. Writing to it directly bypasses (and reorders against) the buffer.
-
   // kj::AsyncInputStream
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override;
 
   // kj::AsyncOutputStream
   kj::Promise<void> write(const void* buffer, size_t size) override;
   kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override;
-  kj::Promise<void> whenWriteDisconnected() override;
 
   // kj::AsyncIoStream
   void shutdownWrite() override;
   // Deferred until every buffered byte has been written, then forwarded to `inner`. Writing
   // after `shutdownWrite()` is an error.
 
-  void abortRead() override;
-  void getsockopt(int level, int option, void* value, kj::uint* length) override;
-  void setsockopt(int level, int option, const void* value, kj::uint length) override;
-  void getsockname(struct sockaddr* addr, kj::uint* length) override;
-  void getpeername(struct sockaddr* addr, kj::uint* length) override;
-  // Forwarded to `inner`. `getsockopt(SO_SNDBUF)` matters: capnp sizes its streaming flow-control
-  // window from it. `getFd()` is deliberately not forwarded, so nothing writes to the socket
-  // behind the buffer's back.
+  // The rest (abortRead, the socket options and names, whenWriteDisconnected) is forwarded to
+  // `inner` by ForwardingStream; getFd() is not, so nothing writes behind the buffer's back.
 
  private:
   struct Chunk {
@@ -104,8 +96,6 @@ class CoalescingStream final : public kj::AsyncIoStream, private kj::TaskSet::Er
     kj::Array<kj::ArrayPtr<const kj::byte>> borrowed;
     kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> done;
   };
-
-  kj::Own<kj::AsyncIoStream> inner;
 
   // Write side.
   static constexpr size_t kBufferBytes = kSealBytes + kDirectWriteBytes;

@@ -105,7 +105,7 @@ std::string opensslReason(const char* fallback) {
 // stream's own buffers (no memory BIO in between, so no copy there and no allocation per send).
 BIO_METHOD* streamBioMethod();
 
-class TlsStream final : public kj::AsyncIoStream {
+class TlsStream final : public ForwardingStream {
   // TLS over `inner`: ciphertext moves to and from the socket in reads of up to kReadBytes and
   // writes of up to kSealBytes, so a 25 MB batch costs a few hundred socket calls and event-loop
   // turns, not thousands (kj-tls moves 8 KiB at a time). OpenSSL reads records straight from the
@@ -118,7 +118,7 @@ class TlsStream final : public kj::AsyncIoStream {
   static constexpr size_t kSpareBuffers = 2;
 
   TlsStream(kj::Own<kj::AsyncIoStream> inner, SSL_CTX* ctx, bool server)
-      : inner_(kj::mv(inner)),
+      : ForwardingStream(kj::mv(inner)),
         server_(server),
         readBuffer_(kj::heapArray<kj::byte>(kReadBytes)),
         sending_(kj::Promise<void>(kj::READY_NOW).fork()) {
@@ -165,25 +165,12 @@ class TlsStream final : public kj::AsyncIoStream {
     if (pieces.size() == 0) return kj::READY_NOW;
     return encrypt(pieces[0], pieces.slice(1, pieces.size()));
   }
-  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
   void shutdownWrite() override {
     SSL_shutdown(ssl_);  // queues close_notify
     flush();
     sending_ = sending_.addBranch().then([this]() { inner_->shutdownWrite(); }).fork();
   }
-  void abortRead() override { inner_->abortRead(); }
-  void getsockopt(int level, int option, void* value, kj::uint* length) override {
-    inner_->getsockopt(level, option, value, length);
-  }
-  void setsockopt(int level, int option, const void* value, kj::uint length) override {
-    inner_->setsockopt(level, option, value, length);
-  }
-  void getsockname(struct sockaddr* addr, kj::uint* length) override {
-    inner_->getsockname(addr, length);
-  }
-  void getpeername(struct sockaddr* addr, kj::uint* length) override {
-    inner_->getpeername(addr, length);
-  }
+  // abortRead, the socket options and names and whenWriteDisconnected: ForwardingStream.
 
   // -- the BIO's side (streamBioMethod) --
   size_t take(kj::byte* out, size_t size) {
@@ -200,7 +187,6 @@ class TlsStream final : public kj::AsyncIoStream {
   }
 
  private:
-  kj::Own<kj::AsyncIoStream> inner_;
   bool server_;
   SSL* ssl_ = nullptr;
   kj::Array<kj::byte> readBuffer_;  // ciphertext from the peer, [readBegin_, readEnd_) unread
@@ -386,7 +372,7 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> JobTls::wrapClient(kj::Own<kj::AsyncIoSt
 // PreLoginLimit
 
 PreLoginLimit::PreLoginLimit(kj::Own<kj::AsyncIoStream> inner, size_t budget)
-    : inner_(kj::mv(inner)), budget_(budget) {}
+    : ForwardingStream(kj::mv(inner)), budget_(budget) {}
 
 kj::Promise<size_t> PreLoginLimit::tryRead(void* buffer, size_t minBytes, size_t maxBytes) {
   if (lifted_) return inner_->tryRead(buffer, minBytes, maxBytes);
@@ -403,33 +389,6 @@ kj::Promise<size_t> PreLoginLimit::tryRead(void* buffer, size_t minBytes, size_t
   });
 }
 
-kj::Promise<void> PreLoginLimit::write(const void* buffer, size_t size) {
-  return inner_->write(buffer, size);
-}
-kj::Promise<void> PreLoginLimit::write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
-  return inner_->write(pieces);
-}
-kj::Promise<void> PreLoginLimit::whenWriteDisconnected() {
-  return inner_->whenWriteDisconnected();
-}
-void PreLoginLimit::shutdownWrite() {
-  inner_->shutdownWrite();
-}
-void PreLoginLimit::abortRead() {
-  inner_->abortRead();
-}
-void PreLoginLimit::getsockopt(int level, int option, void* value, kj::uint* length) {
-  inner_->getsockopt(level, option, value, length);
-}
-void PreLoginLimit::setsockopt(int level, int option, const void* value, kj::uint length) {
-  inner_->setsockopt(level, option, value, length);
-}
-void PreLoginLimit::getsockname(struct sockaddr* addr, kj::uint* length) {
-  inner_->getsockname(addr, length);
-}
-void PreLoginLimit::getpeername(struct sockaddr* addr, kj::uint* length) {
-  inner_->getpeername(addr, length);
-}
 kj::Maybe<int> PreLoginLimit::getFd() const {
   return inner_->getFd();
 }

@@ -22,6 +22,8 @@
 
 #include <string>
 
+#include "forwarding_stream.h"
+
 struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
 namespace troupe {
@@ -52,29 +54,18 @@ class JobTls {
   void* context_ = nullptr;  // SSL_CTX; OpenSSL's headers stay out of this one
 };
 
-class PreLoginLimit final : public kj::AsyncIoStream {
+class PreLoginLimit final : public ForwardingStream {
   // A decorator that fails reads once the peer has sent more than `budget` bytes, until lift()
-  // is called (the peer logged in). Everything else is forwarded to `inner`.
+  // is called (the peer logged in). Everything else, getFd() included, is forwarded to `inner`.
  public:
   PreLoginLimit(kj::Own<kj::AsyncIoStream> inner, size_t budget);
   void lift() { lifted_ = true; }
   bool exceeded() const { return !lifted_ && used_ >= budget_; }
-  size_t budget() const { return budget_; }
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override;
-  kj::Promise<void> write(const void* buffer, size_t size) override;
-  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override;
-  kj::Promise<void> whenWriteDisconnected() override;
-  void shutdownWrite() override;
-  void abortRead() override;
-  void getsockopt(int level, int option, void* value, kj::uint* length) override;
-  void setsockopt(int level, int option, const void* value, kj::uint length) override;
-  void getsockname(struct sockaddr* addr, kj::uint* length) override;
-  void getpeername(struct sockaddr* addr, kj::uint* length) override;
   kj::Maybe<int> getFd() const override;
 
  private:
-  kj::Own<kj::AsyncIoStream> inner_;
   size_t budget_;
   size_t used_ = 0;
   bool lifted_ = false;
