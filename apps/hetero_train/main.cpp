@@ -184,7 +184,7 @@ Settings parseSettings(int argc, char* argv[]) {
     // `_` or `-`; the model goes to the model dir and a `train` channel, if any, is the dataset.
     // Flags on the command line win.
     std::vector<std::string> defaults;
-    auto& sm = troupe::SageMakerEnv::current();
+    auto sm = troupe::SageMakerEnv::detect();
     if (sm.active()) {
       if (sm.hasChannel("train"))
         defaults.insert(defaults.end(), {"--data-dir", sm.channelDir("train")});
@@ -195,7 +195,7 @@ Settings parseSettings(int argc, char* argv[]) {
       if (std::filesystem::is_directory(sm.checkpointDir()))
         defaults.insert(defaults.end(), {"--checkpoint-dir", sm.checkpointDir()});
     }
-    troupe::parseAppFlags(cli, argc, argv, defaults);
+    troupe::parseAppFlags(cli, argc, argv, defaults, sm);
     if (sm.active() && !sm.hasChannel("train")) checkNoTrainChannel(sm, s.dataDir);
     s.augmentConfig = s.augment == "light" ? troupe::train::AugmentConfig::light()
                                            : troupe::train::AugmentConfig::heavy();

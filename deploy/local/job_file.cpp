@@ -1,9 +1,12 @@
 #include "job_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -71,21 +74,33 @@ bool running(int pid) {
 
 }  // namespace
 
-std::optional<JobFile> findRunningJob() {
-  std::optional<JobFile> newest;
-  fs::file_time_type newestTime;
+RunningJobs findRunningJobs() {
+  RunningJobs found;
+  std::vector<std::pair<fs::file_time_type, JobFile>> mine;
   std::error_code ec;
   for (auto& entry : fs::directory_iterator(fs::temp_directory_path(), ec)) {
-    if (entry.path().filename().string().rfind("troupe-sim-", 0) != 0) continue;
+    auto name = entry.path().filename().string();
+    if (name.rfind("troupe-sim-", 0) != 0) continue;
     auto path = entry.path() / kJobFileName;
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) continue;
+    if (st.st_uid != geteuid()) {
+      // Another user's job: not read (even where this user could, as root can), only counted,
+      // by the simulator's pid in the folder's name.
+      int pid = atoi(name.c_str() + strlen("troupe-sim-"));
+      if (running(pid)) found.othersRunning++;
+      continue;
+    }
     auto time = fs::last_write_time(path, ec);
-    if (ec || (newest && time <= newestTime)) continue;
+    if (ec) continue;
     auto job = readJobFile(path);
     if (!job || !running(job->simPid)) continue;
-    newest = job;
-    newestTime = time;
+    mine.emplace_back(time, *job);
   }
-  return newest;
+  std::sort(mine.begin(), mine.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto& [time, job] : mine) found.mine.push_back(job);
+  return found;
 }
 
 }  // namespace sim

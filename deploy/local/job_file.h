@@ -32,8 +32,13 @@ void writeJobFile(const std::filesystem::path& path, const JobFile& job);
 // Writes `job` to `path` with mode 0600, replacing what is there in one step (a reader never sees
 // half a file). Throws std::runtime_error naming the path when it cannot.
 
-std::optional<JobFile> findRunningJob();
-// The newest troupe-sim-*/job.json under the temporary folder ($TMPDIR, else /tmp) whose
-// simulator still runs, or nothing.
+struct RunningJobs {
+  std::vector<JobFile> mine;  // this user's, newest first
+  size_t othersRunning = 0;   // other users' jobs that run here: counted, never read
+};
+RunningJobs findRunningJobs();
+// The troupe-sim-*/job.json files under the temporary folder ($TMPDIR, else /tmp) whose
+// simulator still runs. Only files this user owns are read: `troupe status` never asks another
+// user's job, also as root.
 
 }  // namespace sim

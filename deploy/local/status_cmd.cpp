@@ -173,14 +173,34 @@ Target target(const StatusOptions& o) {
   std::string tokenFile = o.tokenFile;
   auto fromEnvironment = troupe::takeSecretFromEnvironment();
   if (o.head.empty()) {
-    auto job = findRunningJob();
-    if (!job) {
+    auto jobs = findRunningJobs();
+    if (jobs.mine.empty()) {
+      std::string others =
+          jobs.othersRunning == 0
+              ? ""
+              : " (" + std::to_string(jobs.othersRunning) +
+                    " troupe sim job(s) of other users run here; troupe status does not ask "
+                    "them)";
       throw troupe::StatusError(
           troupe::JOIN_FAILED,
-          "no running troupe sim job here (no troupe-sim-*/job.json of a running simulator in " +
-              std::filesystem::temp_directory_path().string() +
-              "); for another job give its head's address and secret: troupe status --head "
+          "no running troupe sim job of yours here (no troupe-sim-*/job.json of yours with a "
+          "running simulator in " +
+              std::filesystem::temp_directory_path().string() + ")" + others +
+              "; for another job give its head's address and secret: troupe status --head "
               "HOST:PORT --token-file FILE");
+    }
+    auto job = &jobs.mine.front();
+    if (jobs.mine.size() > 1) {
+      // Which one and why, on stderr (stdout stays the report, --json too).
+      std::string rest;
+      for (size_t i = 1; i < jobs.mine.size(); ++i) {
+        rest += (i > 1 ? ", " : "") + std::to_string(jobs.mine[i].simPid);
+      }
+      fprintf(stderr,
+              "troupe status: %zu troupe sim jobs of yours run here; asking the newest (simulator "
+              "pid %d, %s); the others' simulators: pid %s. For one of them give --head "
+              "HOST:PORT --token-file FILE (troupe sim prints its instances' addresses)\n",
+              jobs.mine.size(), job->simPid, job->path.c_str(), rest.c_str());
     }
     for (auto& in : job->instances) t.addresses.push_back(in.address);
     if (tokenFile.empty() && fromEnvironment.empty()) tokenFile = job->secretFile;
@@ -222,7 +242,7 @@ CLI::App* addStatusCommand(CLI::App& cli, StatusOptions& o) {
       "per-node CPU use, asked of its head");
   status->add_option("--head", o.head,
                      "HOST:PORT of the job's head (a worker's address works too); default: the "
-                     "newest running `troupe sim` job on this machine");
+                     "newest running `troupe sim` job of yours on this machine (never another user's)");
   status
       ->add_option("--token-file", o.tokenFile,
                    "a file only you can read holding the job secret (default with no --head: "

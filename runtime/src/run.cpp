@@ -391,19 +391,14 @@ class Outcome {
 
 // What this node reports (troupe/node_size.h): its size from the machine under the instance
 // type's ceiling, its labels and resources from the cluster file under the flags.
-NodeInfo describeThisNode(const ClusterConfig& c, const RunOptions& o) {
+NodeInfo::Size describeThisNode(const ClusterConfig& c, const RunOptions& o) {
   auto& group = c.groupOf(c.currentHost);
   auto d = describeNode(c.currentInstanceType, group.labels, group.resources,
                         NodeFlags{{o.vcpus, o.gpus, o.memoryBytes}, o.labels, o.resources},
                         probeMachine());
   for (auto& note : d.size.notes) spdlog::warn("{}", note);
-  NodeInfo info;
-  info.vcpus_ = d.size.vcpus.value;
-  info.gpus_ = d.size.gpus.value;
-  info.memoryBytes_ = d.size.memoryBytes.value;
-  info.labels_ = d.labels;
-  info.resources_ = d.resources;
-  return info;
+  return {d.size.vcpus.value, d.size.gpus.value, d.size.memoryBytes.value, d.labels,
+          d.resources};
 }
 
 // =======================================================================================
@@ -688,6 +683,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   Loaded loaded;
   bool isHead = false;
   std::optional<std::string> headGroupWarning;
+  SageMakerEnv sagemaker = SageMakerEnv::inactive();
   try {
     parsed = parseOptions(argc, argv, options);
     if (!registry.problem().empty()) throw ConfigError(registry.problem());
@@ -696,9 +692,8 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     loaded = loadCluster(options);
     auto& c = loaded.config;
     outcome.setWho(c.currentHost + " (" + c.currentGroup + ")");
-    SageMakerEnv::setCurrent(underSageMaker(options)
-                                 ? SageMakerEnv::load(SageMakerEnv::defaultRoot())
-                                 : SageMakerEnv::inactive());
+    sagemaker = underSageMaker(options) ? SageMakerEnv::load(SageMakerEnv::defaultRoot())
+                                        : SageMakerEnv::inactive();
     headGroupWarning = resolveHeadGroup(c, options, parsed.headGroupGiven);
     parseStartWith(options.startWith, c);  // checked on every node: each fails at once
     isHead = c.currentHost == c.headHost(options.headGroup);
@@ -724,7 +719,7 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   if (headGroupWarning) spdlog::warn("{}", *headGroupWarning);
   if (getenv("TROUPE_CPUS") != nullptr) spdlog::info("pinned to CPUs {}", allowedCpus());
   listenOnInterface(loaded);
-  NodeInfo size;
+  NodeInfo::Size size;
   try {
     size = describeThisNode(config, options);
   } catch (const ConfigError& e) {
@@ -735,14 +730,8 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   if (!options.traceFile.empty()) trace::enable(options.traceBufferSpans);
 
   try {
-    EventLoop loop(size.vcpus());
-    NodeRuntime node(loop, registry, options, config, loaded.hosts);
-    auto& info = const_cast<NodeInfo&>(node.info());
-    info.vcpus_ = size.vcpus_;
-    info.gpus_ = size.gpus_;
-    info.memoryBytes_ = size.memoryBytes_;
-    info.labels_ = size.labels_;
-    info.resources_ = size.resources_;
+    EventLoop loop(size.vcpus);
+    NodeRuntime node(loop, registry, options, config, loaded.hosts, size, kj::mv(sagemaker));
     node.listen();
 
     kj::Own<Head> head;

@@ -39,15 +39,15 @@ Placement::Placement() {
   resources_.milliCpus = 1000;
 }
 
-Placement Placement::any() {
+Placement::Chain Placement::any() {
   return Placement();
 }
 
-Placement Placement::group(std::string_view name) {
+Placement::Chain Placement::group(std::string_view name) {
   return groups({std::string(name)});
 }
 
-Placement Placement::groups(const std::vector<std::string>& names) {
+Placement::Chain Placement::groups(const std::vector<std::string>& names) {
   Placement p;
   for (const auto& n : names) {
     requireName(n, "group");
@@ -56,22 +56,22 @@ Placement Placement::groups(const std::vector<std::string>& names) {
   return p;
 }
 
-Placement Placement::prefer(std::string_view name) {
+Placement::Chain Placement::prefer(std::string_view name) {
   return Placement().thenPrefer(name);
 }
 
-Placement Placement::onePerNode() {
+Placement::Chain Placement::onePerNode() {
   return Placement().perNode(1);
 }
 
-Placement Placement::notGroup(std::string_view name) const {
+Placement::Chain Placement::notGroup(std::string_view name) const {
   requireName(name, "group");
   Placement p = *this;
   insertSorted(p.excluded_, name);
   return p;
 }
 
-Placement Placement::thenPrefer(std::string_view name) const {
+Placement::Chain Placement::thenPrefer(std::string_view name) const {
   requireName(name, "group");
   Placement p = *this;
   if (std::find(p.preferred_.begin(), p.preferred_.end(), name) == p.preferred_.end()) {
@@ -80,56 +80,56 @@ Placement Placement::thenPrefer(std::string_view name) const {
   return p;
 }
 
-Placement Placement::cpus(double n) const {
+Placement::Chain Placement::cpus(double n) const {
   Placement p = *this;
   p.resources_.milliCpus = requireAmount(n, "cpus");
   return p;
 }
 
-Placement Placement::gpus(double n) const {
+Placement::Chain Placement::gpus(double n) const {
   Placement p = *this;
   p.resources_.milliGpus = requireAmount(n, "gpus");
   return p;
 }
 
-Placement Placement::memory(uint64_t bytes) const {
+Placement::Chain Placement::memory(uint64_t bytes) const {
   Placement p = *this;
   p.resources_.memoryBytes = bytes;
   return p;
 }
 
-Placement Placement::resource(std::string_view name, double n) const {
+Placement::Chain Placement::resource(std::string_view name, double n) const {
   requireName(name, "resource");
   Placement p = *this;
   p.resources_.withCustom(name, double(requireAmount(n, "resource")) / 1000.0);
   return p;
 }
 
-Placement Placement::spread() const {
+Placement::Chain Placement::spread() const {
   Placement p = *this;
   p.strategy_ = Strategy::SPREAD;
   return p;
 }
 
-Placement Placement::pack() const {
+Placement::Chain Placement::pack() const {
   Placement p = *this;
   p.strategy_ = Strategy::PACK;
   return p;
 }
 
-Placement Placement::labels(std::string_view selector) const {
+Placement::Chain Placement::labels(std::string_view selector) const {
   auto parsed = LabelSelector::parse(selector);
   if (!parsed) throw std::invalid_argument(parsed.error);
   return labels(*parsed);
 }
 
-Placement Placement::labels(const LabelSelector& selector) const {
+Placement::Chain Placement::labels(const LabelSelector& selector) const {
   Placement p = *this;
   for (const auto& r : selector.requirements()) p.selector_.add(r);
   return p;
 }
 
-Placement Placement::perNode(uint32_t n) const {
+Placement::Chain Placement::perNode(uint32_t n) const {
   if (n == 0) throw std::invalid_argument("perNode(0): a node needs at least one actor");
   Placement p = *this;
   p.count_ = Count::PER_NODE;
@@ -137,7 +137,7 @@ Placement Placement::perNode(uint32_t n) const {
   return p;
 }
 
-Placement Placement::perVcpu() const {
+Placement::Chain Placement::perVcpu() const {
   Placement p = *this;
   p.count_ = Count::PER_VCPU;
   p.perNode_ = 1;

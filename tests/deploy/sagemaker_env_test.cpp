@@ -95,8 +95,7 @@ TEST_CASE("channels are the entries of input/data, an unknown one names those th
                                     "/input/data; channels are: test, train"));
 }
 
-TEST_CASE("the root is TROUPE_SM_ROOT, else /opt/ml, and current() is what run() set",
-          "[sagemaker]") {
+TEST_CASE("the root is TROUPE_SM_ROOT, else /opt/ml, and detect() reads it", "[sagemaker]") {
   setenv("TROUPE_SM_ROOT", "/tmp/somewhere/", 1);
   CHECK(SageMakerEnv::defaultRoot() == "/tmp/somewhere/");
   unsetenv("TROUPE_SM_ROOT");
@@ -104,10 +103,12 @@ TEST_CASE("the root is TROUPE_SM_ROOT, else /opt/ml, and current() is what run()
   CHECK_FALSE(SageMakerEnv::inactive().active());
   roots::TempDir dir;
   auto root = roots::makeRoot(dir / "r", "", R"({"epochs": "5"})");
-  SageMakerEnv::setCurrent(SageMakerEnv::load(root + "/"));
-  CHECK(SageMakerEnv::current().getInt("epochs") == 5);
-  CHECK(SageMakerEnv::current().root() == root);
-  SageMakerEnv::setCurrent(SageMakerEnv::inactive());
+  setenv("TROUPE_SM_ROOT", (root + "/").c_str(), 1);
+  auto detected = SageMakerEnv::detect();
+  unsetenv("TROUPE_SM_ROOT");
+  CHECK(detected.active());
+  CHECK(detected.getInt("epochs") == 5);
+  CHECK(detected.root() == root);
 }
 
 TEST_CASE("outcome files: failure's first line is the reason, made one line", "[sagemaker]") {

@@ -1,7 +1,7 @@
 // The app behind the deploy tests: one actor per node reports what that node read from its
 // SageMaker-shaped root; the driver prints it, so a test sees the group every process found.
 //
-// Hyperparameters it reads (through troupe::SageMakerEnv::current(), on every node):
+// Hyperparameters it reads (through sagemaker() of the driver and of an actor, on every node):
 //   epochs      an integer (default 1): a string that is not one fails the job, naming the key
 //   crash_group the probe on the first host of this group fails: the job fails with its reason
 //   hold_ms     the driver waits this long before ending (for tests that look at running
@@ -42,7 +42,7 @@ class Reporter final : public troupe::ActorBase<probe::Probe> {
   using ActorBase::ActorBase;
 
   kj::Promise<void> ping(PingContext call) override {
-    auto& sm = troupe::SageMakerEnv::current();
+    auto& sm = sagemaker();
     say(std::string("NODE ") + node().host().cStr() + " group=" + node().group().cStr() +
         " type=" + node().instanceType().cStr() + " sm=" + (sm.active() ? "yes" : "no") +
         " epochs=" + std::to_string(sm.getInt("epochs", 1)) + " layers=" + sm.getJson("layers") +
@@ -95,7 +95,7 @@ kj::Promise<void> placeMore(troupe::Driver& job, const std::string& text, int64_
 }
 
 kj::Promise<void> job(troupe::Driver& job) {
-  auto& sm = troupe::SageMakerEnv::current();
+  auto& sm = job.sagemaker();
   sm.getInt("epochs", 1);  // a bad value fails the job here, naming the key and the value
   for (auto& n : job.nodes()) say(describe(n));
   if (sm.getInt("write_outputs", 0) == 1) {

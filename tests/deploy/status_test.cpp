@@ -4,8 +4,11 @@
 // Each test gives its jobs a temporary folder of their own (TMPDIR), so `troupe status` with no
 // address finds that test's job and no other.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -206,7 +209,7 @@ TEST_CASE(
   // Gone with the job: `troupe status` finds nothing to ask.
   auto after = status(tmp, {});
   CHECK(after.code == 5);
-  CHECK(has(after.output, "no running troupe sim job here"));
+  CHECK(has(after.output, "no running troupe sim job of yours here"));
 }
 
 TEST_CASE("status clients connecting and disconnecting many times leave the job as it was",
@@ -271,6 +274,73 @@ TEST_CASE("troupe status against an --insecure job: the secret in the request, a
   REQUIRE(kill(job.pid(), SIGTERM) == 0);
   CHECK(job.wait(60s) == 6);
   CHECK(job.leftovers().empty());
+}
+
+namespace {
+
+// A job file as troupe sim writes it, naming `simPid` and one instance at `address`; `age` back
+// in time, so that which one is newest is known.
+void fakeJob(const std::string& folder, int simPid, const std::string& address,
+             const std::string& secretFile, std::chrono::seconds age) {
+  std::filesystem::create_directories(folder);
+  auto file = folder + "/job.json";
+  std::ofstream(file) << json{{"sim_pid", simPid},
+                              {"run", 1},
+                              {"secret_file", secretFile},
+                              {"insecure", false},
+                              {"instances", {{{"host", "algo-1"},
+                                              {"group", "g"},
+                                              {"instance_type", "ml.c5.xlarge"},
+                                              {"address", address}}}}}
+                                 .dump();
+  std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now() - age);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "troupe status with no --head asks only the caller's own job and says which it picked among "
+    "several",
+    "[status][config]") {
+  roots::TempDir tmp;
+  auto secret = tmp / "secret";
+  roots::writeSecretFile(secret);
+  // A simulator that runs: what job_file.cpp checks is a live pid whose name is "troupe".
+  auto fake = tmp / "troupe";
+  std::filesystem::copy_file("/bin/sleep", fake);
+  Run simulator({fake, "120"});
+  int pid = simulator.pid();
+  // No job answers at these addresses (port 1 of loopback refuses): which one was asked shows in
+  // the error that names it.
+  roots::TempDir mine;
+  fakeJob(mine / ("troupe-sim-" + std::to_string(pid)), pid, "127.0.0.1:1", secret, 60s);
+  fakeJob(mine / ("troupe-sim-" + std::to_string(pid) + "-newer"), pid, "127.0.0.2:1", secret, 5s);
+  auto two = status(mine, {});
+  INFO(two.output);
+  CHECK(two.code != 0);
+  CHECK(has(two.output, "troupe status: 2 troupe sim jobs of yours run here; asking the newest "
+                        "(simulator pid " + std::to_string(pid) + ", " + mine.path() +
+                            "/troupe-sim-" + std::to_string(pid) + "-newer/job.json)"));
+  CHECK(has(two.output, "127.0.0.2:1"));
+  CHECK_FALSE(has(two.output, "127.0.0.1:1"));
+
+  if (geteuid() != 0) {
+    WARN("skipping: another user's job needs a file of another owner, made as root (uid " +
+         std::to_string(geteuid()) + ")");
+    return;
+  }
+  // Another user's job, which root could read: not asked, only counted.
+  roots::TempDir others;
+  auto folder = others / ("troupe-sim-" + std::to_string(pid));
+  fakeJob(folder, pid, "127.0.0.1:1", secret, 5s);
+  REQUIRE(chown((folder + "/job.json").c_str(), 65534, 65534) == 0);
+  auto none = status(others, {});
+  INFO(none.output);
+  CHECK(none.code == 5);  // JOIN_FAILED (docs/exit-codes.md)
+  CHECK(has(none.output, "no running troupe sim job of yours here"));
+  CHECK(has(none.output, "(1 troupe sim job(s) of other users run here; troupe status does not "
+                         "ask them)"));
+  CHECK_FALSE(has(none.output, "127.0.0.1:1"));
 }
 
 TEST_CASE(

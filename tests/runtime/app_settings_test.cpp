@@ -26,10 +26,7 @@ class Root {
     std::filesystem::create_directories(path_ + "/input/config");
     std::ofstream(path_ + "/input/config/hyperparameters.json") << hyperparameters;
   }
-  ~Root() {
-    SageMakerEnv::setCurrent(SageMakerEnv::inactive());
-    std::filesystem::remove_all(path_);
-  }
+  ~Root() { std::filesystem::remove_all(path_); }
   SageMakerEnv env() const { return SageMakerEnv::load(path_); }
   std::string file() const { return path_ + "/input/config/hyperparameters.json"; }
 
@@ -56,11 +53,11 @@ struct App {
     cli.add_option("--epochs", epochs)->check(CLI::Range(1u, 1000u));
     cli.add_option("--batch-size", batchSize);
   }
-  void parse(std::vector<std::string> args) {
+  void parse(std::vector<std::string> args, const SageMakerEnv& env = SageMakerEnv::inactive()) {
     args.insert(args.begin(), "app");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
-    troupe::parseAppFlags(cli, static_cast<int>(argv.size()), argv.data());
+    troupe::parseAppFlags(cli, static_cast<int>(argv.size()), argv.data(), {}, env);
   }
 };
 
@@ -142,7 +139,6 @@ TEST_CASE("hyperparameters must be the app's settings, SageMaker's or troupe's",
 TEST_CASE("parseAppFlags: hyperparameters, then the command line, and nothing unknown",
           "[settings]") {
   SECTION("off SageMaker: the command line, run()'s flags left alone") {
-    SageMakerEnv::setCurrent(SageMakerEnv::inactive());
     App app;
     app.parse({"--epochs", "3", "--token-file", "f", "--epochs=4"});
     CHECK(app.epochs == 4);  // the last one wins
@@ -159,28 +155,28 @@ TEST_CASE("parseAppFlags: hyperparameters, then the command line, and nothing un
   }
   SECTION("on SageMaker: hyperparameters first, flags win") {
     Root root(R"({"epochs": "7", "batch_size": "32", "sagemaker_program": "train"})");
-    SageMakerEnv::setCurrent(root.env());
+    auto env = root.env();
     App app;
-    app.parse({"--batch-size", "16"});
+    app.parse({"--batch-size", "16"}, env);
     CHECK(app.epochs == 7);
     CHECK(app.batchSize == 16);
   }
   SECTION("a bad value from a hyperparameter names the key and the file") {
     Root root(R"({"epochs": "abc"})");
-    SageMakerEnv::setCurrent(root.env());
+    auto env = root.env();
     App app;
-    CHECK_THAT(error([&] { app.parse({}); }),
+    CHECK_THAT(error([&] { app.parse({}, env); }),
                Contains("--epochs") &&
                    Contains("(hyperparameter 'epochs' = 'abc' in " + root.file() + ")"));
     App overridden;  // the command line's value replaces it: no error
-    overridden.parse({"--epochs", "2"});
+    overridden.parse({"--epochs", "2"}, env);
     CHECK(overridden.epochs == 2);
   }
   SECTION("an unknown hyperparameter") {
     Root root(R"({"epohcs": "3"})");
-    SageMakerEnv::setCurrent(root.env());
+    auto env = root.env();
     App app;
-    CHECK_THAT(error([&] { app.parse({}); }),
+    CHECK_THAT(error([&] { app.parse({}, env); }),
                Contains("unknown hyperparameter 'epohcs'") && Contains("did you mean 'epochs'?"));
   }
 }

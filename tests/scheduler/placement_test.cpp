@@ -33,6 +33,24 @@ TEST_CASE("placement builder defaults and accessors", "[placement]") {
   CHECK_THROWS_AS(Placement::group("bad name"), std::invalid_argument);
 }
 
+TEST_CASE("a starting point inside a chain refines it or does not compile", "[placement]") {
+  // On a plain class, these would call the statics and drop everything before them. That group()
+  // and any() in a chain do not compile is tested in tests/compile_fail.
+  auto p = Placement::group("cpu_pool").cpus(2).onePerNode();
+  CHECK(p.getGroups() == std::vector<std::string>{"cpu_pool"});
+  CHECK(p.getResources() == Resources::of(2));
+  CHECK(p.getCount() == Placement::Count::PER_NODE);
+  CHECK(p.getPerNode() == 1);
+  CHECK(p == Placement::group("cpu_pool").cpus(2).perNode(1));
+
+  auto q = Placement::group("dnn_group").prefer("a").prefer("b");
+  CHECK(q.getGroups() == std::vector<std::string>{"dnn_group"});
+  CHECK(q.getPreferred() == std::vector<std::string>{"a", "b"});
+
+  Placement stored = Placement::prefer("a").gpus(1);  // a Chain is a Placement
+  CHECK(stored == Placement::any().thenPrefer("a").gpus(1));
+}
+
 TEST_CASE("placement text reads like the builder", "[placement][text]") {
   struct Row {
     Placement placement;

@@ -40,10 +40,12 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "troupe.capnp.h"
 #include "troupe/loop.h"
+#include "troupe/sagemaker.h"
 #include "troupe/trace.h"
 #include "troupe/sched/placement.h"
 #include "troupe/type_name.h"
@@ -230,18 +232,40 @@ struct CallPolicy {
 };
 
 class NodeInfo {
-  // This instance: its host, instance group, instance type and size.
+  // This instance: its host, instance group, instance type and size. A value: the node that
+  // describes itself builds one when it starts (run(): identity from the cluster description,
+  // size from the machine) and the head keeps the copies its workers sent.
  public:
+  struct Size {
+    // What the node offers the scheduler (troupe/node_size.h says where each part comes from).
+    uint32_t vcpus = 1, gpus = 0;
+    uint64_t memoryBytes = 0;
+    std::map<std::string, std::string> labels;
+    std::map<std::string, double> resources;
+  };
+
+  NodeInfo() = default;
+  NodeInfo(std::string host, std::string group, std::string instanceType, std::string address,
+           bool isHead, uint32_t incarnation, Size size)
+      : host_(kj::mv(host)),
+        group_(kj::mv(group)),
+        instanceType_(kj::mv(instanceType)),
+        address_(kj::mv(address)),
+        size_(kj::mv(size)),
+        isHead_(isHead),
+        incarnation_(incarnation) {}
+
   kj::StringPtr host() const { return host_.c_str(); }
   kj::StringPtr group() const { return group_.c_str(); }
   kj::StringPtr instanceType() const { return instanceType_.c_str(); }
   kj::StringPtr address() const { return address_.c_str(); }
-  uint32_t vcpus() const { return vcpus_; }
-  uint32_t gpus() const { return gpus_; }
-  uint64_t memoryBytes() const { return memoryBytes_; }
+  uint32_t vcpus() const { return size_.vcpus; }
+  uint32_t gpus() const { return size_.gpus; }
+  uint64_t memoryBytes() const { return size_.memoryBytes; }
   // User labels and custom resources (troupe/node_size.h says where they come from).
-  const std::map<std::string, std::string>& labels() const { return labels_; }
-  const std::map<std::string, double>& resources() const { return resources_; }
+  const std::map<std::string, std::string>& labels() const { return size_.labels; }
+  const std::map<std::string, double>& resources() const { return size_.resources; }
+  const Size& size() const { return size_; }
   bool isHead() const { return isHead_; }
   uint32_t incarnation() const { return incarnation_; }
   // Which process of its host this is: 0, then 1, 2, ... when the per-instance entry point
@@ -250,11 +274,9 @@ class NodeInfo {
   static NodeInfo fromProto(proto::NodeInfo::Reader r);
   void toProto(proto::NodeInfo::Builder b) const;  // pid: this process's
 
+ private:
   std::string host_, group_, instanceType_, address_;
-  uint32_t vcpus_ = 1, gpus_ = 0;
-  uint64_t memoryBytes_ = 0;
-  std::map<std::string, std::string> labels_;
-  std::map<std::string, double> resources_;
+  Size size_;
   bool isHead_ = false;
   uint32_t incarnation_ = 0;
 };
@@ -284,6 +306,9 @@ class ActorContext {
   // how many were started — e.g. which shard of a dataset to serve. 0 and 1 otherwise; kept
   // across restarts.
   const NodeInfo& node() const;
+  const SageMakerEnv& sagemaker() const;
+  // This process's SageMaker environment (troupe/sagemaker.h), as troupe::run() loaded it;
+  // inactive() off SageMaker.
   EventLoop& loop();
   kj::Timer& timer() { return loop().timer(); }
 
@@ -409,6 +434,7 @@ class ActorCore {
 
   ActorContext& context() { return *context_; }
   const NodeInfo& node() const { return context_->node(); }
+  const SageMakerEnv& sagemaker() const { return context_->sagemaker(); }
   const ActorAddress& self() const { return context_->self(); }
 
   // -- used by the runtime --
@@ -487,13 +513,30 @@ class ActorCore {
   kj::Maybe<Exit> exited_;
 };
 
+namespace detail {
 template <typename Interface>
-class ActorBase : public Interface::Server, public ActorCore {
+inline constexpr bool kIsActorInterface =
+    std::is_base_of_v<proto::Actor::Client, typename Interface::Client>;
+// The server class ActorBase derives from. For an interface that does not extend Actor it is
+// Actor's own, so that the static_assert in ActorBase is the first error and the only one of
+// troupe's making (no page of "marked override, but does not override" before it).
+template <typename Interface>
+using ActorServerOf = std::conditional_t<kIsActorInterface<Interface>, typename Interface::Server,
+                                         proto::Actor::Server>;
+}  // namespace detail
+
+template <typename Interface>
+class ActorBase : public detail::ActorServerOf<Interface>, public ActorCore {
   // Base of every actor. `Interface` is the generated Cap'n Proto interface type, which must
   // extend troupe's Actor (`interface X extends(Troupe.Actor)`).
+  static_assert(detail::kIsActorInterface<Interface>,
+                "troupe::ActorBase<Interface>: Interface must extend troupe's Actor; declare it "
+                "as `interface X extends(Troupe.Actor)` with `using Troupe = import "
+                "\"/troupe.capnp\";`");
+
  public:
   using Iface = Interface;
-  using Server = typename Interface::Server;
+  using Server = detail::ActorServerOf<Interface>;
 
   explicit ActorBase(ActorContext& context) : ActorCore(context) {}
 

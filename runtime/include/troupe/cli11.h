@@ -34,10 +34,11 @@ inline std::vector<std::string> flagNames(const CLI::App& app) {
 // Every long flag of `app`: "--epochs", ..., "--help".
 
 inline void parseAppFlags(CLI::App& app, int argc, char* argv[],
-                          std::vector<std::string> defaults = {}) {
+                          std::vector<std::string> defaults = {},
+                          const SageMakerEnv& sm = SageMakerEnv::detect()) {
   // Parses the app's flags from, in this order, the last given winning for a single-value option:
-  //   1. `defaults`, flags the app derives itself (from SageMakerEnv::current(), say);
-  //   2. under SageMaker, every hyperparameter as the flag of the same name ("epochs": "3" ->
+  //   1. `defaults`, flags the app derives itself (from `sm`, say);
+  //   2. under SageMaker (`sm`: by default SageMakerEnv::detect()), every hyperparameter as the flag of the same name ("epochs": "3" ->
   //      --epochs 3; `a_b` -> --a-b), after checkHyperparameters() accepted them all, unless the
   //      command line gives that flag;
   //   3. the command line, argv[1..].
@@ -56,7 +57,6 @@ inline void parseAppFlags(CLI::App& app, int argc, char* argv[],
     std::string flag, key, value;
   };
   std::vector<FromHyperparameter> fromHyperparameters;
-  auto& sm = SageMakerEnv::current();
   if (sm.active()) {
     // Hidden flags (group "": tests only) are no hyperparameters, and are not listed as known.
     std::vector<std::string> names;

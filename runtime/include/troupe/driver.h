@@ -146,6 +146,9 @@ class Driver {
   const std::vector<std::string>& args() const { return args_; }
   // The app's own command-line arguments (those troupe did not consume).
   const NodeInfo& node() const;
+  const SageMakerEnv& sagemaker() const;
+  // This process's SageMaker environment (troupe/sagemaker.h), as troupe::run() loaded it:
+  // hyperparameters, channels, the model and output folders; inactive() off SageMaker.
   std::vector<NodeInfo> nodes() const;
   // Every node in the cluster, sorted by host.
   void onNodeJoined(kj::Function<void(const NodeInfo&)> callback);

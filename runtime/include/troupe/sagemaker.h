@@ -17,13 +17,16 @@
 // The root is /opt/ml unless TROUPE_SM_ROOT names another; `troupe sim` gives every simulated
 // instance its own root this way, so a local run takes the code paths a SageMaker run takes.
 //
-// An app reaches the environment through SageMakerEnv::current(), which troupe::run()
-// initialises before the driver or any actor runs:
+// troupe::run() loads the environment once and hands it to the driver and to every actor; no
+// global holds it:
 //
-//   auto& sm = troupe::SageMakerEnv::current();
+//   auto& sm = job.sagemaker();                         // or sagemaker() inside an actor
 //   int epochs = sm.getInt("epochs", 10);               // "3" on the wire, 3 here
 //   auto dir = sm.channelDir("train");                  // /opt/ml/input/data/train
 //   save(sm.modelDir() + "/model.bin");
+//
+// In main(), before run(), an app that derives its flags from it reads it itself:
+// `auto sm = troupe::SageMakerEnv::detect();`.
 //
 // On a developer machine without SageMaker files the environment is inactive: no
 // hyperparameters, no channels, and run() writes no outcome files.
@@ -51,17 +54,15 @@ class SageMakerEnv {
   static SageMakerEnv inactive();
   // The environment of a process that does not run under SageMaker: nothing in it.
 
-  static const SageMakerEnv& current();
-  // The environment troupe::run() loaded for this process. Before run() (in main(), say) it is
-  // detected the way run() detects it: active when TROUPE_SM_ROOT is set or
-  // /opt/ml/input/config/resourceconfig.json exists. May throw ConfigError then.
+  static SageMakerEnv detect();
+  // The environment of this process as its files say now: load(defaultRoot()) when detected(),
+  // else inactive(). Throws ConfigError as load() does. Reads the files on each call (nothing is
+  // cached): troupe::run() calls it once and passes the result on (Driver::sagemaker(),
+  // ActorBase::sagemaker()).
   static bool detected();
-  // Whether this process runs under a SageMaker-shaped root by the rule current() uses before
-  // run(): TROUPE_SM_ROOT is set, or /opt/ml/input/config/resourceconfig.json exists. Reads no
-  // file, so it cannot fail (configError() uses it to decide where to write output/failure).
-  static void setCurrent(SageMakerEnv env);
-  // For troupe::run() (and tests): replaces what current() returns. Call before any thread that
-  // reads current() starts.
+  // Whether this process runs under a SageMaker-shaped root: TROUPE_SM_ROOT is set, or
+  // /opt/ml/input/config/resourceconfig.json exists. Reads no file, so it cannot fail
+  // (configError() uses it to decide where to write output/failure).
 
   bool active() const { return active_; }
   // Whether this process runs under a SageMaker-shaped root: run() then writes output/failure or

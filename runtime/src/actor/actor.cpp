@@ -58,18 +58,13 @@ void ActorAddress::toProto(proto::ActorAddress::Builder b) const {
 }
 
 NodeInfo NodeInfo::fromProto(proto::NodeInfo::Reader r) {
-  NodeInfo info;
-  info.host_ = r.getHost();
-  info.group_ = r.getGroup();
-  info.instanceType_ = r.getInstanceType();
-  info.address_ = r.getAddress();
-  info.vcpus_ = r.getVcpus();
-  info.gpus_ = r.getGpus();
-  info.memoryBytes_ = r.getMemoryBytes();
-  info.incarnation_ = r.getIncarnation();
-  for (auto l : r.getLabels()) info.labels_[l.getKey()] = l.getValue();
-  for (auto c : r.getResources()) info.resources_[c.getName()] = c.getMilli() / 1000.0;
-  return info;
+  Size size{r.getVcpus(), r.getGpus(), r.getMemoryBytes(), {}, {}};
+  for (auto l : r.getLabels()) size.labels[l.getKey()] = l.getValue();
+  for (auto c : r.getResources()) size.resources[c.getName()] = c.getMilli() / 1000.0;
+  // isHead is not on the wire: a NodeInfo from a peer describes a worker or the head, and the
+  // receiver knows which by the host.
+  return NodeInfo(r.getHost(), r.getGroup(), r.getInstanceType(), r.getAddress(), false,
+                  r.getIncarnation(), kj::mv(size));
 }
 
 void NodeInfo::toProto(proto::NodeInfo::Builder b) const {
@@ -77,20 +72,20 @@ void NodeInfo::toProto(proto::NodeInfo::Builder b) const {
   b.setGroup(group_);
   b.setInstanceType(instanceType_);
   b.setAddress(address_);
-  b.setVcpus(vcpus_);
-  b.setGpus(gpus_);
-  b.setMemoryBytes(memoryBytes_);
+  b.setVcpus(size_.vcpus);
+  b.setGpus(size_.gpus);
+  b.setMemoryBytes(size_.memoryBytes);
   b.setPid(getpid());
   b.setIncarnation(incarnation_);
-  auto labels = b.initLabels(labels_.size());
+  auto labels = b.initLabels(size_.labels.size());
   size_t i = 0;
-  for (auto& [key, value] : labels_) {
+  for (auto& [key, value] : size_.labels) {
     labels[i].setKey(key);
     labels[i++].setValue(value);
   }
-  auto resources = b.initResources(resources_.size());
+  auto resources = b.initResources(size_.resources.size());
   i = 0;
-  for (auto& [name, amount] : resources_) {
+  for (auto& [name, amount] : size_.resources) {
     resources[i].setName(name);
     resources[i++].setMilli(sched::toMilli(amount));
   }
@@ -165,6 +160,9 @@ ActorContext::ActorContext(ActorHost& node, ActorAddress self, kj::Array<kj::byt
 
 const NodeInfo& ActorContext::node() const {
   return node_.info();
+}
+const SageMakerEnv& ActorContext::sagemaker() const {
+  return node_.sagemaker();
 }
 EventLoop& ActorContext::loop() {
   return node_.loop();

@@ -11,6 +11,7 @@
 #include "troupe.capnp.h"
 #include "troupe/actor.h"
 #include "troupe/run.h"
+#include "troupe/sagemaker.h"
 
 namespace troupe {
 
@@ -26,6 +27,7 @@ class ActorHost {
   virtual const NodeInfo& info() const = 0;
   virtual EventLoop& loop() = 0;
   virtual const RunOptions& options() const = 0;
+  virtual const SageMakerEnv& sagemaker() const = 0;  // what run() loaded for this process
   virtual proto::Cluster::Client cluster() = 0;
   // The head's Cluster capability (local on the head).
   virtual proto::Node::Client peerNode(const std::string& address) = 0;

@@ -97,6 +97,9 @@ kj::Maybe<ActorAddress> Driver::current(uint64_t actorId) {
 const NodeInfo& Driver::node() const {
   return head_.node().info();
 }
+const SageMakerEnv& Driver::sagemaker() const {
+  return head_.node().sagemaker();
+}
 std::vector<NodeInfo> Driver::nodes() const {
   return head_.nodes();
 }

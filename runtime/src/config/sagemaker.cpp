@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -22,12 +21,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::unique_ptr<SageMakerEnv>& currentSlot() {
-  static std::unique_ptr<SageMakerEnv> slot;
-  return slot;
-}
-std::mutex currentMutex;
 
 std::string describeType(const json& j) {
   if (j.is_string()) return "a string";
@@ -105,13 +98,8 @@ SageMakerEnv SageMakerEnv::load(const std::string& root) {
   return env;
 }
 
-const SageMakerEnv& SageMakerEnv::current() {
-  std::lock_guard<std::mutex> lock(currentMutex);
-  auto& slot = currentSlot();
-  if (!slot) {
-    slot = std::make_unique<SageMakerEnv>(detected() ? load(defaultRoot()) : inactive());
-  }
-  return *slot;
+SageMakerEnv SageMakerEnv::detect() {
+  return detected() ? load(defaultRoot()) : inactive();
 }
 
 bool SageMakerEnv::detected() {
@@ -119,11 +107,6 @@ bool SageMakerEnv::detected() {
   std::error_code ec;
   return (explicitRoot != nullptr && *explicitRoot != '\0') ||
          fs::exists("/opt/ml/input/config/resourceconfig.json", ec);
-}
-
-void SageMakerEnv::setCurrent(SageMakerEnv env) {
-  std::lock_guard<std::mutex> lock(currentMutex);
-  currentSlot() = std::make_unique<SageMakerEnv>(std::move(env));
 }
 
 std::vector<std::string> SageMakerEnv::keys() const {

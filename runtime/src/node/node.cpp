@@ -276,22 +276,21 @@ class RefusalLog final : private kj::TaskSet::ErrorHandler {
 // NodeRuntime
 
 NodeRuntime::NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions options,
-                         ClusterConfig config, HostMap hosts)
+                         ClusterConfig config, HostMap hosts, NodeInfo::Size size,
+                         SageMakerEnv sagemaker)
     : loop_(loop),
       registry_(registry),
       options_(kj::mv(options)),
       config_(kj::mv(config)),
       hosts_(kj::mv(hosts)),
+      sagemaker_(kj::mv(sagemaker)),
       tasks_(*this),
       self_(nullptr),
       exitRequested_(nullptr) {
-  info_.host_ = config_.currentHost;
-  info_.group_ = config_.currentGroup;
-  info_.instanceType_ = config_.currentInstanceType;
-  info_.address_ = hosts_.addressOf(config_.currentHost);
   headHost_ = config_.headHost(options_.headGroup);
-  info_.isHead_ = headHost_ == config_.currentHost;
-  info_.incarnation_ = options_.incarnation;
+  info_ = NodeInfo(config_.currentHost, config_.currentGroup, config_.currentInstanceType,
+                   hosts_.addressOf(config_.currentHost), headHost_ == config_.currentHost,
+                   options_.incarnation, kj::mv(size));
   self_ = kj::heap<NodeServer>(*this);
   refusals_ = kj::heap<RefusalLog>(loop_.timer());
   if (options_.insecure) {
@@ -320,7 +319,7 @@ void NodeRuntime::taskFailed(kj::Exception&& exception) {
 }
 
 void NodeRuntime::listen() {
-  std::string address = info_.address_;
+  std::string address = info_.address();
   // Bind the port on every interface when the host map gives no address of our own.
   std::string bindTo = address;
   if (hosts_.addresses.count(config_.currentHost) == 0) {
@@ -359,7 +358,8 @@ kj::Promise<void> NodeRuntime::acceptLoop(kj::ConnectionReceiver& receiver) {
             if (acceptFailures_++ == 0) {
               spdlog::warn(
                   "cannot accept a connection on {}: {}; trying again every {} ms until it works",
-                  info_.address_, e.getDescription().cStr(), (1 * kj::SECONDS) / kj::MILLISECONDS);
+                  info_.address().cStr(), e.getDescription().cStr(),
+                  (1 * kj::SECONDS) / kj::MILLISECONDS);
             }
             auto delay = acceptBackoff_;
             acceptBackoff_ = kj::min(acceptBackoff_ * 2, 1 * kj::SECONDS);
@@ -493,7 +493,7 @@ kj::Promise<kj::Own<Connection>> NodeRuntime::connect(const std::string& address
 }
 
 proto::Node::Client NodeRuntime::peerNode(const std::string& address) {
-  if (address == info_.address_) return self_;
+  if (address == info_.address()) return self_;
   auto it = peers_.find(address);
   if (it != peers_.end()) return it->second.node;
   KJ_IF_MAYBE(h, head_) {

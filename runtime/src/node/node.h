@@ -62,7 +62,6 @@ class Connection {
   // have, `slot` counts it among the node's unauthenticated connections, and `limit` (with
   // --insecure) caps what it may send. loggedIn() ends all three.
   void loggedIn();
-  bool awaitingLogin() const { return loginDeadline_ != nullptr; }
   bool sentTooMuchBeforeLogin() const { return loginLimit_ != nullptr && loginLimit_->exceeded(); }
 
  private:
@@ -82,11 +81,14 @@ class Connection {
 class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
  public:
   NodeRuntime(EventLoop& loop, const Registry& registry, RunOptions options, ClusterConfig config,
-              HostMap hosts);
+              HostMap hosts, NodeInfo::Size size, SageMakerEnv sagemaker);
+  // `size`: what this node offers (run() measures it before the event loop starts, which needs
+  // the vcpus); its host, group and address come from `config` and `hosts`.
   ~NodeRuntime() noexcept(false);
 
   EventLoop& loop() override { return loop_; }
   const NodeInfo& info() const override { return info_; }
+  const SageMakerEnv& sagemaker() const override { return sagemaker_; }
   const RunOptions& options() const override { return options_; }
   const ClusterConfig& config() const { return config_; }
   const HostMap& hosts() const { return hosts_; }
@@ -126,7 +128,6 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   // Stops every hosted actor, newest first.
   void actorExited(uint64_t id, Exit reason) override;
   // The actor ended by itself (ActorContext::exit, or its onStart() failed): tell the head.
-  size_t hostedCount() const { return actors_.size(); }
   void loopHeld(const ActorAddress& actor, const std::string& method, int64_t heldUs) override;
   void methodEntered(const ActorAddress& actor, const std::string* method) override {
     lastActorId_ = actor.id;
@@ -201,6 +202,7 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   ClusterConfig config_;
   HostMap hosts_;
   NodeInfo info_;
+  SageMakerEnv sagemaker_;
   std::string headHost_;
   kj::TaskSet tasks_;
   proto::Node::Client self_;

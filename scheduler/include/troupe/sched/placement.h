@@ -9,7 +9,8 @@
 //   Placement::onePerNode()
 //
 // Every builder call returns a modified copy ([[nodiscard]] catches a dropped result), so a
-// Placement can be stored, compared and reused freely. A Placement travels over the wire as text:
+// Placement can be stored, compared and reused freely. The copy is a Placement::Chain, on which a
+// starting point cannot silently restart the chain (see the class below). A Placement travels over the wire as text:
 // `Placement::parse(p.toText()) == p` for every placement. The text is the builder chain itself,
 // e.g. `group(dnn_group).gpus(1)`; see docs/scheduler.md for the grammar.
 
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "troupe/sched/resources.h"
@@ -44,6 +46,10 @@ class Placement {
 
   using ParseResult = Parsed<Placement>;
 
+  /// What the starting points and the refinements return: a Placement whose chain cannot start
+  /// again by mistake (below the class).
+  class Chain;
+
   /// Same as any(): one actor, anywhere, 1 cpu.
   Placement();
 
@@ -51,51 +57,51 @@ class Placement {
   // Starting points
 
   /// Any node that fits.
-  static Placement any();
+  static Chain any();
   /// Only nodes of instance group `name` (a hard constraint). An unknown group is an error
   /// listing the known groups.
-  static Placement group(std::string_view name);
+  static Chain group(std::string_view name);
   /// Only nodes of one of `names` (a hard constraint).
-  static Placement groups(const std::vector<std::string>& names);
+  static Chain groups(const std::vector<std::string>& names);
   /// Soft preference: nodes of `name` first; when none fits, any node that fits. A preferred
   /// group the cluster does not have is skipped, so the same app runs on a homogeneous cluster.
-  static Placement prefer(std::string_view name);
+  static Chain prefer(std::string_view name);
   /// One actor on every eligible node; same as any().perNode(1).
-  static Placement onePerNode();
+  static Chain onePerNode();
 
   // ---------------------------------------------------------------------------------------------
   // Refinements. Each returns a modified copy.
 
   /// Excludes a group (a hard constraint). Unknown names are accepted: excluding a group the
   /// cluster lacks is not an error.
-  [[nodiscard]] Placement notGroup(std::string_view name) const;
+  [[nodiscard]] Chain notGroup(std::string_view name) const;
   /// Adds a further soft preference, tried after the earlier ones. (Named `thenPrefer` because a
   /// C++ class cannot have a static and a member function of the same signature.)
-  [[nodiscard]] Placement thenPrefer(std::string_view name) const;
+  [[nodiscard]] Chain thenPrefer(std::string_view name) const;
 
   /// Cpus each actor needs (default 1; fractional amounts are kept to a thousandth).
-  [[nodiscard]] Placement cpus(double n) const;
+  [[nodiscard]] Chain cpus(double n) const;
   /// Gpus each actor needs (default 0).
-  [[nodiscard]] Placement gpus(double n) const;
+  [[nodiscard]] Chain gpus(double n) const;
   /// Memory each actor needs, in bytes (default 0).
-  [[nodiscard]] Placement memory(uint64_t bytes) const;
+  [[nodiscard]] Chain memory(uint64_t bytes) const;
   /// A custom resource each actor needs; 0 removes it.
-  [[nodiscard]] Placement resource(std::string_view name, double n) const;
+  [[nodiscard]] Chain resource(std::string_view name, double n) const;
 
-  [[nodiscard]] Placement spread() const;
-  [[nodiscard]] Placement pack() const;
+  [[nodiscard]] Chain spread() const;
+  [[nodiscard]] Chain pack() const;
 
   /// Adds hard label constraints in selector syntax (see selector.h), e.g.
   /// "group=data_group,instance_type in (ml.c5.9xlarge, ml.c5.18xlarge)". Throws
   /// std::invalid_argument with the parse error (a bug in the app's source, not a runtime
   /// condition); use LabelSelector::parse() to validate untrusted text.
-  [[nodiscard]] Placement labels(std::string_view selector) const;
-  [[nodiscard]] Placement labels(const LabelSelector& selector) const;
+  [[nodiscard]] Chain labels(std::string_view selector) const;
+  [[nodiscard]] Chain labels(const LabelSelector& selector) const;
 
   /// Up to `n` actors on every eligible node (n >= 1; perNode(1) is one per node).
-  [[nodiscard]] Placement perNode(uint32_t n) const;
+  [[nodiscard]] Chain perNode(uint32_t n) const;
   /// As many actors as fit on every eligible node: one per free vCPU with the default cpus(1).
-  [[nodiscard]] Placement perVcpu() const;
+  [[nodiscard]] Chain perVcpu() const;
 
   // ---------------------------------------------------------------------------------------------
   // Reading it back
@@ -133,7 +139,8 @@ class Placement {
   /// For logs: "1 actor in group 'dnn_group', each 1 cpu, 1 gpu, spread".
   std::string describe() const;
 
-  bool operator==(const Placement&) const = default;
+  // A friend, so that comparing a Chain with a Placement is not ambiguous with its C++20 reverse.
+  friend bool operator==(const Placement&, const Placement&) = default;
 
  private:
   friend struct detail::PlacementText;  // the parser sets fields the builder only starts with
@@ -146,6 +153,53 @@ class Placement {
   Strategy strategy_ = Strategy::SPREAD;
   Count count_ = Count::ONE;
   uint32_t perNode_ = 1;
+};
+
+namespace detail {
+template <typename>
+inline constexpr bool kChainRestarts = false;
+}
+
+class Placement::Chain : public Placement {
+  // C++ lets a static member function be called through an object, so on a plain Placement
+  // `Placement::group("cpu_pool").cpus(2).onePerNode()` would compile and return a brand-new
+  // placement, silently dropping the group and the cpus. Every builder call returns a Chain
+  // instead, on which the starting points mean what the chain says or do not compile:
+  //   - onePerNode() and prefer() refine, as perNode(1) and thenPrefer();
+  //   - any(), group() and groups() are compile errors naming what to write instead.
+  // A Chain is a Placement (no field of its own): store it, pass it and compare it as one.
+ public:
+  /// Up to one actor on every eligible node of this placement; same as perNode(1).
+  [[nodiscard]] Chain onePerNode() const { return perNode(1); }
+  /// A further soft preference; same as thenPrefer(name).
+  [[nodiscard]] Chain prefer(std::string_view name) const { return thenPrefer(name); }
+
+  template <typename Never = void>
+  Chain any() const {
+    static_assert(detail::kChainRestarts<Never>,
+                  "Placement::any() starts a placement: inside a chain it would drop every call "
+                  "before it. Start the chain with it, or leave it out.");
+    return *this;
+  }
+  template <typename Never = void>
+  Chain group(std::string_view) const {
+    static_assert(detail::kChainRestarts<Never>,
+                  "Placement::group() starts a placement: inside a chain it would drop every call "
+                  "before it. Start with it (Placement::group(\"g\").cpus(2)), or narrow a chain "
+                  "with notGroup() or labels(\"group=g\").");
+    return *this;
+  }
+  template <typename Never = void>
+  Chain groups(const std::vector<std::string>&) const {
+    static_assert(detail::kChainRestarts<Never>,
+                  "Placement::groups() starts a placement: inside a chain it would drop every call "
+                  "before it. Start with it, or narrow a chain with notGroup() or labels().");
+    return *this;
+  }
+
+ private:
+  friend class Placement;
+  Chain(Placement placement) : Placement(std::move(placement)) {}  // NOLINT: the builders' return
 };
 
 }  // namespace troupe::sched
