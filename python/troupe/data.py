@@ -154,6 +154,10 @@ class AugmentedBatches:
         self._begun = False
         sys.stdout.flush()
         sys.stderr.flush()
+        # The script's prints a line at a time, as troupe::run() has printf's: under troupe sim or
+        # SageMaker stdout is a pipe, and block-buffered lines would come after the log lines.
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(line_buffering=True)
         settings = dict(options, batch_size=batch_size, epochs=epochs)
         # Returns on the head only; on a data instance the process serves until the job ends.
         _native.start([sys.argv[0] or "python3"] + sys.argv[1:], settings)

@@ -670,6 +670,11 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   // every program that calls run(), unless the program defines this itself (a Python module).
   static_cast<void>(*static_cast<const volatile bool*>(&detail::kStopsHeldFromStart));
   keepLargeAllocations();
+  // The app's stdout a line at a time, as a terminal would have it: under troupe sim, SageMaker
+  // or Slurm it is a pipe, and fully buffered printf lines would come after the log lines
+  // (stderr, unbuffered) written after them, or at exit.
+  fflush(stdout);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   // Under `troupe sim`: die with the simulator even if it is SIGKILLed.
   if (const char* parent = getenv("TROUPE_DIE_WITH_PARENT")) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -52,6 +52,24 @@ TEST_CASE("a job that ends normally: every process exits 0", "[cluster]") {
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("an app's printf lines keep their order among the log lines under troupe sim",
+          "[cluster]") {
+  // stdout is a pipe under the sim: without line buffering both PRINTED lines came at exit, after
+  // LOGGED (issue 24).
+  Run run(harness::sim(kThree, probe("printing")));
+  REQUIRE(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  auto one = out.find("PRINTED one");
+  auto two = out.find("LOGGED two");
+  auto three = out.find("PRINTED three");
+  REQUIRE(one != std::string::npos);
+  REQUIRE(two != std::string::npos);
+  REQUIRE(three != std::string::npos);
+  CHECK(one < two);
+  CHECK(two < three);
+}
+
 TEST_CASE("an actor type registered twice is a configuration error on every node, not an abort",
           "[cluster][bad-input]") {
   // It was a KJ_REQUIRE in main(), before run(): an uncaught exception, exit 134 (issue 24).

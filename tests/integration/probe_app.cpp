@@ -10,6 +10,8 @@
 #include <map>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "probe.capnp.h"
 #include "troupe/troupe.h"
 
@@ -880,6 +882,18 @@ troupe::Co<void> stall(Job& job) {
   say("DONE");
 }
 
+// An app's own stdout beside troupe's log lines, as most apps write it: printf without fflush.
+// Under troupe sim stdout is a pipe; the lines must come in the order they were written.
+kj::Promise<void> printing(Job& job) {
+  printf("PRINTED one\n");
+  return job.timer().afterDelay(300 * kj::MILLISECONDS).then([&job]() {
+    spdlog::info("LOGGED two");
+    return job.timer().afterDelay(300 * kj::MILLISECONDS).then([]() {
+      printf("PRINTED three\n");
+    });
+  });
+}
+
 Scenario find(const std::string& name) {
   if (name == "normal") return normal;
   if (name == "hold") return hold;
@@ -913,6 +927,7 @@ Scenario find(const std::string& name) {
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
+  if (name == "printing") return [](Job& job) -> kj::Promise<void> { return printing(job); };
   return nullptr;
 }
 

@@ -438,7 +438,6 @@ class ActorCore {
   const ActorAddress& self() const { return context_->self(); }
 
   // -- used by the runtime --
-  void adoptContext(kj::Own<ActorContext> context) { ownedContext_ = kj::mv(context); }
   void markExited(const Exit& reason);
   // After this, new calls fail with a DISCONNECTED exception naming the reason, calls in flight
   // fail the same way when they complete, and offload() refuses work. Safe to call from inside
@@ -503,8 +502,7 @@ class ActorCore {
   kj::Promise<kj::Own<Slot>> enterMailbox();
   void leaveMailbox();
 
-  ActorContext* context_;
-  kj::Own<ActorContext> ownedContext_;
+  ActorContext* context_;  // owned beside the actor: the Registry attaches it to the actor's Own
   // The mailbox, declared before canceler_: cancelling the calls releases their places in it.
   uint32_t running_ = 0;
   size_t depth_ = 0;

@@ -41,8 +41,9 @@ class Registry {
       return *this;
     }
     factories_.emplace(typeName, [](kj::Own<ActorContext> context) {
-      auto actor = kj::heap<A>(*context);
-      actor->adoptContext(kj::mv(context));
+      // One owner for both: the actor's Own, to which the context is attached, so that the
+      // context outlives the actor (destroyed first) and goes with its last reference.
+      auto actor = kj::heap<A>(*context).attach(kj::mv(context));
       ActorCore& core = *actor;
       typename A::Iface::Client client = kj::mv(actor);
       return Created{client, core};
