@@ -84,11 +84,13 @@ void printText(const troupe::JobStatus& job) {
     std::string holds = "-";
     if (n.loopHolds > 0) {
       holds = std::to_string(n.loopHolds) + "x, longest " + seconds(n.longestHoldMs);
-      held.push_back(n.host + ": the event loop was held " + seconds(n.longestHoldMs) + " by " +
-                     n.longestHoldBy);
+      held.push_back(std::string(n.info.host()) + ": the event loop was held " +
+                     seconds(n.longestHoldMs) + " by " + n.longestHoldBy);
     }
-    nodes.add({n.host, n.group, n.instanceType, std::to_string(n.vcpus), std::to_string(n.gpus),
-               n.state, heartbeat, cpu, n.loadKnown ? seconds(n.cpuIntervalMs) : "-", holds});
+    nodes.add({std::string(n.info.host()), std::string(n.info.group()),
+               std::string(n.info.instanceType()), std::to_string(n.info.vcpus()),
+               std::to_string(n.info.gpus()), n.state, heartbeat, cpu,
+               n.loadKnown ? seconds(n.cpuIntervalMs) : "-", holds});
     if (!n.why.empty()) lost.push_back(n.why);
   }
   nodes.print();
@@ -103,8 +105,9 @@ void printText(const troupe::JobStatus& job) {
   Table actors({"id", "actor", "type", "host", "state", "incarnation", "mailbox"},
                {true, false, false, false, false, true, true});
   for (auto& a : job.actors) {
-    actors.add({std::to_string(a.id), a.name.empty() ? "-" : a.name, a.typeName, a.host, a.state,
-                std::to_string(a.incarnation), a.mailbox >= 0 ? std::to_string(a.mailbox) : "-"});
+    actors.add({std::to_string(a.address.id), a.address.name.empty() ? "-" : a.address.name,
+                a.address.typeName, a.address.host, a.state, std::to_string(a.address.incarnation),
+                a.mailbox >= 0 ? std::to_string(a.mailbox) : "-"});
   }
   actors.print();
 }
@@ -118,12 +121,12 @@ json orNull(bool known, json value) {
 json toJson(const troupe::JobStatus& job) {
   json nodes = json::array(), groups = json::array(), actors = json::array();
   for (auto& n : job.nodes) {
-    nodes.push_back({{"host", n.host},
-                     {"group", n.group},
-                     {"instance_type", n.instanceType},
-                     {"address", n.address},
-                     {"vcpus", n.vcpus},
-                     {"gpus", n.gpus},
+    nodes.push_back({{"host", std::string(n.info.host())},
+                     {"group", std::string(n.info.group())},
+                     {"instance_type", std::string(n.info.instanceType())},
+                     {"address", std::string(n.info.address())},
+                     {"vcpus", n.info.vcpus()},
+                     {"gpus", n.info.gpus()},
                      {"state", n.state},
                      {"head", n.head},
                      {"heartbeat_age_ms", orNull(n.heartbeatAgeMs >= 0, n.heartbeatAgeMs)},
@@ -142,13 +145,13 @@ json toJson(const troupe::JobStatus& job) {
                       {"alive", g.alive}});
   }
   for (auto& a : job.actors) {
-    actors.push_back({{"id", a.id},
-                      {"name", a.name},
-                      {"type", a.typeName},
-                      {"host", a.host},
-                      {"group", a.group},
+    actors.push_back({{"id", a.address.id},
+                      {"name", a.address.name},
+                      {"type", a.address.typeName},
+                      {"host", a.address.host},
+                      {"group", a.address.group},
                       {"state", a.state},
-                      {"incarnation", a.incarnation},
+                      {"incarnation", a.address.incarnation},
                       {"mailbox", orNull(a.mailbox >= 0, a.mailbox)},
                       {"parent", orNull(a.parent != 0, a.parent)}});
   }

@@ -25,13 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actor.h"
 #include "troupe/loop.h"
 
 namespace troupe {
 
 struct StatusNode {
-  std::string host, group, instanceType, address;
-  uint32_t vcpus = 0, gpus = 0;
+  NodeInfo info;      // host, group, instance type, address, size, as the node reported them
   uint32_t pid = 0;   // the head's; 0 for the others
   std::string state;  // "alive", "lost" or "expected" (has not joined yet)
   bool head = false;
@@ -54,9 +54,7 @@ struct StatusGroup {
 };
 
 struct StatusActor {
-  uint64_t id = 0;
-  std::string name, typeName, host, group;
-  uint32_t incarnation = 0;  // 1, then one more per restart
+  ActorAddress address;      // id, name, type, host, group; incarnation: 1, then one per restart
   std::string state;         // "starting" (its node has not reported it yet), "running", "stopping"
   int64_t mailbox = -1;      // calls queued + running at its node's last report; -1: not reported
   uint64_t parent = 0;       // 0: the driver

@@ -40,16 +40,10 @@ JobStatus fromProto(proto::JobStatus::Reader r) {
   s.uptimeMs = r.getUptimeMs();
   for (auto n : r.getNodes()) {
     StatusNode node;
-    auto info = n.getInfo();
-    node.host = info.getHost();
-    node.group = info.getGroup();
-    node.instanceType = info.getInstanceType();
-    node.address = info.getAddress();
-    node.vcpus = info.getVcpus();
-    node.gpus = info.getGpus();
-    node.pid = info.getPid();
+    node.info = NodeInfo::fromProto(n.getInfo());
+    node.pid = n.getInfo().getPid();
     node.state = n.getState();
-    node.head = node.host == s.head;
+    node.head = node.info.host() == s.head;
     node.heartbeatAgeMs = n.getHeartbeatAgeMs();
     node.loadAgeMs = n.getLoadAgeMs();
     node.loadKnown = node.loadAgeMs >= 0;
@@ -71,13 +65,7 @@ JobStatus fromProto(proto::JobStatus::Reader r) {
   }
   for (auto a : r.getActors()) {
     StatusActor actor;
-    auto address = a.getAddress();
-    actor.id = address.getId();
-    actor.name = address.getName();
-    actor.typeName = address.getTypeName();
-    actor.host = address.getHost();
-    actor.group = address.getGroup();
-    actor.incarnation = address.getIncarnation();
+    actor.address = ActorAddress::fromProto(a.getAddress());
     actor.state = a.getState();
     actor.mailbox = a.getCalls();
     actor.parent = a.getParent();
