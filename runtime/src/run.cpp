@@ -7,8 +7,6 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
-#include "troupe/log.h"
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -25,7 +23,9 @@
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 #include "troupe/secret.h"
+#include "troupe/log.h"
 #include "troupe/trace.h"
+#include "worker/worker.h"
 
 namespace troupe {
 
@@ -397,243 +397,9 @@ NodeInfo::Size describeThisNode(const ClusterConfig& c, const RunOptions& o) {
                         NodeFlags{{o.vcpus, o.gpus, o.memoryBytes}, o.labels, o.resources},
                         probeMachine());
   for (auto& note : d.size.notes) spdlog::warn("{}", note);
-  return {d.size.vcpus.value, d.size.gpus.value, d.size.memoryBytes.value, d.labels,
-          d.resources};
+  return {static_cast<uint32_t>(d.size.vcpus.value), static_cast<uint32_t>(d.size.gpus.value),
+          d.size.memoryBytes.value, d.labels, d.resources};
 }
-
-// =======================================================================================
-// "TLS: certificate verify failed" out of JobTls's "authentication failed: ... (TLS: ...)".
-std::string tlsReason(const std::string& text) {
-  auto begin = text.find("(TLS: ");
-  if (begin == std::string::npos) return text;
-  auto end = text.find(')', begin);
-  return text.substr(begin + 1, end == std::string::npos ? std::string::npos : end - begin - 1);
-}
-
-// A worker: join the head with retry, heartbeat, and exit with the job (or on losing the head).
-
-class Worker {
- public:
-  explicit Worker(NodeRuntime& node)
-      : node_(node),
-        headAddress_(node.hosts().addressOf(node.headHost())),
-        deadline_(node.loop().timer().now() + joinLimitMs(node) * kj::MILLISECONDS) {}
-
-  void start() {
-    node_.loop().onSignal(SIGTERM, [this](int) { interrupted("SIGTERM"); });
-    node_.loop().onSignal(SIGINT, [this](int) { interrupted("SIGINT"); });
-    node_.tasks().add(attempt(kj::str("")));
-  }
-
-  void stopControl() { control_.reset(); }
-
-  void logControlPath() {
-    // The heartbeats' round trips on the control path (bench_cluster reads this line).
-    if (control_) spdlog::info("control path: {}", control_->roundTrips());
-  }
-
- private:
-  std::string headLine() const { return node_.headHost() + " at " + headAddress_; }
-
-  static unsigned joinLimitMs(NodeRuntime& node) {
-    // A process started again in place of one that was in the job (its incarnation > 0) rejoins
-    // a head that is running: it gives up as soon as a worker gives up on a silent head, plus
-    // the time the head takes to declare its predecessor lost.
-    auto& o = node.options();
-    return node.info().incarnation() > 0 ? o.headTimeoutMs + o.nodeTimeoutMaxMs : o.joinTimeoutMs;
-  }
-
-  kj::Promise<void> attempt(kj::String lastError) {
-    if (node_.loop().timer().now() > deadline_) {
-      auto incarnation = node_.info().incarnation();
-      node_.requestExit(JOIN_FAILED,
-                        std::string(incarnation > 0 ? "could not rejoin" : "could not join") +
-                            " the head " + headLine() + " within " +
-                            std::to_string(joinLimitMs(node_)) + " ms" +
-                            (incarnation > 0 ? " (incarnation " + std::to_string(incarnation) + ")"
-                                             : std::string()) +
-                            ": " + lastError.cStr());
-      return kj::READY_NOW;
-    }
-    // Each attempt is bounded: a connect to a head behind a link that is down hangs for minutes
-    // (no RST), past this node's deadline.
-    auto remaining = deadline_ - node_.loop().timer().now();
-    auto limit = kj::max(kj::min(remaining, 5 * kj::SECONDS), 100 * kj::MILLISECONDS);
-    return node_.loop()
-        .timer()
-        .timeoutAfter(limit, node_.connect(headAddress_))
-        .then([this](kj::Own<Connection> conn) {
-          auto login = conn->peerBootstrap().castAs<proto::Gate>().loginRequest();
-          if (!node_.secure()) {
-            login.setToken(kj::StringPtr(node_.options().token.c_str()).asBytes());
-          }
-          login.setHost(node_.info().host());
-          login.setIncarnation(node_.info().incarnation());
-          auto cluster = login.send().getCluster();
-          auto join = cluster.joinRequest();
-          node_.info().toProto(join.initInfo());
-          join.setNode(node_.selfClient());
-          return join.send().then([this, cluster, conn = kj::mv(conn)](auto response) mutable {
-            joined(kj::mv(conn), kj::mv(cluster), response.getNodeId(),
-                   response.getControlPort());
-          });
-        })
-        .catch_([this, lastError = kj::mv(lastError)](kj::Exception&& e) -> kj::Promise<void> {
-          kj::String what = kj::str(e.getDescription());
-          std::string text = what.cStr();
-          if (text.find("authentication failed") != std::string::npos) {
-            node_.requestExit(
-                AUTH_FAILED,
-                node_.secure()
-                    ? "authentication failed: the head " + headLine() +
-                          " and this node hold different job secrets (" + tlsReason(text) +
-                          "); start every instance with the same secret (TROUPE_TOKEN_FILE)"
-                    : "authentication failed: the head " + headLine() +
-                          " refused this node's cluster token; start every instance with the "
-                          "same secret (TROUPE_TOKEN_FILE)");
-            return kj::READY_NOW;
-          }
-          if (e.getType() == kj::Exception::Type::FAILED &&
-              text.find("host '") != std::string::npos) {
-            node_.requestExit(
-                JOIN_FAILED, "the head refused to let this node join: " + std::string(what.cStr()));
-            return kj::READY_NOW;
-          }
-          auto delay = kj::min(backoff_, 2 * kj::SECONDS);
-          backoff_ = backoff_ * 2;
-          spdlog::debug("joining {} failed ({}); retrying in {} ms", headLine(), what.cStr(),
-                        delay / kj::MILLISECONDS);
-          return node_.loop().timer().afterDelay(delay).then(
-              [this, what = kj::mv(what)]() mutable { return attempt(kj::mv(what)); });
-        });
-  }
-
-  void joined(kj::Own<Connection> conn, proto::Cluster::Client cluster, uint32_t nodeId,
-              uint16_t controlPort) {
-    spdlog::info("joined the head {} as node {}", headLine(), nodeId);
-    nodeId_ = nodeId;
-    node_.setCluster(cluster);
-    // Liveness from here on: the control thread's heartbeats to the head's, on a connection of
-    // their own (control/control.h).
-    try {
-      control_ = std::make_unique<ControlClient>(ControlSettings::from(node_.options(), node_.tls()),
-                                                 controlAddress(headAddress_, controlPort), nodeId);
-    } catch (const ConfigError& e) {
-      node_.requestExit(INTERNAL_ERROR, std::string("cannot start the control thread: ") + e.what());
-      return;
-    }
-    node_.tasks().add(conn->onDisconnect().then(
-        [this]() { headGone("the connection closed"); },
-        [this](kj::Exception&& e) { headGone(e.getDescription().cStr()); }));
-    headConnection_ = kj::mv(conn);
-    auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
-    node_.tasks().add(heartbeatLoop(node_.loop().timer().now() + interval));
-  }
-
-  void headGone(std::string why) {
-    if (node_.exiting()) return;
-    // How far this node is behind its own heartbeat schedule: it was frozen (or starved) that
-    // long. Past the node timeout the head has declared it lost and cut it off, and the head's
-    // `fence` call, though sent first, may be dropped unread with the closed connection.
-    // The clock itself, not the loop's timer: the timer's time may not have moved on yet when the
-    // closed connection is the first thing a thawed process sees.
-    // The control thread's clock says it: an event loop merely held by an actor is no freeze.
-    auto behind = (control_ ? control_->frozenMs() : 0) * kj::MILLISECONDS;
-    auto nodeTimeout = node_.options().nodeTimeoutMs * kj::MILLISECONDS;
-    if (behind > nodeTimeout) {
-      node_.requestExit(FENCED, "this node was frozen for " +
-                                    std::to_string(behind / kj::MILLISECONDS) +
-                                    " ms, past the node timeout (" +
-                                    std::to_string(node_.options().nodeTimeoutMs) +
-                                    " ms), and the head has cut it off (" + why + ")");
-      return;
-    }
-    node_.requestExit(HEAD_LOST,
-                      "lost the head " + headLine() + node_.headActorsLine() + ": " + why);
-  }
-
-  kj::Promise<void> heartbeatLoop(kj::TimePoint due) {
-    // The main loop acts on what the control thread heard, whenever it gets to run; it also sends
-    // the node's load report (troupe status), which says nothing about liveness.
-    auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
-    return node_.loop().timer().atTime(due).then([this, due, interval]() {
-      auto now = node_.loop().timer().now();
-      auto stall = now - due;
-      node_.loopLate(stall);  // its control thread kept the heartbeats going meanwhile
-      if (auto why = control_->fenced()) {
-        node_.requestExit(FENCED, "the head declared this node lost (" + *why +
-                                      "); its actors run elsewhere now");
-        return kj::Promise<void>(kj::READY_NOW);
-      }
-      // Counted from the join until the first answer: a head lost right after it is lost within
-      // the head timeout too.
-      auto silent = control_->sinceHeardMs();
-      if (!control_->answered() && silent > int64_t(node_.options().headTimeoutMs)) {
-        headGone("no answer on the control path for " + std::to_string(silent) +
-                 " ms since joining (--head-timeout-ms " +
-                 std::to_string(node_.options().headTimeoutMs) +
-                 "; can this node reach the head's control port?)");
-        return kj::Promise<void>(kj::READY_NOW);
-      } else if (silent > int64_t(node_.options().headTimeoutMs)) {
-        headGone("no answer on the control path for " + std::to_string(silent) +
-                 " ms (--head-timeout-ms " + std::to_string(node_.options().headTimeoutMs) + ")");
-        return kj::Promise<void>(kj::READY_NOW);
-      }
-      auto req = node_.cluster().heartbeatRequest();
-      req.setNodeId(nodeId_);
-      node_.reportLoad(req.initLoad());
-      node_.tasks().add(req.send().then([this](auto&& reply) {
-        if (reply.getFenced()) {
-          node_.requestExit(FENCED, std::string("the head declared this node lost (") +
-                                        reply.getReason().cStr() +
-                                        "); its actors run elsewhere now");
-        }
-      }));
-      return heartbeatLoop(now + interval);
-    });
-  }
-
-  void interrupted(const char* signal) {
-    if (node_.exiting()) return;
-    if (signalled_) {
-      node_.requestExit(INTERRUPTED, std::string("second ") + signal + "; not waiting any longer");
-      return;
-    }
-    signalled_ = true;
-    std::string reason = std::string(signal) + " on " + node_.info().host().cStr() + " (" +
-                         node_.info().group().cStr() + ")";
-    if (headConnection_.get() == nullptr) {
-      node_.requestExit(INTERRUPTED, reason + " before joining");
-      return;
-    }
-    // A stop of this instance alone (a scale-down, a spot reclaim of one instance) is a drain:
-    // the head moves this node's work elsewhere and tells it to exit 0. A stop of the whole job
-    // (every instance signalled, the head too) ends the job with INTERRUPTED, as the head decides.
-    spdlog::warn(
-        "{}: asking the head to let this node leave (a drain, unless the whole job is "
-        "being stopped)",
-        reason);
-    auto req = node_.cluster().leaveRequest();
-    req.setNodeId(nodeId_);
-    req.setReason(reason);
-    node_.tasks().add(req.send().ignoreResult());
-    // The head answers with Node.exit(); if it does not, leave anyway.
-    auto& o = node_.options();
-    auto limit = (kDrainWindowMs + o.stopTimeoutMs + o.headTimeoutMs) * kj::MILLISECONDS;
-    node_.tasks().add(node_.loop().timer().afterDelay(limit).then([this, reason]() {
-      node_.requestExit(INTERRUPTED, reason + "; the head did not answer in time");
-    }));
-  }
-
-  NodeRuntime& node_;
-  std::string headAddress_;
-  kj::TimePoint deadline_;
-  kj::Duration backoff_ = 100 * kj::MILLISECONDS;
-  kj::Own<Connection> headConnection_;
-  std::unique_ptr<ControlClient> control_;  // from the join on
-  uint32_t nodeId_ = 0;
-  bool signalled_ = false;
-};
 
 }  // namespace
 
