@@ -70,6 +70,43 @@ TEST_CASE("an app's printf lines keep their order among the log lines under trou
   CHECK(two < three);
 }
 
+namespace {
+// The rest of the first line of `out` that starts with `prefix` (after "[algo-N] ").
+std::string lineAfter(const std::string& out, const std::string& prefix) {
+  auto at = out.find(prefix);
+  if (at == std::string::npos) return "";
+  at += prefix.size();
+  return out.substr(at, out.find('\n', at) - at);
+}
+}  // namespace
+
+TEST_CASE("a call through the wrong interface names the actor, one to a lost node names the node",
+          "[cluster][bad-input]") {
+  // Both were Cap'n Proto's own text: "Requested interface not implemented ... requestedTypeId =
+  // ..." and "Peer disconnected." (issue 24).
+  Run run(harness::sim(kThree, probe("errors")));
+  REQUIRE_OUTPUT(run, "ERRORS-READY ", 30s);
+  auto host = lineAfter(run.output(), "ERRORS-READY ");
+  auto instances = run.instances();
+  REQUIRE(instances.count(host) == 1);
+  REQUIRE(kill(instances[host].pid, SIGKILL) == 0);
+  REQUIRE_OUTPUT(run, "LOST-CALL: ", 20s);
+  run.wait(30s);
+  auto out = run.output();
+  INFO(out);
+  auto wrong = lineAfter(out, "WRONG-INTERFACE: ");
+  CHECK(wrong.find("(probe.Probe #") != std::string::npos);
+  CHECK(wrong.find(" on algo-") != std::string::npos);
+  CHECK(wrong.find("was called through another interface") != std::string::npos);
+  CHECK(wrong.find("spawn and call it as probe.Probe") != std::string::npos);
+  auto lost = lineAfter(out, "LOST-CALL: ");
+  CHECK(lost.find("the connection to node " + host + " (data_group) at " +
+                  instances[host].address) != std::string::npos);
+  CHECK(out.find("Requested interface not implemented") == std::string::npos);
+  CHECK(out.find("Peer disconnected") == std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("an actor type registered twice is a configuration error on every node, not an abort",
           "[cluster][bad-input]") {
   // It was a KJ_REQUIRE in main(), before run(): an uncaught exception, exit 134 (issue 24).

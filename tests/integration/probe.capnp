@@ -44,3 +44,8 @@ enum FailPoint {
   inContinuation @2;    # in a .then() continuation
   onPoolReturn @3;      # in the continuation of offload(), while the pool job has returned
 }
+
+# An interface no registered class serves: a reference cast to it must fail naming the actor.
+interface Other extends(Troupe.Actor) {
+  nothing @0 ();
+}

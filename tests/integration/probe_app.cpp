@@ -105,8 +105,8 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     return kj::READY_NOW;
   }
   kj::Promise<void> work(WorkContext call) override {
-    auto until = std::chrono::steady_clock::now() +
-                 std::chrono::microseconds(call.getParams().getSpinUs());
+    auto until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(call.getParams().getSpinUs());
     while (std::chrono::steady_clock::now() < until) {
     }
     call.getResults().setBytes(call.getParams().getPayload().size());
@@ -729,9 +729,11 @@ troupe::Co<void> restartWait(Job& job) {
   auto notices = [](const troupe::Restarted& n) {
     say("RESTARTED #" + std::to_string(n.id) + " incarnation " + std::to_string(n.incarnation));
   };
-  auto a = co_await job.spawnAsync<probe::Probe>(
-      "probe.Probe", three,
-      labelled("a").restarts(2, 60 * kj::SECONDS).waitForCapacity(700 * kj::MILLISECONDS).unlinked());
+  auto a = co_await job.spawnAsync<probe::Probe>("probe.Probe", three,
+                                                 labelled("a")
+                                                     .restarts(2, 60 * kj::SECONDS)
+                                                     .waitForCapacity(700 * kj::MILLISECONDS)
+                                                     .unlinked());
   auto c = job.spawn<probe::Probe>("probe.Probe", three, labelled("c"));
   auto f = job.spawn<probe::Probe>("probe.Probe", three, labelled("f"));
   auto aDown = job.monitor(a.id(), notices);
@@ -747,8 +749,8 @@ troupe::Co<void> restartWait(Job& job) {
   auto b = co_await job.spawnAsync<probe::Probe>(
       "probe.Probe", three,
       labelled("b").restarts(2, 60 * kj::SECONDS).waitForCapacity(10 * kj::SECONDS).unlinked());
-  auto bDown = job.monitor(b.id(), notices).then(
-      [](troupe::Exit why) { say("B DOWN " + why.describe()); });
+  auto bDown =
+      job.monitor(b.id(), notices).then([](troupe::Exit why) { say("B DOWN " + why.describe()); });
   auto first = co_await b.pingRequest().send();
   say("B ON " + std::string(first.getHost().cStr()));
   started = job.timer().now();
@@ -760,7 +762,8 @@ troupe::Co<void> restartWait(Job& job) {
   // The reference rebinds: this call waits while the restart waits, then reaches incarnation 2.
   auto again = co_await b.pingRequest().send();
   say("B PLACED after " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) +
-      " ms on " + again.getHost().cStr() + " incarnation " + std::to_string(again.getIncarnation()));
+      " ms on " + again.getHost().cStr() + " incarnation " +
+      std::to_string(again.getIncarnation()));
   co_await job.stop(b.id());
   co_await kj::mv(bDown);
 }
@@ -820,8 +823,8 @@ troupe::Co<void> busyHead(Job& job) {
     if (args[i] == "--bytes") bytes = std::stoul(args[i + 1]);
     if (args[i] == "--spin-us") spin = std::stoul(args[i + 1]);
   }
-  auto consumer = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("dnn_group").cpus(0),
-                                          labelled("consumer"));
+  auto consumer = job.spawn<probe::Probe>(
+      "probe.Probe", troupe::Placement::group("dnn_group").cpus(0), labelled("consumer"));
   auto producers = kj::heapArrayBuilder<troupe::Ref<probe::Probe>>(8);
   for (int i = 0; i < 8; ++i) {
     producers.add(job.spawn<probe::Probe>("probe.Probe",
@@ -863,8 +866,7 @@ troupe::Co<void> stall(Job& job) {
   }
   auto head = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("dnn_group").cpus(0),
                                       labelled("holder-head"));
-  auto data = job.spawn<probe::Probe>("probe.Probe",
-                                      troupe::Placement::group("data_group").cpus(0),
+  auto data = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("data_group").cpus(0),
                                       labelled("holder-data"));
   co_await head.pingRequest().send();
   co_await data.pingRequest().send();
@@ -882,15 +884,41 @@ troupe::Co<void> stall(Job& job) {
   say("DONE");
 }
 
+// Two calls that fail for a reason the app caused, each printed as the caller sees it: one
+// through a reference made for another interface than the actor serves, one to an actor whose
+// node the test kills (the test sends SIGKILL on "ERRORS-READY <host>").
+kj::Promise<void> errors(Job& job) {
+  auto data = troupe::Placement::group("data_group").cpus(0);
+  auto wrong =
+      kj::heap(job.spawn<probe::Other>("probe.Probe", data, labelled("wrong").unlinked()));
+  auto target =
+      kj::heap(job.spawn<probe::Probe>("probe.Probe", data, labelled("target").unlinked()));
+  auto& w = *wrong;
+  auto& t = *target;
+  return w.nothingRequest()
+      .send()
+      .then([](auto) { say("WRONG-INTERFACE: no error"); },
+            [](kj::Exception&& e) {
+              say(std::string("WRONG-INTERFACE: ") + e.getDescription().cStr());
+            })
+      .then([&t]() {
+        say("ERRORS-READY " + t.address().host);
+        auto req = t.holdRequest();
+        req.setMs(60000);
+        return req.send().then(
+            [](auto) { say("LOST-CALL: no error"); },
+            [](kj::Exception&& e) { say(std::string("LOST-CALL: ") + e.getDescription().cStr()); });
+      })
+      .attach(kj::mv(wrong), kj::mv(target));
+}
+
 // An app's own stdout beside troupe's log lines, as most apps write it: printf without fflush.
 // Under troupe sim stdout is a pipe; the lines must come in the order they were written.
 kj::Promise<void> printing(Job& job) {
   printf("PRINTED one\n");
   return job.timer().afterDelay(300 * kj::MILLISECONDS).then([&job]() {
     spdlog::info("LOGGED two");
-    return job.timer().afterDelay(300 * kj::MILLISECONDS).then([]() {
-      printf("PRINTED three\n");
-    });
+    return job.timer().afterDelay(300 * kj::MILLISECONDS).then([]() { printf("PRINTED three\n"); });
   });
 }
 
@@ -918,8 +946,7 @@ Scenario find(const std::string& name) {
     return [](Job& job) -> kj::Promise<void> { return failCallOnly(job); };
   if (name == "capacity-wait")
     return [](Job& job) -> kj::Promise<void> { return capacityWait(job); };
-  if (name == "restart-wait")
-    return [](Job& job) -> kj::Promise<void> { return restartWait(job); };
+  if (name == "restart-wait") return [](Job& job) -> kj::Promise<void> { return restartWait(job); };
   if (name == "restart-wait-at-end")
     return [](Job& job) -> kj::Promise<void> { return restartWaitAtEnd(job); };
   if (name == "busy-head") return [](Job& job) -> kj::Promise<void> { return busyHead(job); };
@@ -927,6 +954,7 @@ Scenario find(const std::string& name) {
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
+  if (name == "errors") return [](Job& job) -> kj::Promise<void> { return errors(job); };
   if (name == "printing") return [](Job& job) -> kj::Promise<void> { return printing(job); };
   return nullptr;
 }

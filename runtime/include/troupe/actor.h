@@ -462,6 +462,11 @@ class ActorCore {
   using MethodTable = std::map<std::pair<uint64_t, uint16_t>, MethodInfo>;
   static MethodTable methodTable(capnp::InterfaceSchema schema);
   // Every method of the interface and the interfaces it extends, with its $concurrent annotation.
+  kj::Exception unknownCall(capnp::InterfaceSchema schema, uint64_t interfaceId,
+                            uint16_t methodId) const;
+  // A call this actor does not serve (a reference cast to another interface, or a caller built
+  // from another version of the schema): UNIMPLEMENTED, naming the actor, its node, what it
+  // serves and what to do, in place of Cap'n Proto's "Requested interface not implemented".
 
   class Held {
     // Times a method's body (up to the promise it returns) on the event loop: past
@@ -549,12 +554,16 @@ class ActorBase : public detail::ActorServerOf<Interface>, public ActorCore {
     }
     int64_t traced = trace::enabled() ? trace::now() : -1;
     static const MethodTable table = methodTable(capnp::Schema::from<Interface>());
-    static const MethodInfo unknown{"(unknown method)", false};
     auto it = table.find({interfaceId, methodId});
-    const MethodInfo& method = it == table.end() ? unknown : it->second;
+    if (it == table.end()) {
+      return {kj::Promise<void>(unknownCall(capnp::Schema::from<Interface>(), interfaceId,
+                                            methodId)),
+              false};
+    }
+    const MethodInfo& method = it->second;
     kj::Promise<void> promise = nullptr;
     bool streaming = method.streaming;
-    if (method.concurrent || it == table.end()) {
+    if (method.concurrent) {
       Held held(*this, method);
       auto result = Server::dispatchCall(interfaceId, methodId, call);
       streaming = result.isStreaming;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "actor/actor_host.h"
 #include "actor/rebind.h"
 #include "actor/spawn_request.h"
@@ -268,6 +270,40 @@ ActorCore::MethodTable ActorCore::methodTable(capnp::InterfaceSchema schema) {
   };
   add(schema, add);
   return table;
+}
+
+kj::Exception ActorCore::unknownCall(capnp::InterfaceSchema schema, uint64_t interfaceId,
+                                     uint16_t methodId) const {
+  std::string serves;
+  bool interfaceKnown = false;
+  std::string interfaceName;
+  auto walk = [&](capnp::InterfaceSchema iface, auto& self) -> void {
+    if (iface.getProto().getId() == interfaceId) {
+      interfaceKnown = true;
+      interfaceName = actorTypeName(iface);
+    }
+    serves += (serves.empty() ? "" : ", ") + actorTypeName(iface);
+    for (auto super : iface.getSuperclasses()) self(super, self);
+  };
+  walk(schema, walk);
+  std::string who = self().describe();
+  if (interfaceKnown) {
+    return KJ_EXCEPTION(UNIMPLEMENTED,
+                        kj::str(who, " has no method @", methodId, " in ", interfaceName,
+                                ": the caller was built from another version of the schema; "
+                                "build every instance of the job from the same binary")
+                            .cStr());
+  }
+  char id[32];
+  snprintf(id, sizeof(id), "0x%016llx", static_cast<unsigned long long>(interfaceId));
+  return KJ_EXCEPTION(
+      UNIMPLEMENTED,
+      kj::str(who, " was called through another interface (id ", id, ") than the ones it serves (",
+              serves,
+              "): the reference was made for another type than the one spawned; spawn and call "
+              "it as ", actorTypeName(schema), ", or spawn the type that serves the interface "
+              "you call")
+          .cStr());
 }
 
 class ActorCore::Slot {

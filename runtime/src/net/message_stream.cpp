@@ -120,12 +120,26 @@ IncomingMessageStream::IncomingMessageStream(kj::AsyncIoStream& stream)
 
 kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> IncomingMessageStream::tryReadMessage(
     kj::ArrayPtr<kj::AutoCloseFd>, capnp::ReaderOptions options, kj::ArrayPtr<capnp::word>) {
+  // One continuation for both outcomes (no extra promise node per message on the hot path).
   return stream_.tryRead(first_.begin(), sizeof(first_), sizeof(first_))
-      .then([this, options](size_t n) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
-        if (n == 0) return kj::Maybe<capnp::MessageReaderAndFds>(nullptr);
-        if (n < sizeof(first_)) return prematureEof();
-        return readTable(options);
-      });
+      .then(
+          [this, options](size_t n) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
+            if (n == 0) {
+              if (peer_.empty()) return kj::Maybe<capnp::MessageReaderAndFds>(nullptr);
+              return kj::Exception(
+                  kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                  kj::str("the connection to ", peer_,
+                          " closed: its process exited, or the node was lost or cut off"));
+            }
+            if (n < sizeof(first_)) return prematureEof();
+            return readTable(options);
+          },
+          [this](kj::Exception&& e) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
+            if (peer_.empty()) return kj::mv(e);
+            return kj::Exception(e.getType(), e.getFile(), e.getLine(),
+                                 kj::str("the connection to ", peer_, " broke: ",
+                                         e.getDescription()));
+          });
 }
 
 kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> IncomingMessageStream::readTable(

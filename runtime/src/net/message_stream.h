@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace troupe {
 
@@ -35,8 +36,14 @@ class IncomingMessageStream final : public capnp::MessageStream {
   kj::Maybe<int> getSendBufferSize() override;
   kj::Promise<void> end() override;
 
+  void describePeer(std::string peer) { peer_ = kj::mv(peer); }
+  // What the other end is ("node algo-3 (data_group) at 10.0.0.3:7077"). Once set, the
+  // connection closing or breaking is a DISCONNECTED exception naming it, which Cap'n Proto
+  // hands to every call in flight on the connection (in place of "Peer disconnected.").
+
  private:
   kj::AsyncIoStream& stream_;
+  std::string peer_;
   capnp::AsyncIoMessageStream writer_;
   kj::FixedArray<uint32_t, 2> first_;  // the first word of a segment table
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "head/head.h"
@@ -162,6 +163,7 @@ class GateServer final : public proto::Gate::Server {
     if (connection_ != nullptr) {
       connection_->loggedIn();
       connection_->setPeerHost(call.getParams().getHost(), call.getParams().getIncarnation());
+      connection_->describePeer(node_.describeHost(call.getParams().getHost()));
     }
     auto results = call.getResults();
     results.setNode(node_.selfClient());
@@ -485,10 +487,27 @@ kj::Promise<kj::Own<Connection>> NodeRuntime::connect(const std::string& address
             });
       })
       .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
-        return kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
-                                    capnp::rpc::twoparty::Side::CLIENT,
-                                    capnp::Capability::Client(nullptr), readerOptions(), address);
+        auto connection = kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
+                                               capnp::rpc::twoparty::Side::CLIENT,
+                                               capnp::Capability::Client(nullptr),
+                                               readerOptions(), address);
+        connection->describePeer(describeAddress(address));
+        return connection;
       });
+}
+
+std::string NodeRuntime::describeAddress(const std::string& address) const {
+  for (auto& host : config_.hosts) {
+    if (hosts_.addressOf(host) == address) return describeHost(host);
+  }
+  return "the node at " + address;
+}
+
+std::string NodeRuntime::describeHost(const std::string& host) const {
+  if (std::find(config_.hosts.begin(), config_.hosts.end(), host) == config_.hosts.end()) {
+    return "node " + host;  // not in the cluster file (it was refused at login)
+  }
+  return "node " + host + " (" + config_.groupOf(host).name + ") at " + hosts_.addressOf(host);
 }
 
 proto::Node::Client NodeRuntime::peerNode(const std::string& address) {

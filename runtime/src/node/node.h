@@ -50,6 +50,8 @@ class Connection {
     peerHost_ = kj::mv(host);
     peerIncarnation_ = incarnation;
   }
+  void describePeer(std::string text) { messages_.describePeer(kj::mv(text)); }
+  // What a call on this connection names when the connection closes or breaks.
   uint32_t peerIncarnation() const { return peerIncarnation_; }
   // The host the peer said it is when it logged in ("" for connections this node opened).
 
@@ -103,6 +105,10 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   // A client connection to another node's port (no login yet).
   proto::Node::Client selfClient() { return self_; }
   proto::Node::Client peerNode(const std::string& address) override;
+  std::string describeAddress(const std::string& address) const;
+  // "node algo-3 (data_group) at 10.0.0.3:7077", or "the node at ..." for an address of no host.
+  std::string describeHost(const std::string& host) const;
+  // The same for a host of the cluster.
   // The Node capability of the node listening at `address`, over a direct connection cached per
   // peer (or this node itself).
 
