@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace troupe::train {
+namespace troupe::augment {
 namespace {
 
 void require(bool ok, const char* field, double value, const char* allowed) {
@@ -212,4 +212,4 @@ std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean, 
   return out;
 }
 
-}  // namespace troupe::train
+}  // namespace troupe::augment

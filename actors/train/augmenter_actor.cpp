@@ -26,8 +26,8 @@ double threadCpuSeconds() {
 
 }  // namespace
 
-AugmentConfig AugmenterActor::configFrom(hetero::AugmentSettings::Reader s) {
-  AugmentConfig c;
+augment::AugmentConfig AugmenterActor::configFrom(hetero::AugmentSettings::Reader s) {
+  augment::AugmentConfig c;
   c.padding = s.getPadding();
   c.flipProbability = s.getFlipProbability();
   c.maxRotationDegrees = s.getMaxRotationDegrees();
@@ -49,7 +49,7 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   batchSize_ = args.getBatchSize();
   seed_ = args.getSeed();
   dataDir_ = args.getDataDir();
-  augmenter_ = std::make_shared<const Augmenter>(configFrom(args.getAugment()));
+  augmenter_ = std::make_shared<const augment::Augmenter>(configFrom(args.getAugment()));
   KJ_REQUIRE(batchSize_ > 0, "batch size must be at least 1");
 }
 
@@ -241,8 +241,8 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           auto sent = trace::around(req.send(), "push", "stream", trace::actorRow(self().id));
           augmentSeconds_ += std::get<2>(result) + (threadCpuSeconds() - loopCpu);
           return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
-                return pump(shard, session, epoch, data, order, end, sink);
-              });
+            return pump(shard, session, epoch, data, order, end, sink);
+          });
         });
   });
 }

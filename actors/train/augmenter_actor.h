@@ -30,7 +30,7 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   // A produce() that ends DISCONNECTED lost its consumer (the trainer, or a newer session that
   // replaced it): the caller's failure, not the augmenter's.
 
-  static AugmentConfig configFrom(hetero::AugmentSettings::Reader settings);
+  static augment::AugmentConfig configFrom(hetero::AugmentSettings::Reader settings);
 
  private:
   struct Shard {
@@ -58,7 +58,7 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   uint32_t shard_, shards_, batchSize_;
   uint64_t seed_, samples_;
   std::string dataDir_;
-  std::shared_ptr<const Augmenter> augmenter_;
+  std::shared_ptr<const augment::Augmenter> augmenter_;
   kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::LabeledImages>>> trainingSet_;
   std::map<uint32_t, Stream> streams_;  // by shard
   // For stats(): what this incarnation augmented and pushed.

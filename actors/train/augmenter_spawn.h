@@ -23,7 +23,7 @@ struct AugmenterSpec {
   uint32_t batchSize = 128;
   std::string dataDir;
   uint64_t samples = 0;  // the samples per epoch (the dataset's first N)
-  AugmentConfig augment;
+  troupe::augment::AugmentConfig augment;
   unsigned restarts = 3;
   unsigned perNode = 0;  // augmenters per data node; 0: one per vCPU
   std::string dataGroup = "data_group";
@@ -35,8 +35,8 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name);
 // On every data node that joins the running job: spawns its augmenters and adds them to
 // `trainer` (addSources). `added` (optional) hears of each batch of them, for the app's own
 // tables. The tasks live in `tasks`.
-using AugmentersAdded = std::function<void(const std::string& host,
-                                           kj::ArrayPtr<Ref<hetero::Augmenter>> added)>;
+using AugmentersAdded =
+    std::function<void(const std::string& host, kj::ArrayPtr<Ref<hetero::Augmenter>> added)>;
 void growOnJoin(Driver& job, const AugmenterSpec& spec, Ref<hetero::Trainer> trainer,
                 kj::TaskSet& tasks, AugmentersAdded added = nullptr);
 

@@ -96,8 +96,8 @@ struct TrainingState {
   std::vector<uint8_t> seen;         ///< Per sample id: times trained on in this epoch.
   EpochRecord current;               ///< The epoch in progress, so far.
   std::vector<EpochRecord> history;  ///< Finished epochs.
-  std::vector<float> parameters;     ///< Mlp::parameters().
-  std::vector<float> velocities;     ///< Mlp::velocities(): the optimiser's momentum.
+  std::vector<float> parameters;     ///< trainer::Mlp::parameters().
+  std::vector<float> velocities;     ///< trainer::Mlp::velocities(): the optimiser's momentum.
   std::string writtenBy;             ///< Host and reason, for the log ("algo-1, every 100 steps").
 };
 

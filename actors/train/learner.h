@@ -54,8 +54,8 @@ struct Handoffs {
 };
 
 struct StepResult {
-  float loss = NAN;         // NaN where the learner does not say (a script)
-  double cpuSeconds = 0;    // CPU time of the step's thread (0 where not measured)
+  float loss = NAN;       // NaN where the learner does not say (a script)
+  double cpuSeconds = 0;  // CPU time of the step's thread (0 where not measured)
 };
 
 class Learner {

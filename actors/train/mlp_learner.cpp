@@ -23,18 +23,18 @@ std::vector<int> MlpLearner::shape() const {
 }
 
 kj::Promise<void> MlpLearner::start(ActorContext& context) {
-  auto kind = deviceName_ == "cpu"    ? DeviceKind::kCpu
-              : deviceName_ == "cuda" ? DeviceKind::kCuda
-                                      : DeviceKind::kAuto;
-  auto selection = selectDevice(kind);
+  auto kind = deviceName_ == "cpu"    ? trainer::DeviceKind::kCpu
+              : deviceName_ == "cuda" ? trainer::DeviceKind::kCuda
+                                      : trainer::DeviceKind::kAuto;
+  auto selection = trainer::selectDevice(kind);
   deviceReason_ = selection.reason;
   spdlog::info("trainer on {}: {}", context.node().host(), deviceReason_);
-  model_ = std::make_shared<Mlp>(config_, std::move(selection.device));
+  model_ = std::make_shared<trainer::Mlp>(config_, std::move(selection.device));
   return context
       .offload([dir = dataDir_]() {
         auto set = data::loadFashionMnist(dir, data::Split::kTest);
         auto test = std::make_shared<Test>();
-        test->images = normalizeImages(set.pixels);
+        test->images = augment::normalizeImages(set.pixels);
         test->labels = set.labels;
         return std::shared_ptr<const Test>(kj::mv(test));
       })
@@ -61,7 +61,7 @@ kj::Promise<StepResult> MlpLearner::step(ActorContext& context, StepBatch b) {
       // every step if allocated each time.
       thread_local std::vector<float> floats;
       floats.resize(b.images.size());
-      normalizeImages(b.images.as<uint8_t>(), floats);
+      augment::normalizeImages(b.images.as<uint8_t>(), floats);
       r.loss = model->trainStep(floats, b.labels);
     } else {
       r.loss = model->trainStep(b.images.as<float>(), b.labels);
@@ -90,8 +90,7 @@ void MlpLearner::load(TrainingState& s, const std::string& name) {
       s.velocities.size() != model_->parameterCount()) {
     throw CheckpointError(name + " holds " + std::to_string(s.parameters.size()) +
                           " parameters and " + std::to_string(s.velocities.size()) +
-                          " velocities; the model has " +
-                          std::to_string(model_->parameterCount()));
+                          " velocities; the model has " + std::to_string(model_->parameterCount()));
   }
   model_->setParameters(s.parameters);
   model_->setVelocities(s.velocities);
@@ -111,8 +110,8 @@ Handoffs MlpLearner::handoffs() const {
 
 void MlpLearner::finished(const std::vector<EpochRecord>& history) {
   if (modelDir_.empty()) return;
-  model_->save(modelDir_, ModelInfo{static_cast<int64_t>(history.size()),
-                                    history.empty() ? 0 : history.back().accuracy});
+  model_->save(modelDir_, trainer::ModelInfo{static_cast<int64_t>(history.size()),
+                                             history.empty() ? 0 : history.back().accuracy});
   spdlog::info("model saved to {}", modelDir_);
 }
 

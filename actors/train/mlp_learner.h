@@ -34,10 +34,10 @@ class MlpLearner final : public Learner {
     std::vector<float> images;
     std::vector<uint8_t> labels;
   };
-  MlpConfig config_;
+  trainer::MlpConfig config_;
   std::string deviceName_, dataDir_, modelDir_;
   std::string deviceReason_;
-  std::shared_ptr<Mlp> model_;
+  std::shared_ptr<trainer::Mlp> model_;
   std::shared_ptr<const Test> test_;
   struct Gaps {
     // Written on the pool thread of each step, read on the event loop.

@@ -78,8 +78,9 @@ std::string ScriptLearner::state() {
 uint32_t ScriptLearner::resumeFrom(const std::string& bytes, const std::string& name) {
   auto state = decodeCheckpoint(bytes, name);
   if (!state.parameters.empty()) {
-    throw CheckpointError(name + " is a hetero_train checkpoint (it holds a model), not a "
-                                 "troupe.data stream's state_dict()");
+    throw CheckpointError(name +
+                          " is a hetero_train checkpoint (it holds a model), not a "
+                          "troupe.data stream's state_dict()");
   }
   std::lock_guard lock(mutex_);
   if (begun_) {

@@ -37,9 +37,9 @@ class ScriptLearner final : public Learner {
   struct Item {
     enum Kind { kBatch, kEpochEnd, kFinished, kStopped, kFailed };
     Kind kind = kBatch;
-    StepBatch batch;       // kBatch
-    uint32_t epoch = 0;    // kBatch, kEpochEnd
-    std::string text;      // kFinished: the report (JSON); kFailed: why
+    StepBatch batch;     // kBatch
+    uint32_t epoch = 0;  // kBatch, kEpochEnd
+    std::string text;    // kFinished: the report (JSON); kFailed: why
   };
   // Blocks until the next item. The batch the script received before counts as trained.
   Item next();

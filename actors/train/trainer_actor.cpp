@@ -89,12 +89,11 @@ TrainerActor::~TrainerActor() noexcept(false) {
 
 kj::Promise<void> TrainerActor::onStart() {
   learner_->attach(*this);
-  return learner_->start(context()).then(
-      [this]() { onStartedFulfiller_->fulfill(); },
-      [this](kj::Exception&& e) {
-        onStartedFulfiller_->reject(kj::cp(e));
-        kj::throwFatalException(kj::mv(e));
-      });
+  return learner_->start(context()).then([this]() { onStartedFulfiller_->fulfill(); },
+                                         [this](kj::Exception&& e) {
+                                           onStartedFulfiller_->reject(kj::cp(e));
+                                           kj::throwFatalException(kj::mv(e));
+                                         });
 }
 
 kj::Promise<void> TrainerActor::progress(ProgressContext call) {
@@ -147,57 +146,58 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
         }
         return chain;
       })
-      .then([this, call]() mutable {
-        training_ = false;
-        auto r = call.getResults();
-        r.setDevice(learner_->device());
-        auto c = r.initCheckpoints();
-        c.setResumedFrom(resumedFrom_);
-        c.setResumedEpoch(firstEpoch_);
-        c.setResumedStep(resumedSteps_);
-        c.setResumedSamples(resumedSamples_ > 0 && firstEpoch_ < history_.size()
-                                ? history_[firstEpoch_].fromCheckpoint
-                                : 0);
-        c.setWritten(written_);
-        c.setWriteSeconds(writeSeconds_);
-        c.setLast(lastWritten_);
-        auto used = CpuTimes::now() - cpuAtStart_;
-        auto cpu = r.initCpu();
-        cpu.setBatches(totalSteps_ - stepsAtStart_);
-        cpu.setLoopSeconds(used.thread);
-        cpu.setProcessSeconds(used.process);
-        cpu.setCopiedBatches(copiedBatches_);
-        cpu.setSteadyProcessSeconds(steadyProcessSeconds_);
-        auto handoffs = learner_->handoffs();
-        cpu.setHandoffs(handoffs.count);
-        cpu.setHandoffSeconds(handoffs.seconds);
-        auto list = r.initEpochs(history_.size());
-        for (size_t i = 0; i < history_.size(); ++i) {
-          auto& h = history_[i];
-          auto e = list[i];
-          e.setEpoch(i);
-          e.setSamples(h.samples);
-          e.setDuplicates(h.duplicates);
-          e.setMissing(h.missing);
-          e.setRejected(h.rejected);
-          e.setTestAccuracy(h.accuracy);
-          e.setSeconds(h.seconds);
-          e.setSteps(h.steps);
-          e.setStepSeconds(h.stepSeconds);
-          e.setStepCpuSeconds(h.stepCpuSeconds);
-          e.setFillSeconds(h.fillSeconds);
-          e.setWaitSeconds(h.waitSeconds);
-          e.setLoss(h.loss);
-          e.setFromCheckpoint(h.fromCheckpoint);
-          e.setDigest(h.digest);
-        }
-        learner_->finished(history_);
-      },
-      [this](kj::Exception&& e) {
-        training_ = false;
-        learner_->failed(e);
-        kj::throwFatalException(kj::mv(e));
-      });
+      .then(
+          [this, call]() mutable {
+            training_ = false;
+            auto r = call.getResults();
+            r.setDevice(learner_->device());
+            auto c = r.initCheckpoints();
+            c.setResumedFrom(resumedFrom_);
+            c.setResumedEpoch(firstEpoch_);
+            c.setResumedStep(resumedSteps_);
+            c.setResumedSamples(resumedSamples_ > 0 && firstEpoch_ < history_.size()
+                                    ? history_[firstEpoch_].fromCheckpoint
+                                    : 0);
+            c.setWritten(written_);
+            c.setWriteSeconds(writeSeconds_);
+            c.setLast(lastWritten_);
+            auto used = CpuTimes::now() - cpuAtStart_;
+            auto cpu = r.initCpu();
+            cpu.setBatches(totalSteps_ - stepsAtStart_);
+            cpu.setLoopSeconds(used.thread);
+            cpu.setProcessSeconds(used.process);
+            cpu.setCopiedBatches(copiedBatches_);
+            cpu.setSteadyProcessSeconds(steadyProcessSeconds_);
+            auto handoffs = learner_->handoffs();
+            cpu.setHandoffs(handoffs.count);
+            cpu.setHandoffSeconds(handoffs.seconds);
+            auto list = r.initEpochs(history_.size());
+            for (size_t i = 0; i < history_.size(); ++i) {
+              auto& h = history_[i];
+              auto e = list[i];
+              e.setEpoch(i);
+              e.setSamples(h.samples);
+              e.setDuplicates(h.duplicates);
+              e.setMissing(h.missing);
+              e.setRejected(h.rejected);
+              e.setTestAccuracy(h.accuracy);
+              e.setSeconds(h.seconds);
+              e.setSteps(h.steps);
+              e.setStepSeconds(h.stepSeconds);
+              e.setStepCpuSeconds(h.stepCpuSeconds);
+              e.setFillSeconds(h.fillSeconds);
+              e.setWaitSeconds(h.waitSeconds);
+              e.setLoss(h.loss);
+              e.setFromCheckpoint(h.fromCheckpoint);
+              e.setDigest(h.digest);
+            }
+            learner_->finished(history_);
+          },
+          [this](kj::Exception&& e) {
+            training_ = false;
+            learner_->failed(e);
+            kj::throwFatalException(kj::mv(e));
+          });
 }
 
 void TrainerActor::beginEpoch(uint32_t epoch, bool resumed, bool ahead) {
@@ -240,33 +240,31 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
     stats_.missing = 0;
     for (auto v : seen_) stats_.missing += v == 0;
     if (epoch + 1 < epochs_) beginEpoch(epoch + 1, false, true);
-    return learner_->evaluate(context(), epoch)
-        .then([this, epoch](double accuracy) {
-          KJ_IF_MAYBE(from, steadyFrom_) {
-            steadyProcessSeconds_ += CpuTimes::now().process - *from;
-            steadyFrom_ = nullptr;
-          }
-          stats_.accuracy = accuracy;
-          stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
-          totalWait_ += stats_.waitSeconds - waitBefore_;
-          spdlog::info(
-              "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}, "
-              "{:.1f} s",
-              epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing,
-              stats_.rejected,
-              std::isnan(accuracy) ? std::string("evaluated by the script")
-                                   : fmt::format("test accuracy {:.4f}", accuracy),
-              stats_.seconds);
-          history_.push_back(stats_);
-          // Between epochs: the next one has trained nothing yet (what a checkpoint now holds).
-          stats_ = EpochRecord();
-          seen_.assign(trainSamples_, 0);
-          for (auto& s : sources_) s.acked = 0;
-          epochSecondsBefore_ = 0;
-          waitBefore_ = 0;
-          epochStarted_ = context().timer().now();
-          learner_->epochEnded(epoch);
-        });
+    return learner_->evaluate(context(), epoch).then([this, epoch](double accuracy) {
+      KJ_IF_MAYBE(from, steadyFrom_) {
+        steadyProcessSeconds_ += CpuTimes::now().process - *from;
+        steadyFrom_ = nullptr;
+      }
+      stats_.accuracy = accuracy;
+      stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
+      totalWait_ += stats_.waitSeconds - waitBefore_;
+      spdlog::info(
+          "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}, "
+          "{:.1f} s",
+          epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected,
+          std::isnan(accuracy) ? std::string("evaluated by the script")
+                               : fmt::format("test accuracy {:.4f}", accuracy),
+          stats_.seconds);
+      history_.push_back(stats_);
+      // Between epochs: the next one has trained nothing yet (what a checkpoint now holds).
+      stats_ = EpochRecord();
+      seen_.assign(trainSamples_, 0);
+      for (auto& s : sources_) s.acked = 0;
+      epochSecondsBefore_ = 0;
+      waitBefore_ = 0;
+      epochStarted_ = context().timer().now();
+      learner_->epochEnded(epoch);
+    });
   });
 }
 
@@ -625,17 +623,16 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   step.done = done;
   step.waited = waitedSinceStep_;
   waitedSinceStep_ = false;
-  return learner_->step(context(), kj::mv(step))
-      .then([this, epoch, stepStart](StepResult result) {
-        stats_.stepSeconds += seconds(context().timer().now() - stepStart);
-        stats_.stepCpuSeconds += result.cpuSeconds;
-        stats_.loss = result.loss;
-        stepInFlight_ = nullptr;
-        if (due())
-          return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")
-              .then([this, epoch]() { return consume(epoch); });
-        return consume(epoch);
-      });
+  return learner_->step(context(), kj::mv(step)).then([this, epoch, stepStart](StepResult result) {
+    stats_.stepSeconds += seconds(context().timer().now() - stepStart);
+    stats_.stepCpuSeconds += result.cpuSeconds;
+    stats_.loss = result.loss;
+    stepInFlight_ = nullptr;
+    if (due())
+      return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")
+          .then([this, epoch]() { return consume(epoch); });
+    return consume(epoch);
+  });
 }
 
 }  // namespace troupe::train

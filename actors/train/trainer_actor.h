@@ -4,8 +4,8 @@
 // `prefetch` batches in flight), hands each to its learner (learner.h: hetero_train's MLP on the
 // node's device, CUDA when built with it and a GPU is present, else Thrust's CPU back end; or a
 // training script in this process, script_learner.h), and checks that every training sample
-// arrives exactly once per epoch. When a stream breaks (its augmenter's node was lost or drained), the
-// shard goes back to the queue and the next free augmenter resumes it from the last position
+// arrives exactly once per epoch. When a stream breaks (its augmenter's node was lost or drained),
+// the shard goes back to the queue and the next free augmenter resumes it from the last position
 // the trainer acknowledged; the augmenter itself is used again once the runtime has restarted
 // it.
 //
@@ -182,7 +182,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint32_t checkpointEvery_ = 0, killDuringCheckpoint_ = 0;
   bool fresh_ = false;
   uint64_t samplesSetting_ = 0;
-  bool training_ = false;        // train() started and has not ended
+  bool training_ = false;  // train() started and has not ended
   // beginEpoch(ahead): the epoch whose streams started before its predecessor's evaluation ended;
   // until then `acked` still holds the predecessor's positions (what a checkpoint records), so
   // streams start at 0 and dispatch() does not take a full `acked` for a finished shard.
@@ -201,7 +201,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   kj::Maybe<double> steadyFrom_;
   double steadyProcessSeconds_ = 0;
   uint64_t stepsAtStart_ = 0;
-  uint64_t copiedBatches_ = 0;  // deliveries Received::keep had to copy
+  uint64_t copiedBatches_ = 0;    // deliveries Received::keep had to copy
   bool waitedSinceStep_ = false;  // consume() waited for data since the last step (Handoffs)
   double writeSeconds_ = 0;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;

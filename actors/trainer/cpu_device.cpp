@@ -4,7 +4,7 @@
 
 #include "thrust_device.h"
 
-namespace troupe::train {
+namespace troupe::trainer {
 namespace {
 
 class CpuDevice final : public ThrustDevice {
@@ -54,4 +54,4 @@ std::unique_ptr<Device> makeCpuDevice() {
   return std::make_unique<CpuDevice>();
 }
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer

@@ -5,7 +5,7 @@
 #include "cuda_device.h"
 #include "thrust_device.h"
 
-namespace troupe::train {
+namespace troupe::trainer {
 namespace {
 
 void checkCuda(cudaError_t status, const char* what) {
@@ -69,4 +69,4 @@ std::unique_ptr<Device> makeCudaDevice(int ordinal) {
   return std::make_unique<CudaDevice>(ordinal);
 }
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer

@@ -7,7 +7,7 @@
 
 #include "troupe/trainer/device.h"
 
-namespace troupe::train {
+namespace troupe::trainer {
 
 /// Number of CUDA devices; 0 with `error` set when the driver or a GPU is missing.
 int cudaDeviceCount(std::string& error);
@@ -16,4 +16,4 @@ int cudaDeviceCount(std::string& error);
 /// the device or cuBLAS cannot be initialised.
 std::unique_ptr<Device> makeCudaDevice(int ordinal = 0);
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer

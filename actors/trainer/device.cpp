@@ -10,7 +10,7 @@
 #include "cuda_device.h"
 #endif
 
-namespace troupe::train {
+namespace troupe::trainer {
 namespace {
 
 // libgomp reads OMP_WAIT_POLICY once at load, so the library cannot fix this itself; the
@@ -53,4 +53,4 @@ DeviceSelection selectDevice(DeviceKind kind) {
   return {makeCpuDevice(), std::string(cpu) + ": " + why + cpuWaitPolicyNote()};
 }
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer

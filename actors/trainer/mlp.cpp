@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace troupe::train {
+namespace troupe::trainer {
 
 struct Mlp::Layer {
   int in = 0;
@@ -365,4 +365,4 @@ Mlp Mlp::load(const std::filesystem::path& dir, std::shared_ptr<Device> device, 
   return mlp;
 }
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer

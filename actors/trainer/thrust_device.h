@@ -22,7 +22,7 @@
 
 #include "troupe/trainer/device.h"
 
-namespace troupe::train {
+namespace troupe::trainer {
 namespace {
 
 struct ReluOp {
@@ -204,4 +204,4 @@ class ThrustDevice : public Device {
 };
 
 }  // namespace
-}  // namespace troupe::train
+}  // namespace troupe::trainer

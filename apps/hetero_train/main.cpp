@@ -45,7 +45,7 @@ struct Settings {
   unsigned prefetch = 4;
   std::string augment = "heavy";  // the AugmentConfig preset
   int blur = -1;                   // -1: the preset's
-  troupe::train::AugmentConfig augmentConfig;
+  troupe::augment::AugmentConfig augmentConfig;
   uint64_t seed = 42;
   uint64_t samples = 0;  // 0 = all 60,000
   unsigned perNode = 0;  // augmenters per data node; 0 = one per vCPU
@@ -72,7 +72,7 @@ troupe::train::JobIdentity jobIdentity(const Settings& s) {
   troupe::train::JobIdentity id;
   id.trainSamples = s.samples;
   id.batchSize = s.batchSize;
-  id.layerSizes = troupe::train::MlpConfig().layerSizes;
+  id.layerSizes = troupe::trainer::MlpConfig().layerSizes;
   id.seed = s.seed;
   id.epochs = s.epochs;
   id.learningRate = s.learningRate;
@@ -197,8 +197,8 @@ Settings parseSettings(int argc, char* argv[]) {
     }
     troupe::parseAppFlags(cli, argc, argv, defaults, sm);
     if (sm.active() && !sm.hasChannel("train")) checkNoTrainChannel(sm, s.dataDir);
-    s.augmentConfig = s.augment == "light" ? troupe::train::AugmentConfig::light()
-                                           : troupe::train::AugmentConfig::heavy();
+    s.augmentConfig = s.augment == "light" ? troupe::augment::AugmentConfig::light()
+                                           : troupe::augment::AugmentConfig::heavy();
     if (s.blur >= 0) s.augmentConfig.blurKernel = s.blur;
     s.augmentConfig.validate();
   } catch (const troupe::ConfigError& e) {

@@ -111,8 +111,8 @@ class Job {
     spec.batchSize = s.batchSize;
     spec.dataDir = s.dataDir;
     spec.samples = samples_;
-    spec.augment = s.augment == "light" ? troupe::train::AugmentConfig::light()
-                                        : troupe::train::AugmentConfig::heavy();
+    spec.augment = s.augment == "light" ? troupe::augment::AugmentConfig::light()
+                                        : troupe::augment::AugmentConfig::heavy();
     if (s.blur >= 0) spec.augment.blurKernel = s.blur;
     spec.augment.validate();
     spec.restarts = s.restarts;
@@ -208,7 +208,7 @@ py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
     {
       py::gil_scoped_release release;
       if (b.bytes) {
-        troupe::train::normalizeImages(b.images.as<uint8_t>(), std::span<float>(dst, n * 784));
+        troupe::augment::normalizeImages(b.images.as<uint8_t>(), std::span<float>(dst, n * 784));
       } else {
         auto src = b.images.as<float>();
         std::copy(src.begin(), src.end(), dst);
@@ -343,17 +343,17 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(images, labels);
       },
       py::arg("split"), py::arg("data_dir") = troupe::data::kDefaultFashionMnistDir);
-  py::class_<troupe::train::Augmenter>(m, "Augmenter")
+  py::class_<troupe::augment::Augmenter>(m, "Augmenter")
       .def(py::init([](std::string preset, int blur) {
-             auto config = preset == "light" ? troupe::train::AugmentConfig::light()
-                                             : troupe::train::AugmentConfig::heavy();
+             auto config = preset == "light" ? troupe::augment::AugmentConfig::light()
+                                             : troupe::augment::AugmentConfig::heavy();
              if (blur >= 0) config.blurKernel = blur;
-             return troupe::train::Augmenter(config);
+             return troupe::augment::Augmenter(config);
            }),
            py::arg("preset") = "heavy", py::arg("blur") = -1)
       .def(
           "augment",
-          [](const troupe::train::Augmenter& a, py::array_t<uint8_t, py::array::c_style> pixels,
+          [](const troupe::augment::Augmenter& a, py::array_t<uint8_t, py::array::c_style> pixels,
              uint64_t seed) {
             auto n = static_cast<py::ssize_t>(pixels.size() / 784);
             py::array_t<float> out(std::vector<py::ssize_t>{n, 1, 28, 28});

@@ -7,8 +7,8 @@
 #include <numeric>
 
 using Catch::Matchers::Contains;
-using troupe::train::AugmentConfig;
-using troupe::train::Augmenter;
+using troupe::augment::AugmentConfig;
+using troupe::augment::Augmenter;
 
 namespace {
 
@@ -49,7 +49,7 @@ TEST_CASE("with augmentation off the output is just normalised pixels", "[augmen
   Augmenter plain(AugmentConfig::none());
   const auto pixels = blockImages(3);
   const auto a = plain.augment(pixels, 28, 28, 99);
-  const auto b = troupe::train::normalizeImages(pixels);
+  const auto b = troupe::augment::normalizeImages(pixels);
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).margin(1e-5));
   CHECK(b[0] == Approx(-0.2860f / 0.3530f));
@@ -61,7 +61,7 @@ TEST_CASE("geometric augmentation moves the object but keeps its mass roughly", 
   config.brightness = config.contrast = config.noiseStddev = 0;
   Augmenter augmenter(config);
   const auto pixels = blockImages(8);
-  const auto plain = troupe::train::normalizeImages(pixels);
+  const auto plain = troupe::augment::normalizeImages(pixels);
   const auto aug = augmenter.augment(pixels, 28, 28, 5);
   CHECK(aug != plain);
   auto ink = [&](const std::vector<float>& v) {
@@ -103,16 +103,16 @@ TEST_CASE("pixels as bytes are the normalised floats to within half a grey level
     const auto floats = augmenter.augment(pixels, 28, 28, 77);
     std::vector<uint8_t> bytes(pixels.size());
     augmenter.augmentPixels(pixels, 28, 28, 77, bytes);
-    const auto back = troupe::train::normalizeImages(bytes, config.mean, config.stddev);
+    const auto back = troupe::augment::normalizeImages(bytes, config.mean, config.stddev);
     REQUIRE(back.size() == floats.size());
     double worst = 0;
     for (size_t i = 0; i < back.size(); ++i) worst = std::max(worst, double(std::fabs(back[i] - floats[i])));
     CHECK(worst <= 0.5 / 255 / config.stddev + 1e-5);
     std::vector<float> into(bytes.size());
-    troupe::train::normalizeImages(bytes, into, config.mean, config.stddev);
+    troupe::augment::normalizeImages(bytes, into, config.mean, config.stddev);
     CHECK(into == back);
     std::vector<float> short_(bytes.size() - 1);
-    CHECK_THROWS_WITH(troupe::train::normalizeImages(bytes, short_), Contains("pixels into"));
+    CHECK_THROWS_WITH(troupe::augment::normalizeImages(bytes, short_), Contains("pixels into"));
     std::vector<uint8_t> wrong(pixels.size() - 1);
     CHECK_THROWS_WITH(augmenter.augmentPixels(pixels, 28, 28, 77, wrong),
                       Contains("do not fit images of 28x28"));

@@ -10,9 +10,9 @@
 #include "test_util.h"
 
 using Catch::Matchers::Contains;
-using troupe::train::DeviceKind;
-using troupe::train::Mlp;
-using troupe::train::MlpConfig;
+using troupe::trainer::DeviceKind;
+using troupe::trainer::Mlp;
+using troupe::trainer::MlpConfig;
 
 namespace {
 
@@ -33,7 +33,7 @@ TinyBatch randomBatch(int rows, int inputs, int classes, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("backprop gradients match finite differences on a tiny net", "[trainer]") {
-  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::trainer::Device> device = troupe::trainer::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {6, 5, 4, 3};
   config.seed = 3;
@@ -82,7 +82,7 @@ TEST_CASE("backprop gradients match finite differences on a tiny net", "[trainer
 }
 
 TEST_CASE("training drives the loss down on a fixed batch", "[trainer]") {
-  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::trainer::Device> device = troupe::trainer::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {20, 32, 5};
   config.learningRate = 0.05f;
@@ -96,7 +96,7 @@ TEST_CASE("training drives the loss down on a fixed batch", "[trainer]") {
 }
 
 TEST_CASE("bad configs and batches are explained", "[trainer]") {
-  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::trainer::Device> device = troupe::trainer::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {10};
   CHECK_THROWS_WITH(Mlp(config, device), Contains("at least input and output"));
@@ -120,7 +120,7 @@ TEST_CASE("parameters and velocities restored into a fresh model continue traini
           "[trainer]") {
   // A checkpoint holds the weights and the optimiser's momentum: a model rebuilt from them must
   // take the very same next steps as the one that kept running (exactly where it stopped).
-  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::trainer::Device> device = troupe::trainer::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {12, 9, 4};
   config.seed = 7;
@@ -145,7 +145,7 @@ TEST_CASE("parameters and velocities restored into a fresh model continue traini
 
 TEST_CASE("save writes weights and a JSON header that load reads back", "[trainer]") {
   troupe::test::TempDir dir;
-  std::shared_ptr<troupe::train::Device> device = troupe::train::makeCpuDevice();
+  std::shared_ptr<troupe::trainer::Device> device = troupe::trainer::makeCpuDevice();
   MlpConfig config;
   config.layerSizes = {8, 6, 4};
   Mlp mlp(config, device);
@@ -158,7 +158,7 @@ TEST_CASE("save writes weights and a JSON header that load reads back", "[traine
   std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Contains("\"layerSizes\"") && Contains("\"epoch\": 3"));
 
-  troupe::train::ModelInfo info;
+  troupe::trainer::ModelInfo info;
   Mlp loaded = Mlp::load(dir.path() / "model", device, &info);
   CHECK(loaded.config().layerSizes == config.layerSizes);
   CHECK(loaded.parameters() == mlp.parameters());
@@ -170,19 +170,19 @@ TEST_CASE("save writes weights and a JSON header that load reads back", "[traine
 }
 
 TEST_CASE("device selection falls back to the CPU and says why", "[trainer]") {
-  auto selection = troupe::train::selectDevice(DeviceKind::kAuto);
+  auto selection = troupe::trainer::selectDevice(DeviceKind::kAuto);
   REQUIRE(selection.device);
   INFO(selection.reason);
   if (selection.device->name() == "cpu") {
     CHECK_THAT(selection.reason, Contains("using CPU"));
-    CHECK_THROWS_WITH(troupe::train::selectDevice(DeviceKind::kCuda),
+    CHECK_THROWS_WITH(troupe::trainer::selectDevice(DeviceKind::kCuda),
                       Contains("CUDA device requested but"));
   }
-  CHECK(troupe::train::selectDevice(DeviceKind::kCpu).device->name() == "cpu");
+  CHECK(troupe::trainer::selectDevice(DeviceKind::kCpu).device->name() == "cpu");
 }
 
 TEST_CASE("the CPU device reads a batch where it lies, without a copy", "[trainer]") {
-  auto device = troupe::train::makeCpuDevice();
+  auto device = troupe::trainer::makeCpuDevice();
   std::vector<float> host(6 * 4, 1.5f);
   auto staging = device->allocate(host.size());
   const auto& in = device->input(host, *staging);

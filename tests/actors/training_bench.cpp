@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
   }
   const auto train = data::loadFashionMnist(dataDir, data::Split::kTrain);
   const auto test = data::loadFashionMnist(dataDir, data::Split::kTest);
-  const auto testInputs = train::normalizeImages(test.pixels);
+  const auto testInputs = augment::normalizeImages(test.pixels);
 
   // Augmentation throughput on this thread, with the blur the PyTorch example used.
   {
-    train::AugmentConfig config;
+    augment::AugmentConfig config;
     config.blurKernel = blur;
-    train::Augmenter augmenter(config);
+    augment::Augmenter augmenter(config);
     const size_t n = 20000;
     std::vector<float> out(n * 784);
     auto t = Clock::now();
@@ -74,19 +74,19 @@ int main(int argc, char** argv) {
     const double s = secondsSince(t);
     std::printf("augment: %.0f images/s on one thread (blur %d)\n", n / s, blur);
     config.blurKernel = 0;
-    train::Augmenter noBlur(config);
+    augment::Augmenter noBlur(config);
     t = Clock::now();
     noBlur.augment(std::span(train.pixels).first(n * 784), 28, 28, 1, out);
     std::printf("augment: %.0f images/s on one thread (no blur)\n", n / secondsSince(t));
   }
 
-  auto selection = train::selectDevice();
+  auto selection = trainer::selectDevice();
   std::printf("device: %s\n", selection.reason.c_str());
-  train::MlpConfig mlpConfig;
+  trainer::MlpConfig mlpConfig;
   mlpConfig.learningRate = lr;
-  train::Mlp mlp(mlpConfig, std::move(selection.device));
-  train::AugmentConfig augConfig = augment ? train::AugmentConfig{} : train::AugmentConfig::none();
-  train::Augmenter augmenter(augConfig);
+  trainer::Mlp mlp(mlpConfig, std::move(selection.device));
+  augment::AugmentConfig augConfig = augment ? augment::AugmentConfig{} : augment::AugmentConfig::none();
+  augment::Augmenter augmenter(augConfig);
   data::EpochCursor cursor(data::shardIndices(train.size(), 0, 1), /*seed=*/1);
   double accuracy = 0;
   for (int epoch = 0; epoch < epochs; ++epoch) {

@@ -21,9 +21,9 @@ TEST_CASE("one epoch on 10k real images reaches 0.75 test accuracy", "[trainer][
 
   // Shard 0 of 6 is 10k images.
   data::EpochCursor cursor(data::shardIndices(train.size(), 0, 6), /*seed=*/1);
-  train::Augmenter augmenter(train::AugmentConfig{});
-  std::shared_ptr<train::Device> device = train::makeCpuDevice();
-  train::Mlp mlp(train::MlpConfig{}, device);
+  augment::Augmenter augmenter(augment::AugmentConfig{});
+  std::shared_ptr<trainer::Device> device = trainer::makeCpuDevice();
+  trainer::Mlp mlp(trainer::MlpConfig{}, device);
   float loss = 0;
   for (auto batch = cursor.next(64); !batch.samples.empty(); batch = cursor.next(64)) {
     const auto images = data::gatherSamples(train, batch.samples);
@@ -36,7 +36,7 @@ TEST_CASE("one epoch on 10k real images reaches 0.75 test accuracy", "[trainer][
     cursor.acknowledge(batch.epoch, batch.end());
   }
   CHECK(cursor.complete());
-  const double accuracy = mlp.evaluate(train::normalizeImages(test.pixels), test.labels);
+  const double accuracy = mlp.evaluate(augment::normalizeImages(test.pixels), test.labels);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   WARN("10k-image epoch: last loss " << loss << ", test accuracy " << accuracy << ", " << seconds

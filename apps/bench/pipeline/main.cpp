@@ -200,13 +200,13 @@ json runProbe(const Options& o) {
   out["openblas_threads"] = openblasThreads();
 
   auto preset = [&] {
-    return o.augment == "heavy" ? train::AugmentConfig::heavy() : train::AugmentConfig::light();
+    return o.augment == "heavy" ? augment::AugmentConfig::heavy() : augment::AugmentConfig::light();
   };
-  train::AugmentConfig config = preset();
+  augment::AugmentConfig config = preset();
   std::vector<float> scratch(B * pixels);
   if (o.probe == "pinned") {
     config.blurKernel = o.blur;
-    train::Augmenter heavy(config);
+    augment::Augmenter heavy(config);
     auto ms = timeReps(o.measureSeconds, 5, [&](size_t i) {
       heavy.augment(batchPixels(i), train.rows, train.cols, i, scratch);
     });
@@ -215,7 +215,7 @@ json runProbe(const Options& o) {
     out["augment_images_per_s"] = 1000.0 * B / median(ms);
     out["augment_images_per_s_mean"] = 1000.0 * B * ms.size() / total;
     config.blurKernel = 0;
-    train::Augmenter light(config);
+    augment::Augmenter light(config);
     ms = timeReps(o.measureSeconds / 4, 5, [&](size_t i) {
       light.augment(batchPixels(i), train.rows, train.cols, i, scratch);
     });
@@ -224,15 +224,15 @@ json runProbe(const Options& o) {
 
   // Inputs as the trainer gets them: augmented batches (16 of them, cycled).
   config.blurKernel = 0;
-  train::Augmenter light(config);
+  augment::Augmenter light(config);
   std::vector<std::vector<float>> inputs;
   for (size_t i = 0; i < 16; ++i) {
     inputs.push_back(light.augment(batchPixels(i), train.rows, train.cols, i));
   }
-  std::shared_ptr<train::Device> device = train::makeCpuDevice();
-  train::MlpConfig mlpConfig;
+  std::shared_ptr<trainer::Device> device = trainer::makeCpuDevice();
+  trainer::MlpConfig mlpConfig;
   mlpConfig.learningRate = o.lr;
-  train::Mlp model(mlpConfig, device);
+  trainer::Mlp model(mlpConfig, device);
   auto step = [&](size_t i) { model.trainStep(inputs[i % 16], batchLabels(i % 16)); };
   for (size_t i = 0; i < 3; ++i) step(i);  // warm-up
   auto ms = timeReps(o.measureSeconds, 10, step);
@@ -248,9 +248,9 @@ json runProbe(const Options& o) {
       CPU_ZERO(&set);
       CPU_SET(o.cpus.at(1), &set);
       sched_setaffinity(0, sizeof(set), &set);
-      train::AugmentConfig heavyConfig = preset();
+      augment::AugmentConfig heavyConfig = preset();
       heavyConfig.blurKernel = o.blur;
-      train::Augmenter heavy(heavyConfig);
+      augment::Augmenter heavy(heavyConfig);
       std::vector<float> out(B * pixels);
       for (size_t i = 0; !stop; ++i, ++otherBatches) {
         heavy.augment(batchPixels(i), train.rows, train.cols, i, out);
@@ -258,7 +258,7 @@ json runProbe(const Options& o) {
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     config.blurKernel = o.blur;
-    train::Augmenter heavy(config);
+    augment::Augmenter heavy(config);
     auto busyAug = timeReps(o.measureSeconds, 5, [&](size_t i) {
       heavy.augment(batchPixels(i), train.rows, train.cols, i, scratch);
     });
@@ -268,7 +268,7 @@ json runProbe(const Options& o) {
     out["augment_batch_ms_other_cpu_busy"] = median(busyAug);
     out["train_step_ms_other_cpu_busy"] = median(busyTrain);
     auto test = data::loadFashionMnist(o.dataDir, data::Split::kTest);
-    auto testInputs = train::normalizeImages(test.pixels);
+    auto testInputs = augment::normalizeImages(test.pixels);
     auto evalMs = timeReps(0, 2, [&](size_t) { model.evaluate(testInputs, test.labels); });
     out["evaluate_ms"] = *std::min_element(evalMs.begin(), evalMs.end());
   } else if (openblasThreads() > 1) {

@@ -47,7 +47,7 @@ template <typename T>
 class Co;
 }  // namespace troupe
 
-namespace troupe::_ {
+namespace troupe::detail {
 
 class CoroutineBase {
   // What every coroutine's promise object keeps: the promise that will resume it, and the one that
@@ -184,7 +184,7 @@ class PromiseType<void> : public PromiseTypeBase<void> {
   void return_void() { this->fulfiller_->fulfill(); }
 };
 
-}  // namespace troupe::_
+}  // namespace troupe::detail
 
 namespace troupe {
 
@@ -193,7 +193,7 @@ class [[nodiscard]] Co {
   // A running coroutine that will produce a T. Convert it to kj::Promise<T> (implicitly, or with
   // promise()) to wait for it; dropping the Co or that promise cancels it.
  public:
-  using promise_type = _::PromiseType<T>;
+  using promise_type = detail::PromiseType<T>;
 
   Co(Co&& other) : frame_(other.frame_) { other.frame_ = nullptr; }
   Co(const Co&) = delete;
@@ -205,12 +205,12 @@ class [[nodiscard]] Co {
     KJ_REQUIRE(frame_ != nullptr, "this coroutine was already turned into a promise");
     auto frame = frame_;
     frame_ = nullptr;
-    return frame.promise().takePromise().attach(_::FrameOwner(frame));
+    return frame.promise().takePromise().attach(detail::FrameOwner(frame));
   }
   operator kj::Promise<T>() && { return kj::mv(*this).promise(); }
 
  private:
-  friend class _::PromiseTypeBase<T>;
+  friend class detail::PromiseTypeBase<T>;
   explicit Co(std::coroutine_handle<promise_type> frame) : frame_(frame) {}
   std::coroutine_handle<promise_type> frame_;
 };

@@ -32,12 +32,12 @@
 
 namespace troupe::trace {
 
-namespace internal {
+namespace detail {
 extern std::atomic<bool> on;
 }
 
 inline bool enabled() {
-  return internal::on.load(std::memory_order_relaxed);
+  return detail::on.load(std::memory_order_relaxed);
 }
 // Whether this process records spans (run() got --trace).
 

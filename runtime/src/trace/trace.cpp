@@ -14,7 +14,7 @@
 
 namespace troupe::trace {
 
-namespace internal {
+namespace detail {
 std::atomic<bool> on{false};
 }
 
@@ -83,7 +83,7 @@ void enable(size_t spansPerThread) {
     r.spansPerThread = kj::max(spansPerThread, size_t(1));
     r.loopThread = linuxThreadId();
   }
-  internal::on.store(true, std::memory_order_release);
+  detail::on.store(true, std::memory_order_release);
 }
 
 uint64_t actorRow(uint64_t actorId) {

@@ -24,7 +24,7 @@
 #include <span>
 #include <vector>
 
-namespace troupe::train {
+namespace troupe::augment {
 
 /// What the augmenter does. Defaults are mild Fashion-MNIST settings. Invalid values are
 /// reported by validate(), which the Augmenter constructor calls.
@@ -109,4 +109,4 @@ std::vector<float> normalizeImages(std::span<const uint8_t> pixels, float mean =
 void normalizeImages(std::span<const uint8_t> pixels, std::span<float> out, float mean = 0.2860f,
                      float stddev = 0.3530f);
 
-}  // namespace troupe::train
+}  // namespace troupe::augment

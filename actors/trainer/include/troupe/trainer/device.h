@@ -22,7 +22,7 @@
 #include <span>
 #include <string>
 
-namespace troupe::train {
+namespace troupe::trainer {
 
 /// Memory on a Device, `size()` floats. Only the Device that allocated it may use it.
 class Buffer {
@@ -109,4 +109,4 @@ struct DeviceSelection {
 /// has no CUDA or no GPU is present, with the reason.
 DeviceSelection selectDevice(DeviceKind kind = DeviceKind::kAuto);
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer

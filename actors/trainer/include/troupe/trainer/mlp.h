@@ -17,7 +17,7 @@
 
 #include "troupe/trainer/device.h"
 
-namespace troupe::train {
+namespace troupe::trainer {
 
 /// Shape and optimiser settings. validate() reports bad values.
 struct MlpConfig {
@@ -112,4 +112,4 @@ class Mlp {
   std::unique_ptr<Buffer> ones_;                 // capacity_ ones: bias gradient as a gemm.
 };
 
-}  // namespace troupe::train
+}  // namespace troupe::trainer
