@@ -32,16 +32,36 @@ JobIdentity TrainerActor::identity() const {
   return id;
 }
 
+namespace {
+
+// Where a refused checkpoint becomes the trainer's failure. The checkpoint code throws
+// CheckpointError, here as in main() (hetero_train's --resume check) and in a script's
+// load_state_dict(); on the event loop and the pool an actor fails with a kj::Exception, which
+// carries the same text (not KJ's "std::exception: ..." rendering of a foreign exception).
+template <typename F>
+auto refusing(F&& f) {
+  try {
+    return f();
+  } catch (const CheckpointError& e) {
+    kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                                          kj::str(e.what())));
+  }
+}
+
+}  // namespace
+
 kj::Promise<void> TrainerActor::restore() {
   if (auto given = learner_->givenState()) {
     // A script's load_state_dict(): checked as a checkpoint file is.
-    auto differences = given->state.identity.differences(identity());
-    if (!differences.empty()) {
-      kj::throwFatalException(KJ_EXCEPTION(
-          FAILED, kj::str(given->path.string(), " was saved by another job: ", differences,
-                          "; resume it with the same settings, or start without it")));
-    }
-    apply(*given);
+    refusing([&] {
+      auto differences = given->state.identity.differences(identity());
+      if (!differences.empty()) {
+        throw CheckpointError(given->path.string() + " was saved by another job: " +
+                              differences + "; resume it with the same settings, or start "
+                              "without it");
+      }
+      apply(*given);
+    });
     return kj::READY_NOW;
   }
   if (!checkpoints_) return kj::READY_NOW;
@@ -69,13 +89,15 @@ kj::Promise<void> TrainerActor::restore() {
   // Reading and checking a few MiB, and loading the model onto its device: the pool's work.
   return context()
       .offload([dir = checkpoints_, id = identity(), learner = learner_]() {
-        auto loaded = dir->latest(id);
-        if (loaded) learner->load(loaded->state, loaded->path.string());
-        return loaded;
+        return refusing([&] {
+          auto loaded = dir->latest(id);
+          if (loaded) learner->load(loaded->state, loaded->path.string());
+          return loaded;
+        });
       })
       .then([this](std::optional<LoadedCheckpoint> loaded) {
         if (loaded) {
-          apply(*loaded);
+          refusing([&] { apply(*loaded); });
         } else {
           spdlog::info("no checkpoint in {}: training starts at epoch 1",
                        checkpoints_->path().string());
@@ -88,25 +110,26 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
   auto name = loaded.path.string();
   auto fresh = "start over with --fresh (it sets the checkpoints aside)";
   if (s.acked.size() != sources_.size()) {
-    kj::throwFatalException(KJ_EXCEPTION(
-        FAILED, kj::str("checkpoint ", name, " was written by a job with ", s.acked.size(),
-                        " shards per epoch; this one has ", sources_.size(),
-                        " (the batch size or the troupe version differs): resume it with the "
-                        "same settings, or ",
-                        fresh)));
+    throw CheckpointError("checkpoint " + name + " was written by a job with " +
+                          std::to_string(s.acked.size()) + " shards per epoch; this one has " +
+                          std::to_string(sources_.size()) +
+                          " (the batch size or the troupe version differs): resume it with the "
+                          "same settings, or " +
+                          fresh);
   }
   if (s.seen.size() != trainSamples_ || s.epoch > epochs_ || s.history.size() != s.epoch) {
-    kj::throwFatalException(KJ_EXCEPTION(
-        FAILED, kj::str("checkpoint ", name, " does not fit this job: ", s.seen.size(),
-                        " samples per epoch there, ", trainSamples_, " here; epoch ", s.epoch,
-                        " with ", s.history.size(), " finished, of ", epochs_, "; ", fresh)));
+    throw CheckpointError("checkpoint " + name + " does not fit this job: " +
+                          std::to_string(s.seen.size()) + " samples per epoch there, " +
+                          std::to_string(trainSamples_) + " here; epoch " +
+                          std::to_string(s.epoch) + " with " + std::to_string(s.history.size()) +
+                          " finished, of " + std::to_string(epochs_) + "; " + fresh);
   }
   for (uint32_t i = 0; i < sources_.size() && s.epoch < epochs_; ++i) {
     auto size = data::shardIndices(trainSamples_, i, sources_.size()).size();
     if (s.acked[i] > size) {
-      kj::throwFatalException(
-          KJ_EXCEPTION(FAILED, kj::str("checkpoint ", name, ": shard ", i, " at position ",
-                                       s.acked[i], " of ", size, "; ", fresh)));
+      throw CheckpointError("checkpoint " + name + ": shard " + std::to_string(i) +
+                            " at position " + std::to_string(s.acked[i]) + " of " +
+                            std::to_string(size) + "; " + fresh);
     }
     sources_[i].acked = s.acked[i];
   }
