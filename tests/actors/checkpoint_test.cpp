@@ -136,7 +136,7 @@ TEST_CASE("a damaged checkpoint is refused with the reason, never half-read", "[
 
 TEST_CASE("another job's checkpoint is refused naming the settings that differ", "[checkpoint]") {
   troupe::test::TempDir tmp;
-  CheckpointDir dir(tmp.path() / "ck");
+  CheckpointDir dir(tmp / "ck");
   dir.write(state(7));
   auto other = job();
   other.batchSize = 16;
@@ -153,7 +153,7 @@ TEST_CASE("another job's checkpoint is refused naming the settings that differ",
 TEST_CASE("the checkpoint folder keeps the newest two and names an older intact one",
           "[checkpoint]") {
   troupe::test::TempDir tmp;
-  CheckpointDir dir(tmp.path() / "ck", 2);
+  CheckpointDir dir(tmp / "ck", 2);
   CHECK_FALSE(dir.latest(job()));  // no folder yet: a fresh start
   for (uint64_t steps : {10, 20, 30}) dir.write(state(steps));
   auto files = dir.list();
@@ -185,7 +185,7 @@ TEST_CASE("a write interrupted before its rename leaves the previous checkpoint 
           "[checkpoint]") {
   // Atomic writes: whatever moment the process dies at, the newest checkpoint is intact.
   troupe::test::TempDir tmp;
-  CheckpointDir dir(tmp.path() / "ck");
+  CheckpointDir dir(tmp / "ck");
   dir.write(state(10));
   fs::path temp;
   dir.beforeRename([&](const fs::path& t) {

@@ -32,9 +32,9 @@ TEST_CASE("accepts uncompressed files (SageMaker channel layout)", "[dataset]") 
 
 TEST_CASE("missing directory or file names what was looked for", "[dataset]") {
   TempDir dir;
-  CHECK_THROWS_WITH(loadFashionMnist(dir.path() / "nope", Split::kTrain),
+  CHECK_THROWS_WITH(loadFashionMnist(dir / "nope", Split::kTrain),
                     Contains("train-images-idx3-ubyte.gz") && Contains("not a directory"));
-  troupe::test::writeGzFile(dir.path() / "train-images-idx3-ubyte.gz",
+  troupe::test::writeGzFile(dir / "train-images-idx3-ubyte.gz",
                             idxBytes({1, 28, 28}, std::vector<uint8_t>(784)));
   CHECK_THROWS_WITH(loadFashionMnist(dir.path(), Split::kTrain),
                     Contains("train-labels-idx1-ubyte"));
@@ -42,9 +42,9 @@ TEST_CASE("missing directory or file names what was looked for", "[dataset]") {
 
 TEST_CASE("label count must equal image count", "[dataset]") {
   TempDir dir;
-  troupe::test::writeGzFile(dir.path() / "train-images-idx3-ubyte.gz",
+  troupe::test::writeGzFile(dir / "train-images-idx3-ubyte.gz",
                             idxBytes({3, 28, 28}, std::vector<uint8_t>(3 * 784)));
-  troupe::test::writeGzFile(dir.path() / "train-labels-idx1-ubyte.gz",
+  troupe::test::writeGzFile(dir / "train-labels-idx1-ubyte.gz",
                             idxBytes({2}, std::vector<uint8_t>(2)));
   CHECK_THROWS_WITH(loadFashionMnist(dir.path(), Split::kTrain),
                     Contains("train-labels-idx1-ubyte.gz has 2 labels but "
@@ -55,25 +55,25 @@ TEST_CASE("truncated files are reported with expected and actual sizes", "[datas
   TempDir dir;
   auto bytes = idxBytes({4, 28, 28}, std::vector<uint8_t>(4 * 784));
   bytes.resize(bytes.size() - 100);
-  const auto plain = dir.path() / "plain-idx3";
+  const auto plain = dir / "plain-idx3";
   troupe::test::writeFile(plain, bytes);
   CHECK_THROWS_WITH(troupe::data::readIdxFile(plain, 3),
                     Contains("truncated") && Contains("4x28x28 = 3136") && Contains("3036"));
 
   // A gzip stream cut in the middle: zlib notices the missing end of stream.
-  const auto gz = dir.path() / "cut.gz";
+  const auto gz = dir / "cut.gz";
   troupe::test::writeGzFile(gz, idxBytes({4, 28, 28}, std::vector<uint8_t>(4 * 784, 3)));
   std::filesystem::resize_file(gz, std::filesystem::file_size(gz) / 2);
   CHECK_THROWS_WITH(troupe::data::readIdxFile(gz, 3), Contains("cut.gz") && Contains("truncated"));
 
-  const auto tiny = dir.path() / "tiny";
+  const auto tiny = dir / "tiny";
   troupe::test::writeFile(tiny, {0, 0});
   CHECK_THROWS_WITH(troupe::data::readIdxFile(tiny, 1), Contains("truncated"));
 }
 
 TEST_CASE("bad magic, trailing bytes and label range are rejected", "[dataset]") {
   TempDir dir;
-  const auto labels = dir.path() / "labels";
+  const auto labels = dir / "labels";
   troupe::test::writeFile(labels, idxBytes({2}, {1, 2}));
   CHECK_THROWS_WITH(troupe::data::readIdxFile(labels, 3),
                     Contains("bad magic number 0x00000801") && Contains("0x00000803"));
@@ -83,7 +83,7 @@ TEST_CASE("bad magic, trailing bytes and label range are rejected", "[dataset]")
   CHECK_THROWS_WITH(troupe::data::readIdxFile(labels, 1), Contains("1 unexpected bytes"));
 
   troupe::test::writeSplit(dir.path(), "train", 3);
-  troupe::test::writeGzFile(dir.path() / "train-labels-idx1-ubyte.gz", idxBytes({3}, {0, 10, 1}));
+  troupe::test::writeGzFile(dir / "train-labels-idx1-ubyte.gz", idxBytes({3}, {0, 10, 1}));
   CHECK_THROWS_WITH(loadFashionMnist(dir.path(), Split::kTrain),
                     Contains("label 1 is 10") && Contains("0..9"));
 }

@@ -151,22 +151,22 @@ TEST_CASE("save writes weights and a JSON header that load reads back", "[traine
   Mlp mlp(config, device);
   const TinyBatch batch = randomBatch(5, 8, 4, 1);
   mlp.trainStep(batch.inputs, batch.labels);
-  mlp.save(dir.path() / "model", {.epoch = 3, .accuracy = 0.5});
-  CHECK(std::filesystem::file_size(dir.path() / "model" / "model.bin") ==
+  mlp.save(dir / "model", {.epoch = 3, .accuracy = 0.5});
+  CHECK(std::filesystem::file_size(dir / "model/model.bin") ==
         mlp.parameterCount() * sizeof(float));
-  std::ifstream json(dir.path() / "model" / "model.json");
+  std::ifstream json(dir / "model/model.json");
   std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Contains("\"layerSizes\"") && Contains("\"epoch\": 3"));
 
   troupe::trainer::ModelInfo info;
-  Mlp loaded = Mlp::load(dir.path() / "model", device, &info);
+  Mlp loaded = Mlp::load(dir / "model", device, &info);
   CHECK(loaded.config().layerSizes == config.layerSizes);
   CHECK(loaded.parameters() == mlp.parameters());
   CHECK(info.epoch == 3);
   CHECK(info.accuracy == 0.5);
 
-  std::filesystem::resize_file(dir.path() / "model" / "model.bin", 12);
-  CHECK_THROWS_WITH(Mlp::load(dir.path() / "model", device), Contains("model.bin has 12 bytes"));
+  std::filesystem::resize_file(dir / "model/model.bin", 12);
+  CHECK_THROWS_WITH(Mlp::load(dir / "model", device), Contains("model.bin has 12 bytes"));
 }
 
 TEST_CASE("device selection falls back to the CPU and says why", "[trainer]") {

@@ -10,26 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace troupe::test {
 
-/// A fresh directory under the system temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("troupe-actors-test-" + std::to_string(rd()) + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = troupe::testing::TempDir;
 
 /// IDX bytes: magic 0x0000 0x08 rank, big-endian dims, then `data`.
 inline std::vector<uint8_t> idxBytes(const std::vector<uint32_t>& dims,

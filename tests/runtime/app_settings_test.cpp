@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include "troupe/app_settings.h"
 #include "troupe/cli11.h"
 #include "troupe/run.h"
@@ -21,17 +22,14 @@ namespace {
 class Root {
  public:
   explicit Root(const std::string& hyperparameters) {
-    char tmpl[] = "/tmp/troupe-settings-XXXXXX";
-    path_ = mkdtemp(tmpl);
-    std::filesystem::create_directories(path_ + "/input/config");
-    std::ofstream(path_ + "/input/config/hyperparameters.json") << hyperparameters;
+    std::filesystem::create_directories(dir_ / "input/config");
+    std::ofstream(file()) << hyperparameters;
   }
-  ~Root() { std::filesystem::remove_all(path_); }
-  SageMakerEnv env() const { return SageMakerEnv::load(path_); }
-  std::string file() const { return path_ + "/input/config/hyperparameters.json"; }
+  SageMakerEnv env() const { return SageMakerEnv::load(dir_.path()); }
+  std::string file() const { return dir_ / "input/config/hyperparameters.json"; }
 
  private:
-  std::string path_;
+  troupe::testing::TempDir dir_{"troupe-settings"};
 };
 
 std::string error(const std::function<void()>& f) {

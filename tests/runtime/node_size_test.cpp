@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include "troupe/config.h"
 #include "troupe/node_size.h"
 
@@ -17,20 +18,15 @@ namespace {
 // A folder shaped like a machine's /proc and /sys, removed at the end.
 class FakeRoot {
  public:
-  FakeRoot() {
-    char name[] = "/tmp/troupe-node-size-XXXXXX";
-    path_ = mkdtemp(name);
-  }
-  ~FakeRoot() { fs::remove_all(path_); }
   void write(const std::string& rel, const std::string& text) {
-    fs::create_directories(fs::path(path_ + "/" + rel).parent_path());
-    std::ofstream(path_ + "/" + rel) << text;
+    fs::create_directories(fs::path(dir_ / rel).parent_path());
+    std::ofstream(dir_ / rel) << text;
   }
-  void mkdir(const std::string& rel) { fs::create_directories(path_ + "/" + rel); }
-  const std::string& path() const { return path_; }
+  void mkdir(const std::string& rel) { fs::create_directories(dir_ / rel); }
+  const std::string& path() const { return dir_.path(); }
 
  private:
-  std::string path_;
+  troupe::testing::TempDir dir_{"troupe-node-size"};
 };
 
 // A process in cgroup v2's /job/step, cgroup2 mounted at /sys/fs/cgroup, on CPUs 0-7, 16 GiB.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include "troupe/app_settings.h"
 #include "troupe/secret.h"
 
@@ -19,19 +20,7 @@ namespace {
 
 const std::string kGood = "0123456789abcdef0123456789abcdef";  // 32 characters
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/troupe-secret-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = troupe::testing::TempDir;
 
 std::string write(const std::string& path, const std::string& text, mode_t mode = 0600) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 using namespace std::chrono_literals;
 using troupe::subprocess::Child;
@@ -84,9 +85,8 @@ TEST_CASE("subprocess: a child still running when its Child is destroyed is kill
 
 TEST_CASE("subprocess: stop() takes down the child's whole process group, a grandchild too",
           "[subprocess]") {
-  char dir[] = "/tmp/troupe-subprocess-XXXXXX";
-  REQUIRE(mkdtemp(dir) != nullptr);
-  std::string file = std::string(dir) + "/grandchild";
+  troupe::testing::TempDir dir("troupe-subprocess");
+  std::string file = dir / "grandchild";
   // The trap comes first: the file says the shell is ready, and a SIGTERM that reached it
   // before the trap would end it with 143 (seen under ASan in CI).
   auto spec = shell("trap '' TERM; sleep 30 & echo $! > " + file + ".tmp && mv " + file +
@@ -104,8 +104,6 @@ TEST_CASE("subprocess: stop() takes down the child's whole process group, a gran
   auto status = parent.stop(200ms);
   CHECK(status == 128 + SIGKILL);
   CHECK(gone(grandchild));
-  unlink(file.c_str());
-  rmdir(dir);
 }
 
 TEST_CASE("subprocess: output, environment and working folder go where the spec says",

@@ -97,18 +97,14 @@ std::vector<std::string> sim(std::vector<std::string> simArgs, std::vector<std::
 }
 
 Run::Run(std::vector<std::string> argv, std::vector<std::string> extraEnv) {
-  char tmpl[] = "/tmp/troupe-test-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr)
-    throw std::runtime_error(std::string("mkdtemp: ") + strerror(errno));
-  workDir_ = tmpl;
-  outPath_ = workDir_ + "/output.log";
+  outPath_ = workDir_ / "output.log";
   close(open(outPath_.c_str(), O_WRONLY | O_CREAT, 0644));
   troupe::subprocess::Spec spec;
   argv0_ = argv.empty() ? "" : argv.front();
   spec.argv = std::move(argv);
   spec.env = std::move(extraEnv);
   spec.dropTroupeEnv = true;  // the test's own TROUPE_* settings are not the child's
-  spec.cwd = workDir_;
+  spec.cwd = workDir_.path();
   spec.out = troupe::subprocess::Stream::file(outPath_);
   spec.errToOut = true;
   // A test process that dies before its destructors run (killed, or by SIGPIPE when whoever read
@@ -124,8 +120,7 @@ Run::~Run() {
   for (auto pid : pids) {
     if (processExists(pid)) kill(pid, SIGKILL);
   }
-  std::error_code ec;
-  std::filesystem::remove_all(workDir_, ec);
+  // workDir_ goes with the members, after every process is gone.
 }
 
 void Run::reportSanitizerFindings() const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace harness {
 
@@ -43,7 +44,7 @@ class Run {
   // Instances of any run that still exist (not reaped, or still running).
   std::string exitLine(const std::string& host) const;
   // The simulator's "HOST (GROUP) exited with N" line for `host`, or "".
-  const std::string& workDir() const { return workDir_; }
+  const std::string& workDir() const { return workDir_.path(); }
   // The child's working folder, a fresh one removed with the Run (with what `troupe sim` kept
   // there: troupe-out/). Relative paths in argv are relative to it.
 
@@ -55,7 +56,8 @@ class Run {
   void reportSanitizerFindings() const;
   // One line on stderr, "troupe-harness: sanitizer report ...", when the output holds one.
 
-  std::string workDir_, outPath_, argv0_, ignoreSanitizerWhy_;
+  troupe::testing::TempDir workDir_{"troupe-test"};  // removed last, after every process is reaped
+  std::string outPath_, argv0_, ignoreSanitizerWhy_;
   std::unique_ptr<troupe::subprocess::Child> child_;
 };
 

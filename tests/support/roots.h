@@ -10,27 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include "temp_dir.h"
+
 namespace roots {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/troupe-deploy-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
+using TempDir = troupe::testing::TempDir;
 
 inline void writeFile(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
