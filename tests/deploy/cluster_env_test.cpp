@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "config_error.h"
 #include "troupe/config.h"
 
 using nlohmann::json;
@@ -14,14 +15,7 @@ namespace {
 
 using Hosts = std::vector<std::string>;
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+const auto errorOf = troupe::testing::configErrorOf;
 
 // Recorded from `srun --het-group=0,1 env` inside `sbatch` with two hetjob components
 // (Slurm 22.05), trimmed to what the adapter reads plus some it must ignore.

@@ -2,6 +2,7 @@
 // errors for bad files (naming the file, the key and the value).
 #include <catch2/catch.hpp>
 
+#include "config_error.h"
 #include "roots.h"
 #include "troupe/config.h"
 #include "troupe/sagemaker.h"
@@ -12,12 +13,7 @@ using troupe::SageMakerEnv;
 namespace {
 
 std::string loadError(const std::string& root) {
-  try {
-    SageMakerEnv::load(root);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
+  return troupe::testing::configErrorOf([&] { SageMakerEnv::load(root); });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config_error.h"
 #include "temp_dir.h"
 #include "troupe/app_settings.h"
 #include "troupe/cli11.h"
@@ -32,14 +33,7 @@ class Root {
   troupe::testing::TempDir dir_{"troupe-settings"};
 };
 
-std::string error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+const auto error = troupe::testing::configErrorOf;
 
 const std::vector<std::string> kKnown = {"epochs", "batch-size", "lr", "data-dir", "help"};
 

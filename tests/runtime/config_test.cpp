@@ -1,6 +1,7 @@
 // The cluster description: SageMaker's resourceconfig.json shape, and the errors for bad ones.
 #include <catch2/catch.hpp>
 
+#include "config_error.h"
 #include "troupe/config.h"
 
 using troupe::ClusterConfig;
@@ -85,12 +86,7 @@ TEST_CASE("a head group the cluster lacks falls back to the default head, with o
 
 TEST_CASE("bad descriptions name the file, the key and the value", "[config][bad-input]") {
   auto fails = [](const char* json) {
-    try {
-      ClusterConfig::parse(json, "rc.json");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return troupe::testing::configErrorOf([&] { ClusterConfig::parse(json, "rc.json"); });
   };
   CHECK(fails("{not json").find("cluster file rc.json is not valid JSON") == 0);
   CHECK(fails("[]") == "cluster file rc.json must hold a JSON object");
@@ -143,12 +139,7 @@ TEST_CASE("labels and resources: the top level for every host, a group's over it
 TEST_CASE("bad labels and resources in a cluster file name the file, the key and the value",
           "[config][labels][bad-input]") {
   auto fails = [](const std::string& text) {
-    try {
-      ClusterConfig::parse(text, "rc.json");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return troupe::testing::configErrorOf([&] { ClusterConfig::parse(text, "rc.json"); });
   };
   CHECK(fails(R"({"current_host":"a","hosts":["a"],"labels":["zone=a"]})") ==
         "cluster file rc.json: 'labels' must be an object of strings, e.g. {\"zone\": \"a\"}, not "

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config_error.h"
 #include "temp_dir.h"
 #include "troupe/app_settings.h"
 #include "troupe/secret.h"
@@ -29,14 +30,7 @@ std::string write(const std::string& path, const std::string& text, mode_t mode 
   return path;
 }
 
-std::string error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+const auto error = troupe::testing::configErrorOf;
 
 std::string shell(const std::string& command) {
   std::string out;
