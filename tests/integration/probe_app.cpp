@@ -624,23 +624,29 @@ troupe::Co<void> failCallOnly(Job& job) {
   say("ALIVE incarnation " + std::to_string(p.getIncarnation()));
 }
 
+// A 3 s hold through `ref`, which a deadline should cut: says "<label> OVERLOADED after N ms:
+// <why>" (or RETURNED, or "other" for another error).
+troupe::Co<void> holdPastDeadline(Job& job, troupe::Ref<probe::Probe> ref, const char* tag,
+                                  std::string label) {
+  auto started = job.timer().now();
+  try {
+    auto h = ref.holdRequest();
+    h.setMs(3000);
+    h.setTag(tag);
+    co_await h.send();
+    say(label + " RETURNED");
+  } catch (const kj::Exception& e) {
+    auto ms = (job.timer().now() - started) / kj::MILLISECONDS;
+    say(label + " " + (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") +
+        " after " + std::to_string(ms) + " ms: " + e.getDescription().cStr());
+  }
+}
+
 // Deadlines: the actor's default (SpawnOptions::callDeadline) and a caller's (Ref::within).
 troupe::Co<void> deadlines(Job& job) {
   auto slow = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0),
                                       labelled("slow").callDeadline(300 * kj::MILLISECONDS));
-  auto started = job.timer().now();
-  try {
-    auto h = slow.holdRequest();
-    h.setMs(3000);
-    h.setTag("x");
-    co_await h.send();
-    say("DEFAULT RETURNED");
-  } catch (const kj::Exception& e) {
-    auto ms = (job.timer().now() - started) / kj::MILLISECONDS;
-    say(std::string("DEFAULT ") +
-        (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") + " after " +
-        std::to_string(ms) + " ms: " + e.getDescription().cStr());
-  }
+  co_await holdPastDeadline(job, slow, "x", "DEFAULT");
   // The cancelled call gave its place in the mailbox back.
   auto quick = slow.holdRequest();
   quick.setMs(10);
@@ -650,19 +656,7 @@ troupe::Co<void> deadlines(Job& job) {
 
   auto free =
       job.spawn<probe::Probe>("probe.Probe", troupe::Placement::any().cpus(0), labelled("free"));
-  started = job.timer().now();
-  try {
-    auto h = free.within(200 * kj::MILLISECONDS).holdRequest();
-    h.setMs(3000);
-    h.setTag("z");
-    co_await h.send();
-    say("PERCALL RETURNED");
-  } catch (const kj::Exception& e) {
-    auto ms = (job.timer().now() - started) / kj::MILLISECONDS;
-    say(std::string("PERCALL ") +
-        (e.getType() == kj::Exception::Type::OVERLOADED ? "OVERLOADED" : "other") + " after " +
-        std::to_string(ms) + " ms: " + e.getDescription().cStr());
-  }
+  co_await holdPastDeadline(job, free.within(200 * kj::MILLISECONDS), "z", "PERCALL");
   auto h = free.within(5 * kj::SECONDS).holdRequest();
   h.setMs(50);
   h.setTag("w");

@@ -325,6 +325,14 @@ kj::Promise<void> serveRaw(kj::Own<kj::AsyncIoStream> connection, size_t payload
 
 // --- (b) Cap'n Proto, (b2) Cap'n Proto over CoalescingStream ------------------------------------
 
+// One echo call with `payload` through `echo` (an Echo or an EchoActor client).
+template <typename Client>
+kj::Promise<void> sendEcho(Client& echo, kj::ArrayPtr<const kj::byte> payload) {
+  auto request = echo.echoRequest();
+  request.setPayload(payload);
+  return request.send().ignoreResult();
+}
+
 class EchoServer final : public Echo::Server {
  protected:
   kj::Promise<void> echo(EchoContext context) override {
@@ -345,11 +353,7 @@ class CapnpCaller final : public Caller {
     memset(payload.begin(), 'x', payload.size());
   }
 
-  kj::Promise<void> call() override {
-    auto request = echo.echoRequest();
-    request.setPayload(payload);
-    return request.send().ignoreResult();
-  }
+  kj::Promise<void> call() override { return sendEcho(echo, payload); }
 
  private:
   kj::Own<kj::AsyncIoStream> stream;
@@ -428,11 +432,7 @@ class ActorCaller final : public Caller {
     memset(payload.begin(), 'x', payload.size());
   }
 
-  kj::Promise<void> call() override {
-    auto request = echo.echoRequest();
-    request.setPayload(payload);
-    return request.send().ignoreResult();
-  }
+  kj::Promise<void> call() override { return sendEcho(echo, payload); }
 
  private:
   EchoActor::Client echo;
