@@ -60,14 +60,7 @@ TEST_CASE("an app's printf lines keep their order among the log lines under trou
   REQUIRE(run.wait(30s) == 0);
   auto out = run.output();
   INFO(out);
-  auto one = out.find("PRINTED one");
-  auto two = out.find("LOGGED two");
-  auto three = out.find("PRINTED three");
-  REQUIRE(one != std::string::npos);
-  REQUIRE(two != std::string::npos);
-  REQUIRE(three != std::string::npos);
-  CHECK(one < two);
-  CHECK(two < three);
+  CHECK(harness::outOfOrder(out, {"PRINTED one", "LOGGED two", "PRINTED three"}) == "");
 }
 
 namespace {
@@ -298,14 +291,8 @@ TEST_CASE("the cascade stops children before parents and kills a stubborn actor"
   REQUIRE(run.wait(30s) == 0);
   auto out = run.output();
   INFO(out);
-  auto child2 = out.find("STOPPED parent.2");
-  auto child1 = out.find("STOPPED parent.1");
-  auto parent = out.find("STOPPED parent\n");
-  REQUIRE(child2 != std::string::npos);
-  REQUIRE(child1 != std::string::npos);
-  REQUIRE(parent != std::string::npos);
-  CHECK(child2 < child1);
-  CHECK(child1 < parent);
+  CHECK(harness::outOfOrder(out, {"STOPPED parent.2", "STOPPED parent.1", "STOPPED parent\n"}) ==
+        "");
   CHECK(out.find("STOPPED stubborn") != std::string::npos);
   CHECK(out.find("did not stop cleanly within 300 ms") != std::string::npos);
   CHECK(run.leftovers().empty());

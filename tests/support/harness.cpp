@@ -66,6 +66,20 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+std::string outOfOrder(const std::string& text, const std::vector<std::string>& needles) {
+  size_t from = 0;
+  for (size_t i = 0; i < needles.size(); ++i) {
+    auto at = text.find(needles[i], from);
+    if (at != std::string::npos) {
+      from = at + needles[i].size();
+      continue;
+    }
+    if (text.find(needles[i]) == std::string::npos) return "'" + needles[i] + "' is missing";
+    return "'" + needles[i] + "' comes before '" + needles[i - 1] + "'";
+  }
+  return "";
+}
+
 unsigned freePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr = {};

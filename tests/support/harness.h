@@ -86,6 +86,9 @@ Instance instanceIn(const Run& run, const std::string& group);
 // The first instance of `group` the simulator reported; throws std::logic_error if none.
 size_t count(const std::string& text, const std::string& needle);
 // How often `needle` occurs in `text`.
+std::string outOfOrder(const std::string& text, const std::vector<std::string>& needles);
+// "" when each of `needles` occurs in `text` after the one before it; else which is missing or
+// comes too early, for the test's message: CHECK(outOfOrder(out, {"a", "b"}) == "").
 std::string readFile(const std::string& path);
 // The file's bytes ("" when it cannot be read).
 std::string rootsOf(const Run& run);
