@@ -10,9 +10,9 @@
 //
 // Every builder call returns a modified copy ([[nodiscard]] catches a dropped result), so a
 // Placement can be stored, compared and reused freely. The copy is a Placement::Chain, on which a
-// starting point cannot silently restart the chain (see the class below). A Placement travels over the wire as text:
-// `Placement::parse(p.toText()) == p` for every placement. The text is the builder chain itself,
-// e.g. `group(dnn_group).gpus(1)`; see docs/scheduler.md for the grammar.
+// starting point cannot silently restart the chain (see the class below). A Placement travels
+// over the wire as text: `Placement::parse(p.toText()) == p` for every placement. The text is the
+// builder chain itself, e.g. `group(dnn_group).gpus(1)`; see docs/scheduler.md for the grammar.
 
 #pragma once
 
