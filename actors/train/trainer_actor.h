@@ -145,8 +145,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   // Before the first epoch: resumes from the newest checkpoint of this job, if any (or sets them
   // all aside with `fresh`). Fails train() when it cannot be used here.
   void apply(const LoadedCheckpoint& loaded);
-  // Moves the shards to the checkpoint's positions. Throws CheckpointError when it does not fit this
-  // job (restore() turns that into the trainer's failure).
+  // Moves the shards to the checkpoint's positions. Throws CheckpointError when it does not fit
+  // this job (restore() turns that into the trainer's failure).
   kj::Promise<void> checkpoint(std::string why);
   // Writes the state as it is between two steps (the caller makes sure no step runs). A failed
   // write is logged and training goes on: the previous checkpoint stays the newest.

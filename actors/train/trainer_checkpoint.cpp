@@ -43,8 +43,8 @@ auto refusing(F&& f) {
   try {
     return f();
   } catch (const CheckpointError& e) {
-    kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                          kj::str(e.what())));
+    kj::throwFatalException(
+        kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(e.what())));
   }
 }
 
@@ -56,8 +56,8 @@ kj::Promise<void> TrainerActor::restore() {
     refusing([&] {
       auto differences = given->state.identity.differences(identity());
       if (!differences.empty()) {
-        throw CheckpointError(given->path.string() + " was saved by another job: " +
-                              differences + "; resume it with the same settings, or start "
+        throw CheckpointError(given->path.string() + " was saved by another job: " + differences +
+                              "; resume it with the same settings, or start "
                               "without it");
       }
       apply(*given);
@@ -118,11 +118,11 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
                           fresh);
   }
   if (s.seen.size() != trainSamples_ || s.epoch > epochs_ || s.history.size() != s.epoch) {
-    throw CheckpointError("checkpoint " + name + " does not fit this job: " +
-                          std::to_string(s.seen.size()) + " samples per epoch there, " +
-                          std::to_string(trainSamples_) + " here; epoch " +
-                          std::to_string(s.epoch) + " with " + std::to_string(s.history.size()) +
-                          " finished, of " + std::to_string(epochs_) + "; " + fresh);
+    throw CheckpointError(
+        "checkpoint " + name + " does not fit this job: " + std::to_string(s.seen.size()) +
+        " samples per epoch there, " + std::to_string(trainSamples_) + " here; epoch " +
+        std::to_string(s.epoch) + " with " + std::to_string(s.history.size()) + " finished, of " +
+        std::to_string(epochs_) + "; " + fresh);
   }
   for (uint32_t i = 0; i < sources_.size() && s.epoch < epochs_; ++i) {
     auto size = data::shardIndices(trainSamples_, i, sources_.size()).size();

@@ -243,9 +243,10 @@ CLI::App* addStatusCommand(CLI::App& cli, StatusOptions& o) {
       "status",
       "print a running job's nodes, groups, actors (state, incarnation, mailbox depth) and "
       "per-node CPU use, asked of its head");
-  status->add_option("--head", o.head,
-                     "HOST:PORT of the job's head (a worker's address works too); default: the "
-                     "newest running `troupe sim` job of yours on this machine (never another user's)");
+  status->add_option(
+      "--head", o.head,
+      "HOST:PORT of the job's head (a worker's address works too); default: the "
+      "newest running `troupe sim` job of yours on this machine (never another user's)");
   status
       ->add_option("--token-file", o.tokenFile,
                    "a file only you can read holding the job secret (default with no --head: "

@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   trainer::MlpConfig mlpConfig;
   mlpConfig.learningRate = lr;
   trainer::Mlp mlp(mlpConfig, std::move(selection.device));
-  augment::AugmentConfig augConfig = augment ? augment::AugmentConfig{} : augment::AugmentConfig::none();
+  augment::AugmentConfig augConfig =
+      augment ? augment::AugmentConfig{} : augment::AugmentConfig::none();
   augment::Augmenter augmenter(augConfig);
   data::EpochCursor cursor(data::shardIndices(train.size(), 0, 1), /*seed=*/1);
   double accuracy = 0;

@@ -22,4 +22,6 @@ class Counter final : public troupe::ActorBase<Interface> {
   uint64_t total_ = 0;
 };
 
-void registerCounter(troupe::Registry& types) { types.add<Counter>(); }
+void registerCounter(troupe::Registry& types) {
+  types.add<Counter>();
+}

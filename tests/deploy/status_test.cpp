@@ -288,11 +288,12 @@ void fakeJob(const std::string& folder, int simPid, const std::string& address,
                               {"run", 1},
                               {"secret_file", secretFile},
                               {"insecure", false},
-                              {"instances", {{{"host", "algo-1"},
-                                              {"group", "g"},
-                                              {"instance_type", "ml.c5.xlarge"},
-                                              {"address", address}}}}}
-                                 .dump();
+                              {"instances",
+                               {{{"host", "algo-1"},
+                                 {"group", "g"},
+                                 {"instance_type", "ml.c5.xlarge"},
+                                 {"address", address}}}}}
+                             .dump();
   std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now() - age);
 }
 
@@ -318,9 +319,11 @@ TEST_CASE(
   auto two = status(mine, {});
   INFO(two.output);
   CHECK(two.code != 0);
-  CHECK(has(two.output, "troupe status: 2 troupe sim jobs of yours run here; asking the newest "
-                        "(simulator pid " + std::to_string(pid) + ", " + mine.path() +
-                            "/troupe-sim-" + std::to_string(pid) + "-newer/job.json)"));
+  CHECK(has(two.output,
+            "troupe status: 2 troupe sim jobs of yours run here; asking the newest "
+            "(simulator pid " +
+                std::to_string(pid) + ", " + mine.path() + "/troupe-sim-" + std::to_string(pid) +
+                "-newer/job.json)"));
   CHECK(has(two.output, "127.0.0.2:1"));
   CHECK_FALSE(has(two.output, "127.0.0.1:1"));
 
@@ -338,8 +341,9 @@ TEST_CASE(
   INFO(none.output);
   CHECK(none.code == 5);  // JOIN_FAILED (docs/exit-codes.md)
   CHECK(has(none.output, "no running troupe sim job of yours here"));
-  CHECK(has(none.output, "(1 troupe sim job(s) of other users run here; troupe status does not "
-                         "ask them)"));
+  CHECK(has(none.output,
+            "(1 troupe sim job(s) of other users run here; troupe status does not "
+            "ask them)"));
   CHECK_FALSE(has(none.output, "127.0.0.1:1"));
 }
 

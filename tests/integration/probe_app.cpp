@@ -883,8 +883,7 @@ troupe::Co<void> stall(Job& job) {
 // node the test kills (the test sends SIGKILL on "ERRORS-READY <host>").
 kj::Promise<void> errors(Job& job) {
   auto data = troupe::Placement::group("data_group").cpus(0);
-  auto wrong =
-      kj::heap(job.spawn<probe::Other>("probe.Probe", data, labelled("wrong").unlinked()));
+  auto wrong = kj::heap(job.spawn<probe::Other>("probe.Probe", data, labelled("wrong").unlinked()));
   auto target =
       kj::heap(job.spawn<probe::Probe>("probe.Probe", data, labelled("target").unlinked()));
   auto& w = *wrong;

@@ -152,10 +152,11 @@ void Run::reportSanitizerFindings() const {
                 line.c_str());
         return;
       }
-      fprintf(stderr, "troupe-harness: sanitizer report in the output of %s: %s\n",
-              argv0_.c_str(), line.c_str());
+      fprintf(stderr, "troupe-harness: sanitizer report in the output of %s: %s\n", argv0_.c_str(),
+              line.c_str());
       // The report itself, to read in the test's log (the output file goes with the Run).
-      for (int i = 0; i < 40 && std::getline(in, line); ++i) fprintf(stderr, "  %s\n", line.c_str());
+      for (int i = 0; i < 40 && std::getline(in, line); ++i)
+        fprintf(stderr, "  %s\n", line.c_str());
       return;
     }
   }

@@ -24,8 +24,8 @@ namespace troupe::testing {
 class TempDir {
  public:
   explicit TempDir(std::string_view prefix = "troupe-test") {
-    auto pattern = (std::filesystem::temp_directory_path() / (std::string(prefix) + "-XXXXXX"))
-                       .string();
+    auto pattern =
+        (std::filesystem::temp_directory_path() / (std::string(prefix) + "-XXXXXX")).string();
     if (mkdtemp(pattern.data()) == nullptr) {
       throw std::runtime_error("cannot make a temporary folder " + pattern + ": " +
                                strerror(errno));

@@ -556,9 +556,9 @@ class ActorBase : public detail::ActorServerOf<Interface>, public ActorCore {
     static const MethodTable table = methodTable(capnp::Schema::from<Interface>());
     auto it = table.find({interfaceId, methodId});
     if (it == table.end()) {
-      return {kj::Promise<void>(unknownCall(capnp::Schema::from<Interface>(), interfaceId,
-                                            methodId)),
-              false};
+      return {
+          kj::Promise<void>(unknownCall(capnp::Schema::from<Interface>(), interfaceId, methodId)),
+          false};
     }
     const MethodInfo& method = it->second;
     kj::Promise<void> promise = nullptr;

@@ -38,7 +38,8 @@ inline void parseAppFlags(CLI::App& app, int argc, char* argv[],
                           const SageMakerEnv& sm = SageMakerEnv::detect()) {
   // Parses the app's flags from, in this order, the last given winning for a single-value option:
   //   1. `defaults`, flags the app derives itself (from `sm`, say);
-  //   2. under SageMaker (`sm`: by default SageMakerEnv::detect()), every hyperparameter as the flag of the same name ("epochs": "3" ->
+  //   2. under SageMaker (`sm`: by default SageMakerEnv::detect()), every hyperparameter as the
+  //   flag of the same name ("epochs": "3" ->
   //      --epochs 3; `a_b` -> --a-b), after checkHyperparameters() accepted them all, unless the
   //      command line gives that flag;
   //   3. the command line, argv[1..].

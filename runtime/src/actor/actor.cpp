@@ -301,7 +301,9 @@ kj::Exception ActorCore::unknownCall(capnp::InterfaceSchema schema, uint64_t int
       kj::str(who, " was called through another interface (id ", id, ") than the ones it serves (",
               serves,
               "): the reference was made for another type than the one spawned; spawn and call "
-              "it as ", actorTypeName(schema), ", or spawn the type that serves the interface "
+              "it as ",
+              actorTypeName(schema),
+              ", or spawn the type that serves the interface "
               "you call")
           .cStr());
 }

@@ -19,7 +19,9 @@ size_t totalSize(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
 }  // namespace
 
 CoalescingStream::CoalescingStream(kj::Own<kj::AsyncIoStream> inner)
-    : ForwardingStream(kj::mv(inner)), readBuffer(kj::heapArray<kj::byte>(kReadAheadBytes)), tasks(*this) {}
+    : ForwardingStream(kj::mv(inner)),
+      readBuffer(kj::heapArray<kj::byte>(kReadAheadBytes)),
+      tasks(*this) {}
 
 CoalescingStream::~CoalescingStream() noexcept(false) {}
 

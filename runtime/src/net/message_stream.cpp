@@ -136,9 +136,9 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> IncomingMessageStream::tryRea
           },
           [this](kj::Exception&& e) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
             if (peer_.empty()) return kj::mv(e);
-            return kj::Exception(e.getType(), e.getFile(), e.getLine(),
-                                 kj::str("the connection to ", peer_, " broke: ",
-                                         e.getDescription()));
+            return kj::Exception(
+                e.getType(), e.getFile(), e.getLine(),
+                kj::str("the connection to ", peer_, " broke: ", e.getDescription()));
           });
 }
 

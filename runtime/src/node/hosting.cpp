@@ -158,10 +158,11 @@ void NodeRuntime::loopLate(kj::Duration late) {
     ++w.since;
     return;
   }
-  spdlog::warn("this node's event loop was held for {} ms outside any actor method's body; {} "
-               "(--stall-warn-ms {}){}",
-               lateUs / 1000, last, warnMs,
-               w.since == 0 ? "" : " (" + std::to_string(w.since) + " more since the last warning)");
+  spdlog::warn(
+      "this node's event loop was held for {} ms outside any actor method's body; {} "
+      "(--stall-warn-ms {}){}",
+      lateUs / 1000, last, warnMs,
+      w.since == 0 ? "" : " (" + std::to_string(w.since) + " more since the last warning)");
   w.atUs = now;
   w.since = 0;
 }

@@ -487,10 +487,9 @@ kj::Promise<kj::Own<Connection>> NodeRuntime::connect(const std::string& address
             });
       })
       .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
-        auto connection = kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
-                                               capnp::rpc::twoparty::Side::CLIENT,
-                                               capnp::Capability::Client(nullptr),
-                                               readerOptions(), address);
+        auto connection = kj::heap<Connection>(
+            kj::heap<CoalescingStream>(kj::mv(stream)), capnp::rpc::twoparty::Side::CLIENT,
+            capnp::Capability::Client(nullptr), readerOptions(), address);
         connection->describePeer(describeAddress(address));
         return connection;
       });

@@ -93,8 +93,7 @@ class Worker::Impl {
           node_.info().toProto(join.initInfo());
           join.setNode(node_.selfClient());
           return join.send().then([this, cluster, conn = kj::mv(conn)](auto response) mutable {
-            joined(kj::mv(conn), kj::mv(cluster), response.getNodeId(),
-                   response.getControlPort());
+            joined(kj::mv(conn), kj::mv(cluster), response.getNodeId(), response.getControlPort());
           });
         })
         .catch_([this, lastError = kj::mv(lastError)](kj::Exception&& e) -> kj::Promise<void> {
@@ -135,10 +134,12 @@ class Worker::Impl {
     // Liveness from here on: the control thread's heartbeats to the head's, on a connection of
     // their own (control/control.h).
     try {
-      control_ = std::make_unique<ControlClient>(ControlSettings::from(node_.options(), node_.tls()),
-                                                 controlAddress(headAddress_, controlPort), nodeId);
+      control_ =
+          std::make_unique<ControlClient>(ControlSettings::from(node_.options(), node_.tls()),
+                                          controlAddress(headAddress_, controlPort), nodeId);
     } catch (const ConfigError& e) {
-      node_.requestExit(INTERNAL_ERROR, std::string("cannot start the control thread: ") + e.what());
+      node_.requestExit(INTERNAL_ERROR,
+                        std::string("cannot start the control thread: ") + e.what());
       return;
     }
     node_.tasks().add(conn->onDisconnect().then(
