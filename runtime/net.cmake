@@ -2,7 +2,8 @@
 # coalescing stream (TCP_NODELAY, one write per event-loop turn) and the message stream whose large
 # buffers troupe::Received keeps. Included by runtime/CMakeLists.txt.
 add_library(troupe_net STATIC ${CMAKE_CURRENT_LIST_DIR}/src/net/coalescing_stream.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/net/message_stream.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/secure.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/message_stream.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/secure.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp)
 # Its own folder only: the benches and tests that use these headers see nothing else of src/.
 target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src/net>
   $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include>)

@@ -6,9 +6,10 @@
 //     the job secret without sending it. Every node derives the same Ed25519 key pair from the
 //     secret (PBKDF2-HMAC-SHA256) and the same self-signed certificate for it, presents that
 //     certificate, and trusts exactly that certificate: a peer that completes the handshake
-//     signed it with the key only the secret yields. The stream moves ciphertext through
-//     OpenSSL's memory BIOs in large socket reads and writes (kj-tls's 8 KiB buffers held a
-//     batch stream to a fifth of plaintext; docs/benchmarks.md, "Streaming batches").
+//     signed it with the key only the secret yields. OpenSSL does the handshake; the records
+//     after it are sealed and opened by the stream itself with the keys it agreed
+//     (tls_records.h), in one pass from the writer's bytes and into the reader's, with large
+//     socket reads and writes (docs/benchmarks.md, "Streaming batches", "Encrypted ingest").
 //   * PreLoginLimit: until its peer has logged in, a connection may carry only a few KiB, so a
 //     stranger cannot make a node buffer a 60 MiB message.
 //
@@ -40,6 +41,12 @@ class JobTls {
   // The name in the certificate (subjectAltName) and the one a client expects; it is the same for
   // every node, since all share one certificate. It is sent in clear (SNI); it names nothing.
 
+  static constexpr uint64_t kRecordsPerKey = uint64_t(1) << 23;
+  // A connection's keys are replaced (TLS 1.3's KeyUpdate) after this many records of one key:
+  // 128 GiB of 16 KiB records, under the 2^24.5 records RFC 8446 section 5.5 allows AES-GCM.
+  void rekeyEvery(uint64_t records) { recordsPerKey_ = records; }
+  // For tests: a small number makes the keys change within a short stream.
+
   kj::Promise<kj::Own<kj::AsyncIoStream>> wrapServer(kj::Own<kj::AsyncIoStream> stream);
   kj::Promise<kj::Own<kj::AsyncIoStream>> wrapClient(kj::Own<kj::AsyncIoStream> stream);
 
@@ -52,6 +59,7 @@ class JobTls {
 
  private:
   void* context_ = nullptr;  // SSL_CTX; OpenSSL's headers stay out of this one
+  uint64_t recordsPerKey_ = kRecordsPerKey;
 };
 
 class PreLoginLimit final : public ForwardingStream {
