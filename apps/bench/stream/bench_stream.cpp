@@ -25,6 +25,7 @@
 
 #include <netinet/in.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -203,6 +204,89 @@ Result rawStream(uint64_t size, uint32_t batches, bool tls) {
   }
   close(listener);
   return r;
+}
+
+// =============================================================================================
+// The cipher alone: the bound's other half
+
+struct CipherCost {
+  std::string suite;          // the TLS 1.3 suite two ends of a job agree on
+  size_t recordBytes = 16384;  // the plaintext of a full record, as troupe seals a batch
+  double sealUsPerMb = 0, openUsPerMb = 0;  // one thread's CPU per MB of plaintext
+};
+
+// The suite a handshake between two ends of benchTls() agrees on (over a BIO pair, in memory).
+std::string negotiatedSuite() {
+  SSL* client = SSL_new(benchTls().context());
+  SSL* server = SSL_new(benchTls().context());
+  KJ_ASSERT(client != nullptr && server != nullptr, "SSL_new");
+  BIO *a = nullptr, *b = nullptr;
+  KJ_ASSERT(BIO_new_bio_pair(&a, 0, &b, 0) == 1, "BIO_new_bio_pair");
+  SSL_set_bio(client, a, a);
+  SSL_set_bio(server, b, b);
+  SSL_set_tlsext_host_name(client, JobTls::kPeerName);
+  SSL_set_connect_state(client);
+  SSL_set_accept_state(server);
+  for (int turn = 0; turn < 20 && !(SSL_is_init_finished(client) && SSL_is_init_finished(server));
+       ++turn) {
+    SSL_do_handshake(client);
+    SSL_do_handshake(server);
+  }
+  KJ_ASSERT(SSL_is_init_finished(client), "the in-memory handshake did not finish");
+  std::string suite = SSL_CIPHER_standard_name(SSL_get_current_cipher(client));
+  SSL_free(client);
+  SSL_free(server);
+  return suite;
+}
+
+const EVP_CIPHER* aeadOf(const std::string& suite) {
+  if (suite == "TLS_AES_128_GCM_SHA256") return EVP_aes_128_gcm();
+  if (suite == "TLS_AES_256_GCM_SHA384") return EVP_aes_256_gcm();
+  if (suite == "TLS_CHACHA20_POLY1305_SHA256") return EVP_chacha20_poly1305();
+  KJ_FAIL_REQUIRE("a suite bench_stream does not know", suite);
+}
+
+// Seals 256 MiB of plaintext as records of `recordBytes` (a nonce per record, the 5-byte header
+// as associated data, the tag after the ciphertext, out of place as a sender fills its socket
+// buffer), then opens them again; CPU time of this thread per MB for each.
+CipherCost measureCipher() {
+  CipherCost c;
+  c.suite = negotiatedSuite();
+  const EVP_CIPHER* cipher = aeadOf(c.suite);
+  constexpr size_t kBuffer = 4 << 20, kRounds = 64;
+  size_t records = kBuffer / c.recordBytes, sealedBytes = c.recordBytes + 5 + 1 + 16;
+  std::vector<kj::byte> plain(kBuffer + 64, 'x'), sealed(records * sealedBytes);
+  kj::byte key[32] = {1}, iv[12] = {2}, header[5] = {23, 3, 3, 0, 0};
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  KJ_ASSERT(EVP_CipherInit_ex(ctx, cipher, nullptr, key, iv, 1) == 1, "EVP_CipherInit_ex");
+  int n = 0;
+  for (bool seal : {true, false}) {
+    double cpu0 = cpuSeconds(RUSAGE_THREAD);
+    for (size_t round = 0; round < kRounds; ++round) {
+      for (size_t r = 0; r < records; ++r) {
+        iv[11] = static_cast<kj::byte>(r);  // a new nonce per record, as the sequence number is
+        kj::byte* record = sealed.data() + r * sealedBytes;
+        kj::byte* text = plain.data() + r * c.recordBytes;
+        kj::byte* tag = record + sealedBytes - 16;
+        KJ_ASSERT(EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, iv, seal) == 1);
+        EVP_CipherUpdate(ctx, nullptr, &n, header, sizeof(header));
+        if (seal) {
+          EVP_CipherUpdate(ctx, record, &n, text, c.recordBytes + 1);  // + the content type
+          KJ_ASSERT(EVP_CipherFinal_ex(ctx, tag, &n) == 1);
+          EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag);
+        } else {
+          EVP_CipherUpdate(ctx, text, &n, record, c.recordBytes + 1);
+          EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, 16, tag);
+          KJ_ASSERT(EVP_CipherFinal_ex(ctx, text + c.recordBytes + 1, &n) == 1,
+                    "a record failed to open", r);
+        }
+      }
+    }
+    double us = (cpuSeconds(RUSAGE_THREAD) - cpu0) * 1e6 / (kRounds * records * c.recordBytes / 1e6);
+    (seal ? c.sealUsPerMb : c.openUsPerMb) = us;
+  }
+  EVP_CIPHER_CTX_free(ctx);
+  return c;
 }
 
 // =============================================================================================
@@ -494,40 +578,90 @@ int runTroupeNode(int argc, char** argv) {
 // =============================================================================================
 // Output
 
-void printTable(const std::vector<Result>& results, const Options& options) {
-  printf("bench_stream: about %llu MiB per batch size and mode, %u credits\n\n",
-         static_cast<unsigned long long>(options.mib), options.credits);
-  printf("%12s  %-16s %10s %10s %9s %14s %14s\n", "batch bytes", "mode", "MB/s", "batches/s",
-         "x raw TCP", "producer us/MB", "consumer us/MB");
+bool encrypted(const std::string& mode) {
+  return mode == "raw_tls" || mode == "capnp_tls" || mode == "troupe" || mode == "troupe_x2";
+}
+
+struct Bounds {
+  // Per batch size, from the raw_tcp row of the same size and the cipher alone: what TCP plus
+  // the AEAD allow, each end on one core.
+  double tcp = 0;     // raw_tcp's MB/s
+  double tcpAes = 0;  // 1e6 / max(producer us/MB + seal us/MB, consumer us/MB + open us/MB)
+};
+
+Bounds boundsFor(const std::vector<Result>& results, uint64_t batchBytes,
+                 const kj::Maybe<CipherCost>& cipher) {
+  Bounds b;
   for (auto& r : results) {
-    double base = 0;
-    for (auto& b : results) {
-      if (b.mode == "raw_tcp" && b.batchBytes == r.batchBytes) base = b.mbPerSecond();
+    if (r.mode != "raw_tcp" || r.batchBytes != batchBytes) continue;
+    b.tcp = r.mbPerSecond();
+    KJ_IF_MAYBE(c, cipher) {
+      double producer = r.cpuUsPerMb(r.producerCpu) + c->sealUsPerMb;
+      double consumer = r.cpuUsPerMb(r.consumerCpu) + c->openUsPerMb;
+      b.tcpAes = 1e6 / std::max(producer, consumer);
     }
-    printf("%12llu  %-16s %10.0f %10.1f %9.2f %14.0f %14.0f\n",
+  }
+  return b;
+}
+
+void printTable(const std::vector<Result>& results, const Options& options,
+                const kj::Maybe<CipherCost>& cipher) {
+  printf("bench_stream: about %llu MiB per batch size and mode, %u credits\n",
+         static_cast<unsigned long long>(options.mib), options.credits);
+  KJ_IF_MAYBE(c, cipher) {
+    printf("the cipher alone (%s, %zu-byte records, one core): seal %.0f us/MB (%.0f MB/s), "
+           "open %.0f us/MB (%.0f MB/s)\n",
+           c->suite.c_str(), c->recordBytes, c->sealUsPerMb, 1e6 / c->sealUsPerMb,
+           c->openUsPerMb, 1e6 / c->openUsPerMb);
+  }
+  printf("\n%12s  %-16s %10s %10s %9s %10s %14s %14s\n", "batch bytes", "mode", "MB/s",
+         "batches/s", "x raw TCP", "x TCP+AES", "producer us/MB", "consumer us/MB");
+  for (auto& r : results) {
+    auto b = boundsFor(results, r.batchBytes, cipher);
+    char againstAes[16] = "";
+    if (encrypted(r.mode) && b.tcpAes > 0) {
+      snprintf(againstAes, sizeof(againstAes), "%.2f", r.mbPerSecond() / b.tcpAes);
+    }
+    printf("%12llu  %-16s %10.0f %10.1f %9.2f %10s %14.0f %14.0f\n",
            static_cast<unsigned long long>(r.batchBytes), r.mode.c_str(), r.mbPerSecond(),
-           r.batches / r.seconds, base > 0 ? r.mbPerSecond() / base : 0.0,
+           r.batches / r.seconds, b.tcp > 0 ? r.mbPerSecond() / b.tcp : 0.0, againstAes,
            r.cpuUsPerMb(r.producerCpu), r.cpuUsPerMb(r.consumerCpu));
   }
   printf(
-      "\nus/MB: CPU time (user + system) per MB streamed: the thread of each end for raw_tcp and "
-      "capnp*, the\nwhole node process of each actor for troupe*. MB = 10^6 bytes.\n");
+      "\nus/MB: CPU time (user + system) per MB streamed: the thread of each end for raw_* and "
+      "capnp*, the\nwhole node process of each actor for troupe*. MB = 10^6 bytes. x TCP+AES: "
+      "against 1e6 / max(raw_tcp's\nproducer us/MB + seal, raw_tcp's consumer us/MB + open) of "
+      "the same batch size, the bound for\nan encrypted stream with one core per end.\n");
 }
 
-void printJson(const std::vector<Result>& results, const Options& options) {
+void printJson(const std::vector<Result>& results, const Options& options,
+               const kj::Maybe<CipherCost>& cipher) {
   nlohmann::json rows = nlohmann::json::array();
   for (auto& r : results) {
-    rows.push_back({{"mode", r.mode},
-                    {"batch_bytes", r.batchBytes},
-                    {"batches", r.batches},
-                    {"seconds", r.seconds},
-                    {"mb_per_second", r.mbPerSecond()},
-                    {"batches_per_second", r.batches / r.seconds},
-                    {"producer_cpu_us_per_mb", r.cpuUsPerMb(r.producerCpu)},
-                    {"consumer_cpu_us_per_mb", r.cpuUsPerMb(r.consumerCpu)}});
+    auto b = boundsFor(results, r.batchBytes, cipher);
+    nlohmann::json row = {{"mode", r.mode},
+                          {"batch_bytes", r.batchBytes},
+                          {"batches", r.batches},
+                          {"seconds", r.seconds},
+                          {"mb_per_second", r.mbPerSecond()},
+                          {"batches_per_second", r.batches / r.seconds},
+                          {"producer_cpu_us_per_mb", r.cpuUsPerMb(r.producerCpu)},
+                          {"consumer_cpu_us_per_mb", r.cpuUsPerMb(r.consumerCpu)}};
+    if (b.tcp > 0) row["x_raw_tcp"] = r.mbPerSecond() / b.tcp;
+    if (encrypted(r.mode) && b.tcpAes > 0) {
+      row["tcp_aes_bound_mb_per_second"] = b.tcpAes;
+      row["x_tcp_aes"] = r.mbPerSecond() / b.tcpAes;
+    }
+    rows.push_back(row);
   }
   nlohmann::json out = {
       {"bench", "stream"}, {"mib", options.mib}, {"credits", options.credits}, {"results", rows}};
+  KJ_IF_MAYBE(c, cipher) {
+    out["cipher"] = {{"suite", c->suite},
+                     {"record_bytes", c->recordBytes},
+                     {"seal_us_per_mb", c->sealUsPerMb},
+                     {"open_us_per_mb", c->openUsPerMb}};
+  }
   printf("%s\n", out.dump().c_str());
 }
 
@@ -568,12 +702,14 @@ int main(int argc, char** argv) {
       if (!wanted(insecure ? "troupe_insecure" : "troupe")) continue;
       for (auto& r : runTroupe(options, insecure)) results.push_back(r);
     }
+    kj::Maybe<CipherCost> cipher;
+    if (std::any_of(modes.begin(), modes.end(), encrypted)) cipher = measureCipher();
     std::stable_sort(results.begin(), results.end(),
                      [](const Result& a, const Result& b) { return a.batchBytes < b.batchBytes; });
     if (options.json) {
-      printJson(results, options);
+      printJson(results, options, cipher);
     } else {
-      printTable(results, options);
+      printTable(results, options, cipher);
     }
     return 0;
   } catch (const kj::Exception& e) {
