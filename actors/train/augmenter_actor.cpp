@@ -200,13 +200,29 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
     // Positions within the shard's own storage, for gathering pixels.
     auto batchSeed = data::mixSeed(seed_, epoch, position);
-    auto work = [data, augmenter = augmenter_, ids, batchSeed]() {
+    // The batch is built in place: the pool job writes the pixels and labels straight into the
+    // request's message, which offloadInto keeps alive until the job has returned even if this
+    // pump is cancelled meanwhile (the actor stopped, the trainer gone).
+    auto& images = *data->all;
+    size_t n = ids.size(), pixels = images.imageSize();
+    auto request = kj::heap(sink.pushRequest());
+    auto b = request->initBatch();
+    b.setSession(session);
+    b.setEpoch(epoch);
+    b.setShard(shard);
+    b.setBegin(position);
+    auto list = b.initSampleIds(n);
+    for (size_t i = 0; i < n; ++i) list.set(i, ids[i]);
+    auto labelsOut = b.initLabels(n);
+    auto pixelsOut = b.initPixels(n * pixels);
+    auto work = [data, augmenter = augmenter_, ids, batchSeed,
+                 labels = kj::arrayPtr(labelsOut.begin(), n),
+                 out = kj::arrayPtr(pixelsOut.begin(), n * pixels)](auto&) mutable {
       trace::Span span("augment", "train");
       auto cpu = threadCpuSeconds();  // gathering and augmenting: the pool's part of a batch
       auto& images = *data->all;
       size_t n = ids.size(), pixels = images.imageSize();
       std::vector<uint8_t> raw(n * pixels);
-      std::vector<uint8_t> labels(n);
       for (size_t i = 0; i < n; ++i) {
         auto img = images.image(ids[i]);
         std::copy(img.begin(), img.end(), raw.begin() + i * pixels);
@@ -214,32 +230,23 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
       }
       // Bytes, not floats: a quarter of the bytes to copy, encrypt and send; the trainer
       // normalises them on its step thread.
-      std::vector<uint8_t> out(raw.size());
-      augmenter->augmentPixels(raw, images.rows, images.cols, batchSeed, out);
-      return std::make_tuple(kj::mv(out), kj::mv(labels), threadCpuSeconds() - cpu);
+      augmenter->augmentPixels(raw, images.rows, images.cols, batchSeed,
+                               std::span<uint8_t>(out.begin(), out.size()));
+      return threadCpuSeconds() - cpu;
     };
     return context()
-        .offload(kj::mv(work))
-        .then([this, shard, session, epoch, data, order, position, end, sink,
-               ids = kj::mv(ids)](auto result) mutable {
-          auto loopCpu = threadCpuSeconds();  // building and sending it: the loop's part
-          auto req = sink.pushRequest();
-          auto b = req.initBatch();
-          b.setSession(session);
-          b.setEpoch(epoch);
-          b.setShard(shard);
-          b.setBegin(position);
-          auto list = b.initSampleIds(ids.size());
-          for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
-          b.setLabels(kj::arrayPtr(std::get<1>(result).data(), std::get<1>(result).size()));
-          b.setPixels(kj::arrayPtr(std::get<0>(result).data(), std::get<0>(result).size()));
-          current(shard, session).produced += ids.size();
-          images_ += ids.size();
+        .offloadInto(kj::mv(request), kj::mv(work))
+        .then([this, shard, session, epoch, data, order, end, sink, n,
+               bytes = n * pixels](auto built) mutable {
+          auto loopCpu = threadCpuSeconds();  // sending it: the loop's part
+          current(shard, session).produced += n;
+          images_ += n;
           batches_ += 1;
-          bytes_ += std::get<0>(result).size();
+          bytes_ += bytes;
           // A streaming call: resolves at once while within the flow-control window.
-          auto sent = trace::around(req.send(), "push", "stream", trace::actorRow(self().id));
-          augmentSeconds_ += std::get<2>(result) + (threadCpuSeconds() - loopCpu);
+          auto sent = trace::around(built.first->send(), "push", "stream",
+                                    trace::actorRow(self().id));
+          augmentSeconds_ += built.second + (threadCpuSeconds() - loopCpu);
           return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
             return pump(shard, session, epoch, data, order, end, sink);
           });

@@ -68,6 +68,57 @@ TEST_CASE("dropping an offload promise cancels queued work", "[loop]") {
   REQUIRE(*ran == 0);
 }
 
+TEST_CASE("offloadInto: the job writes into its target, which outlives a dropped promise",
+          "[loop]") {
+  EventLoop loop(2);
+  troupe::WorkGroup group;
+  auto mainThread = std::this_thread::get_id();
+  struct Target {
+    std::vector<int> memory = std::vector<int>(1000, 0);
+    std::atomic<bool>* jobRunning;
+    std::atomic<int>* destroyedWhileRunning;
+    std::thread::id* destroyedOn;
+    ~Target() {
+      if (*jobRunning) ++*destroyedWhileRunning;
+      *destroyedOn = std::this_thread::get_id();
+    }
+  };
+  std::atomic<bool> running{false};
+  std::atomic<int> early{0};
+  std::thread::id destroyedOn;
+  auto make = [&]() { return kj::heap<Target>(Target{std::vector<int>(1000, 0), &running, &early,
+                                                     &destroyedOn});
+  };
+
+  // Resolves with the target, written, and fn's result.
+  auto [target, sum] = loop.offloadInto(group, make(), [](Target& t) {
+                             for (size_t i = 0; i < t.memory.size(); ++i) t.memory[i] = i;
+                             return 42;
+                           }).wait(loop.waitScope());
+  CHECK(sum == 42);
+  CHECK(target->memory[999] == 999);
+  target = nullptr;
+
+  // The promise dropped while the job writes: the target waits for the job, then goes on the
+  // loop thread.
+  std::atomic<bool> started{false};
+  {
+    auto dropped = loop.offloadInto(group, make(), [&](Target& t) {
+      running = true;
+      started = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      for (auto& m : t.memory) m = 7;
+      running = false;
+      return 0;
+    });
+    while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  destroyedOn = {};
+  group.whenIdle().wait(loop.waitScope());
+  CHECK(early == 0);
+  CHECK(destroyedOn == mainThread);
+}
+
 TEST_CASE("a spawned child's output and exit code arrive", "[loop]") {
   EventLoop loop(1);
   std::vector<std::string> lines;

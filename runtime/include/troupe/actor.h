@@ -384,6 +384,12 @@ class ActorContext {
     // exits), and once it has exited offload() rejects with DISCONNECTED.
     return loop().offload(work_, kj::fwd<Fn>(fn));
   }
+  template <typename T, typename Fn>
+  auto offloadInto(kj::Own<T> target, Fn&& fn) {
+    // The same for work that writes into `target`'s memory (EventLoop::offloadInto): a batch
+    // built in place in its request, which a cancelled call cannot free while the job writes.
+    return loop().offloadInto(work_, kj::mv(target), kj::fwd<Fn>(fn));
+  }
   WorkGroup& work() { return work_; }
   // This actor's offloaded jobs (used by the runtime to wait for them).
 

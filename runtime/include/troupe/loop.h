@@ -28,6 +28,7 @@
 
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace troupe {
@@ -95,6 +96,15 @@ class EventLoop {
   auto offload(WorkGroup& group, Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>>;
   // The same, counted in `group` until `fn` has returned (see WorkGroup); rejects at once when
   // the group is closed.
+  template <typename T, typename Fn>
+  auto offloadInto(WorkGroup& group, kj::Own<T> target, Fn&& fn)
+      -> kj::Promise<std::pair<kj::Own<T>, std::invoke_result_t<Fn, T&>>>;
+  // Runs `fn(*target)` on the compute pool, for work that writes into memory a loop-thread
+  // object owns (a batch built in place in its outgoing message), and resolves with `target` and
+  // what `fn` returned. `target` is never destroyed while `fn` runs: dropping the promise leaves
+  // it to the job, which releases it on the loop thread once `fn` has returned (or was cancelled
+  // before it started). `fn` must not touch `target` beyond memory the loop thread leaves alone
+  // meanwhile.
 
   void onSignal(int signum, kj::Function<void(int)> handler);
   // Calls `handler` on the loop thread each time `signum` arrives (through uv_signal). Then
@@ -113,7 +123,15 @@ class EventLoop {
   class WorkAdapter;
 
   template <typename Fn>
-  auto offloadCounted(WorkGroup::State* group, Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn>>;
+  auto offloadCounted(WorkGroup::State* group, Fn&& fn, kj::Own<kj::Refcounted> keep = {})
+      -> kj::Promise<std::invoke_result_t<Fn>>;
+  template <typename T>
+  struct Parked final : public kj::Refcounted {
+    // offloadInto()'s target, shared by the job and the promise's continuation; both hold and
+    // release it on the loop thread only.
+    explicit Parked(kj::Own<T> target) : target(kj::mv(target)) {}
+    kj::Own<T> target;
+  };
   kj::Promise<void> pump();
   kj::Promise<void> waitForUv();
   void queue(WorkBase& work);
@@ -148,6 +166,7 @@ struct EventLoop::Work final : public WorkBase {
   kj::Maybe<kj::Exception> error;
   WorkAdapter<T>* adapter = nullptr;  // null once the promise was dropped
   kj::Own<WorkGroup::State> group;    // null when not counted
+  kj::Own<kj::Refcounted> keep;       // what fn writes into (offloadInto), released in finish()
 
   void run() override {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = fn(); })) {
@@ -155,6 +174,7 @@ struct EventLoop::Work final : public WorkBase {
     }
   }
   void finish(int status) override {
+    auto kept = kj::mv(keep);  // released here, on the loop thread, after fn returned
     if (group.get() != nullptr) group->finished();
     if (adapter == nullptr) return;  // abandoned: discard the result
     auto& f = adapter->fulfiller_;
@@ -209,11 +229,30 @@ auto EventLoop::offload(WorkGroup& group, Fn&& fn) -> kj::Promise<std::invoke_re
   return offloadCounted(group.state_.get(), kj::fwd<Fn>(fn));
 }
 
+template <typename T, typename Fn>
+auto EventLoop::offloadInto(WorkGroup& group, kj::Own<T> target, Fn&& fn)
+    -> kj::Promise<std::pair<kj::Own<T>, std::invoke_result_t<Fn, T&>>> {
+  using R = std::invoke_result_t<Fn, T&>;
+  static_assert(!std::is_void_v<R>, "offloadInto: let fn return a value (its CPU time, say)");
+  KJ_IF_MAYBE(why, group.closedBecause()) {
+    return KJ_EXCEPTION(DISCONNECTED, *why);
+  }
+  auto parked = kj::refcounted<Parked<T>>(kj::mv(target));
+  T* raw = parked->target.get();
+  auto job = offloadCounted(
+      group.state_.get(), [raw, fn = kj::fwd<Fn>(fn)]() mutable { return fn(*raw); },
+      kj::addRef(*parked));
+  return job.then([parked = kj::mv(parked)](R result) mutable {
+    return std::make_pair(kj::mv(parked->target), kj::mv(result));
+  });
+}
+
 template <typename Fn>
-auto EventLoop::offloadCounted(WorkGroup::State* group, Fn&& fn)
+auto EventLoop::offloadCounted(WorkGroup::State* group, Fn&& fn, kj::Own<kj::Refcounted> keep)
     -> kj::Promise<std::invoke_result_t<Fn>> {
   using T = std::invoke_result_t<Fn>;
   auto work = new Work<T>();
+  work->keep = kj::mv(keep);
   if constexpr (std::is_void_v<T>) {
     work->fn = [f = kj::fwd<Fn>(fn)]() mutable {
       f();
