@@ -18,7 +18,9 @@
 //                    Producer actor on the other directly, hands it a sink and grants a credit per
 //                    batch it has read; the producer pushes at most --credits batches ahead (the
 //                    shape of Augmenter.produce / grant); both nodes run with --insecure;
-//   troupe           the same with TLS, troupe's default.
+//   troupe           the same with TLS, troupe's default;
+//   troupe_x2        the same with two producers on two nodes streaming into one consumer at
+//                    once: aggregate ingest, each stream opened on its own crypto thread.
 // The troupe modes' nodes are this binary (`--troupe-node`); the driver prints its figures on one
 // line, which this process parses. Every child is reaped: troupe::ChildProcess kills `troupe sim`
 // if this process ends first, and the simulator cascades to its nodes.
@@ -65,6 +67,7 @@ struct Options {
   std::vector<uint64_t> sizes = {64 << 10, 1 << 20, 4 << 20, kSeedsBatch};
   uint64_t mib = 512;    // streamed per size and mode
   uint32_t credits = 4;  // hetero_train's --prefetch default
+  uint32_t producers = 1;  // the troupe modes' data nodes (troupe_x2: 2)
   bool json = false;
   std::string troupeBinary = TROUPE_BINARY;
 
@@ -74,13 +77,14 @@ struct Options {
 };
 
 nlohmann::json toJson(const Options& o) {
-  return {{"sizes", o.sizes}, {"mib", o.mib}, {"credits", o.credits}};
+  return {{"sizes", o.sizes}, {"mib", o.mib}, {"credits", o.credits}, {"producers", o.producers}};
 }
 Options fromJson(const nlohmann::json& j) {
   Options o;
   o.sizes = j.at("sizes").get<std::vector<uint64_t>>();
   o.mib = j.at("mib").get<uint64_t>();
   o.credits = j.at("credits").get<uint32_t>();
+  o.producers = j.at("producers").get<uint32_t>();
   return o;
 }
 
@@ -88,6 +92,7 @@ struct Result {
   std::string mode;
   uint64_t batchBytes = 0, batches = 0;
   double seconds = 0, producerCpu = 0, consumerCpu = 0;
+  double consumerLoopCpu = -1;  // the troupe modes: the consumer's event-loop thread alone
 
   double mbPerSecond() const { return batches * batchBytes / 1e6 / seconds; }
   double cpuUsPerMb(double cpu) const { return cpu * 1e6 / (batches * batchBytes / 1e6); }
@@ -449,35 +454,48 @@ class ConsumerActor final : public ActorBase<Consumer> {
 
   kj::Promise<void> pull(PullContext context) override {
     auto p = context.getParams();
-    auto producer = this->context().resolve<Producer>(ActorAddress::fromProto(p.getProducer()));
-    uint32_t batches = p.getBatches();
+    auto addresses = p.getProducers();
+    uint32_t each = p.getBatches() / addresses.size();
     uint64_t size = p.getBatchBytes();
-    auto sink = kj::heap<SinkServer>(batches, [producer]() mutable {
-      auto grant = producer.grantRequest();
-      grant.setCredits(1);
-      grant.send().detach([](kj::Exception&&) {});
-    });
-    auto arrived = sink->whenAll();
-    auto request = producer.produceRequest();
-    request.setSink(kj::mv(sink));
-    request.setBatches(batches);
-    request.setBatchBytes(size);
-    request.setCredits(p.getCredits());
-    double start = now(), cpu0 = cpuSeconds(RUSAGE_SELF);
-    auto produced = request.send();
-    return arrived.then([produced = kj::mv(produced)]() mutable { return kj::mv(produced); })
-        .then([context, start, cpu0, batches, size](auto response) mutable {
+    auto arrivals = kj::heapArrayBuilder<kj::Promise<void>>(addresses.size());
+    auto responses = kj::heapArrayBuilder<kj::Promise<double>>(addresses.size());
+    double start = now(), cpu0 = cpuSeconds(RUSAGE_SELF), loop0 = cpuSeconds(RUSAGE_THREAD);
+    for (auto address : addresses) {
+      auto producer = this->context().resolve<Producer>(ActorAddress::fromProto(address));
+      auto sink = kj::heap<SinkServer>(each, [producer]() mutable {
+        auto grant = producer.grantRequest();
+        grant.setCredits(1);
+        grant.send().detach([](kj::Exception&&) {});
+      });
+      arrivals.add(sink->whenAll());
+      auto request = producer.produceRequest();
+      request.setSink(kj::mv(sink));
+      request.setBatches(each);
+      request.setBatchBytes(size);
+      request.setCredits(p.getCredits());
+      responses.add(request.send().then([](auto r) { return r.getCpuSeconds(); }));
+    }
+    uint64_t batches = uint64_t(each) * addresses.size();
+    return kj::joinPromises(arrivals.finish())
+        .then([responses = responses.finish()]() mutable {
+          return kj::joinPromises(kj::mv(responses));
+        })
+        .then([context, start, cpu0, loop0, batches, size](kj::Array<double> cpus) mutable {
           auto f = context.getResults().initFigures();
           f.setSeconds(now() - start);
           f.setConsumerCpuSeconds(cpuSeconds(RUSAGE_SELF) - cpu0);
-          f.setProducerCpuSeconds(response.getCpuSeconds());
+          f.setConsumerLoopCpuSeconds(cpuSeconds(RUSAGE_THREAD) - loop0);
+          double producers = 0;
+          for (double c : cpus) producers += c;
+          f.setProducerCpuSeconds(producers);
           f.setBatches(batches);
           f.setBytes(batches * size);
         });
   }
 };
 
-kj::Promise<void> measureSizes(Driver& job, Ref<Producer> producer, Ref<Consumer> consumer,
+kj::Promise<void> measureSizes(Driver& job, std::shared_ptr<std::vector<Ref<Producer>>> producers,
+                               Ref<Consumer> consumer,
                                std::shared_ptr<Options> options, size_t index,
                                std::shared_ptr<nlohmann::json> out) {
   if (index == options->sizes.size()) {
@@ -487,7 +505,8 @@ kj::Promise<void> measureSizes(Driver& job, Ref<Producer> producer, Ref<Consumer
   }
   uint64_t size = options->sizes[index];
   auto pull = consumer.pullRequest();
-  producer.address().toProto(pull.initProducer());
+  auto addresses = pull.initProducers(producers->size());
+  for (size_t i = 0; i < producers->size(); ++i) (*producers)[i].address().toProto(addresses[i]);
   pull.setBatches(options->batchesFor(size));
   pull.setBatchBytes(size);
   pull.setCredits(options->credits);
@@ -497,8 +516,9 @@ kj::Promise<void> measureSizes(Driver& job, Ref<Producer> producer, Ref<Consumer
                     {"batches", f.getBatches()},
                     {"seconds", f.getSeconds()},
                     {"producer_cpu", f.getProducerCpuSeconds()},
-                    {"consumer_cpu", f.getConsumerCpuSeconds()}});
-    return measureSizes(job, producer, consumer, options, index + 1, out);
+                    {"consumer_cpu", f.getConsumerCpuSeconds()},
+                    {"consumer_loop_cpu", f.getConsumerLoopCpuSeconds()}});
+    return measureSizes(job, producers, consumer, options, index + 1, out);
   });
 }
 
@@ -507,9 +527,10 @@ kj::Promise<void> drive(Driver& job) {
   auto flag = std::find(args.begin(), args.end(), kNodeFlag);
   KJ_REQUIRE(flag != args.end() && flag + 1 != args.end(), "no options after --troupe-node");
   auto options = std::make_shared<Options>(fromJson(nlohmann::json::parse(*(flag + 1))));
-  auto producer = job.spawn<Producer>(Placement::group("a"));
+  auto producers = std::make_shared<std::vector<Ref<Producer>>>();  // one on each node of a
+  for (auto& p : job.spawnEach<Producer>(Placement::group("a"))) producers->push_back(kj::mv(p));
   auto consumer = job.spawn<Consumer>(Placement::group("b"));
-  return measureSizes(job, producer, consumer, options, 0,
+  return measureSizes(job, producers, consumer, options, 0,
                       std::make_shared<nlohmann::json>(nlohmann::json::array()));
 }
 
@@ -520,7 +541,9 @@ std::string selfPath() {
   return std::string(path, n);
 }
 
-std::vector<Result> runTroupe(const Options& options, bool insecure) {
+std::vector<Result> runTroupe(Options options, const std::string& mode) {
+  bool insecure = mode == "troupe_insecure";
+  options.producers = mode == "troupe_x2" ? 2 : 1;
   KJ_REQUIRE(
       access(options.troupeBinary.c_str(), X_OK) == 0,
       "the troupe modes need the troupe binary (build the `troupe` target, or pass --troupe)",
@@ -537,7 +560,9 @@ std::vector<Result> runTroupe(const Options& options, bool insecure) {
   // The largest batch must fit in a message, with room for the call around it.
   uint64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
   auto maxMessage = std::to_string(std::max<uint64_t>(64ull << 20, largest + (1 << 20)));
-  for (auto arg : {"--group", "a=1", "--group", "b=1", "--head-group", "a"}) {
+  for (auto arg : {std::string("--group"), "a=" + std::to_string(options.producers),
+                   std::string("--group"), std::string("b=1"), std::string("--head-group"),
+                   std::string("a")}) {
     child.args.push_back(arg);
   }
   for (auto& arg :
@@ -558,11 +583,12 @@ std::vector<Result> runTroupe(const Options& options, bool insecure) {
              exit.status, exit.signal, output);
   std::vector<Result> results;
   for (auto& f : nlohmann::json::parse(figures)) {
-    Result r{insecure ? "troupe_insecure" : "troupe", f.at("batch_bytes").get<uint64_t>(),
+    Result r{mode, f.at("batch_bytes").get<uint64_t>(),
              f.at("batches").get<uint64_t>()};
     r.seconds = f.at("seconds").get<double>();
     r.producerCpu = f.at("producer_cpu").get<double>();
     r.consumerCpu = f.at("consumer_cpu").get<double>();
+    r.consumerLoopCpu = f.at("consumer_loop_cpu").get<double>();
     results.push_back(r);
   }
   return results;
@@ -614,22 +640,26 @@ void printTable(const std::vector<Result>& results, const Options& options,
            c->suite.c_str(), c->recordBytes, c->sealUsPerMb, 1e6 / c->sealUsPerMb,
            c->openUsPerMb, 1e6 / c->openUsPerMb);
   }
-  printf("\n%12s  %-16s %10s %10s %9s %10s %14s %14s\n", "batch bytes", "mode", "MB/s",
-         "batches/s", "x raw TCP", "x TCP+AES", "producer us/MB", "consumer us/MB");
+  printf("\n%12s  %-16s %10s %10s %9s %10s %14s %14s %10s\n", "batch bytes", "mode", "MB/s",
+         "batches/s", "x raw TCP", "x TCP+AES", "producer us/MB", "consumer us/MB", "its loop");
   for (auto& r : results) {
     auto b = boundsFor(results, r.batchBytes, cipher);
     char againstAes[16] = "";
     if (encrypted(r.mode) && b.tcpAes > 0) {
       snprintf(againstAes, sizeof(againstAes), "%.2f", r.mbPerSecond() / b.tcpAes);
     }
-    printf("%12llu  %-16s %10.0f %10.1f %9.2f %10s %14.0f %14.0f\n",
+    char loop[16] = "";
+    if (r.consumerLoopCpu >= 0) snprintf(loop, sizeof(loop), "%.0f", r.cpuUsPerMb(r.consumerLoopCpu));
+    printf("%12llu  %-16s %10.0f %10.1f %9.2f %10s %14.0f %14.0f %10s\n",
            static_cast<unsigned long long>(r.batchBytes), r.mode.c_str(), r.mbPerSecond(),
            r.batches / r.seconds, b.tcp > 0 ? r.mbPerSecond() / b.tcp : 0.0, againstAes,
-           r.cpuUsPerMb(r.producerCpu), r.cpuUsPerMb(r.consumerCpu));
+           r.cpuUsPerMb(r.producerCpu), r.cpuUsPerMb(r.consumerCpu), loop);
   }
   printf(
       "\nus/MB: CPU time (user + system) per MB streamed: the thread of each end for raw_* and "
-      "capnp*, the\nwhole node process of each actor for troupe*. MB = 10^6 bytes. x TCP+AES: "
+      "capnp*, the\nwhole node process of each actor for troupe* (troupe_x2: both producers' "
+      "per MB of the two streams);\nits loop: the consumer's event-loop thread alone, the rest "
+      "is its crypto threads. MB = 10^6 bytes. x TCP+AES: "
       "against 1e6 / max(raw_tcp's\nproducer us/MB + seal, raw_tcp's consumer us/MB + open) of "
       "the same batch size, the bound for\nan encrypted stream with one core per end.\n");
 }
@@ -647,6 +677,7 @@ void printJson(const std::vector<Result>& results, const Options& options,
                           {"batches_per_second", r.batches / r.seconds},
                           {"producer_cpu_us_per_mb", r.cpuUsPerMb(r.producerCpu)},
                           {"consumer_cpu_us_per_mb", r.cpuUsPerMb(r.consumerCpu)}};
+    if (r.consumerLoopCpu >= 0) row["consumer_loop_cpu_us_per_mb"] = r.cpuUsPerMb(r.consumerLoopCpu);
     if (b.tcp > 0) row["x_raw_tcp"] = r.mbPerSecond() / b.tcp;
     if (encrypted(r.mode) && b.tcpAes > 0) {
       row["tcp_aes_bound_mb_per_second"] = b.tcpAes;
@@ -674,7 +705,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   Options options;
   std::vector<std::string> modes = {"raw_tcp", "raw_tls",         "capnp",
-                                    "capnp_tls", "troupe_insecure", "troupe"};
+                                    "capnp_tls", "troupe_insecure", "troupe", "troupe_x2"};
   std::vector<std::string> all = modes;
   CLI::App app{"Batches streamed between two processes: raw TCP, Cap'n Proto, troupe actors"};
   app.add_flag("--json", options.json, "print one JSON object instead of a table");
@@ -698,9 +729,9 @@ int main(int argc, char** argv) {
       if (wanted("capnp")) results.push_back(capnpStream(size, batches, false));
       if (wanted("capnp_tls")) results.push_back(capnpStream(size, batches, true));
     }
-    for (bool insecure : {true, false}) {
-      if (!wanted(insecure ? "troupe_insecure" : "troupe")) continue;
-      for (auto& r : runTroupe(options, insecure)) results.push_back(r);
+    for (auto mode : {"troupe_insecure", "troupe", "troupe_x2"}) {
+      if (!wanted(mode)) continue;
+      for (auto& r : runTroupe(options, mode)) results.push_back(r);
     }
     kj::Maybe<CipherCost> cipher;
     if (std::any_of(modes.begin(), modes.end(), encrypted)) cipher = measureCipher();

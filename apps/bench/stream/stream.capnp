@@ -19,7 +19,9 @@ struct Figures {
   bytes @1 :UInt64;
   seconds @2 :Float64;           # from the first push sent to the last batch delivered
   consumerCpuSeconds @3 :Float64;  # the consumer's process (user + system) over the same time
-  producerCpuSeconds @4 :Float64;
+  producerCpuSeconds @4 :Float64;  # every producer's process, summed
+  consumerLoopCpuSeconds @5 :Float64;
+  # The consumer's event-loop thread alone: receiving, and opening what no crypto thread opens.
 }
 
 interface Producer extends(Troupe.Actor) {
@@ -32,8 +34,9 @@ interface Producer extends(Troupe.Actor) {
 }
 
 interface Consumer extends(Troupe.Actor) {
-  pull @0 (producer :Troupe.ActorAddress, batches :UInt32, batchBytes :UInt64, credits :UInt32)
-      -> (figures :Figures);
-  # Calls the producer directly (its own connection, as the trainer calls augmenters), hands it a
-  # sink, and grants a credit per batch it has read.
+  pull @0 (producers :List(Troupe.ActorAddress), batches :UInt32, batchBytes :UInt64,
+           credits :UInt32) -> (figures :Figures);
+  # Calls each producer directly (its own connection, as the trainer calls augmenters), hands it
+  # a sink, and grants a credit per batch it has read; the producers share `batches` and stream
+  # at the same time.
 }

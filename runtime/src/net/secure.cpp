@@ -1,5 +1,6 @@
 #include "secure.h"
 
+#include "crypto_threads.h"
 #include "tls_records.h"
 
 #include <openssl/crypto.h>
@@ -120,8 +121,15 @@ class TlsStream final : public ForwardingStream {
   // byte is copied by the kernel and passed once through the AEAD, as with the kernel's TLS. A
   // full write buffer goes to the socket while the next one fills, and sent buffers are reused.
   // One read and one write may be in progress at a time, as for any AsyncIoStream.
+  //
+  // A reader that asks for a large message has each run of at least kOffloadBytes of whole
+  // records opened on a crypto thread (crypto_threads.h) while the socket fills the other read
+  // buffer: several streams into one node are decrypted on several cores.
  public:
   static constexpr size_t kReadBytes = 256 * 1024;
+  static constexpr size_t kOffloadBytes = 64 * 1024;
+  static constexpr size_t kStreamReadBytes = 1024 * 1024;
+  // The read buffers of a stream that offloads: a crypto thread opens a megabyte per hand-off.
   static constexpr size_t kSealBytes = 1024 * 1024;
   static constexpr size_t kSealCapacity = kSealBytes + 2 * tls::kMaxRecordBytes;
   // A buffer is sent once it holds kSealBytes; the record that crossed that line and a KeyUpdate
@@ -252,6 +260,9 @@ class TlsStream final : public ForwardingStream {
   size_t readBegin_ = 0, readEnd_ = 0;
   size_t plainBegin_ = 0, plainEnd_ = 0;  // a record opened in place, not yet read
   bool eof_ = false;
+  const kj::Executor* opener_ = nullptr;  // the crypto thread of this stream, once it needs one
+  kj::Array<kj::byte> spareRead_;         // the other read buffer, for the socket meanwhile
+  kj::Array<kj::byte> opening_;           // the read buffer whose records a crypto thread opens
 
   kj::ArrayPtr<const kj::byte> single_;  // write(buffer, size)'s one piece
   kj::Array<kj::byte> sealed_;           // ciphertext for the peer, not yet handed to inner_
@@ -392,9 +403,28 @@ class TlsStream final : public ForwardingStream {
     KJ_IF_MAYBE(e, failed_) {
       return kj::cp(*e);
     }
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { done = openRecords(buffer, maxBytes, done); })) {
+    kj::Maybe<Run> elsewhere;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+      done = servePlain(buffer, maxBytes, done);
+      if (readKey_.get() != nullptr && plainBegin_ == plainEnd_ && !eof_ &&
+          maxBytes - done >= kOffloadBytes) {
+        auto run = wholeRecords(maxBytes - done);
+        if (run.plainRoom >= kOffloadBytes) {
+          elsewhere = run;
+          return;
+        }
+      }
+      done = openRecords(buffer, maxBytes, done);
+    })) {
       failed_ = kj::cp(*e);
       return kj::mv(*e);
+    }
+    KJ_IF_MAYBE(run, elsewhere) {
+      return openElsewhere(buffer, minBytes, maxBytes, done, *run)
+          .catch_([this](kj::Exception&& e) -> kj::Promise<size_t> {
+            failed_ = kj::cp(e);
+            return kj::mv(e);
+          });
     }
     if (done >= minBytes || eof_) return done;
     return fill().then([this, buffer, minBytes, maxBytes, done](bool more) -> kj::Promise<size_t> {
@@ -404,6 +434,118 @@ class TlsStream final : public ForwardingStream {
       }
       return readLoop(buffer, minBytes, maxBytes, done);
     });
+  }
+
+  size_t servePlain(kj::byte* buffer, size_t maxBytes, size_t done) {
+    size_t n = kj::min(maxBytes - done, plainEnd_ - plainBegin_);
+    memcpy(buffer + done, readBuffer_.begin() + plainBegin_, n);
+    plainBegin_ += n;
+    return done + n;
+  }
+
+  struct Run {
+    size_t end;        // the records [readBegin_, end) of the read buffer
+    size_t plainRoom;  // what their plaintext needs at most (the content types and padding too)
+    bool wholeAfter;   // a whole record follows, left out for want of room
+  };
+  // The whole records at the front of the read buffer whose plaintext fits in `room` bytes.
+  Run wholeRecords(size_t room) {
+    Run run{readBegin_, 0, false};
+    while (readEnd_ - run.end >= tls::kHeaderBytes) {
+      size_t size = TrafficKey::recordBytes(readBuffer_.begin() + run.end);
+      size_t plain = size - tls::kHeaderBytes - tls::kTagBytes;
+      if (readEnd_ - run.end < size) break;
+      if (run.plainRoom + plain > room) {
+        run.wholeAfter = true;
+        break;
+      }
+      run.end += size;
+      run.plainRoom += plain;
+    }
+    return run;
+  }
+
+  struct Opened {
+    size_t consumed = 0, produced = 0;  // bytes of records opened, of application data
+    kj::Maybe<ContentType> control;     // the record the run stopped after, when not data
+    size_t controlBytes = 0;            // its content, at `out + produced`
+  };
+  // Opens `records` into `out` in order, up to and including the first record that is not
+  // application data. Runs on a crypto thread, with `key` its own until it returns.
+  static Opened openRun(TrafficKey& key, kj::ArrayPtr<const kj::byte> records, kj::byte* out) {
+    Opened r;
+    while (r.consumed < records.size()) {
+      const kj::byte* at = records.begin() + r.consumed;
+      size_t size = TrafficKey::recordBytes(at);
+      auto opened = key.open(kj::arrayPtr(at, size), out + r.produced);
+      r.consumed += size;
+      if (opened.type != ContentType::kApplicationData) {
+        r.control = opened.type;
+        r.controlBytes = opened.bytes;
+        break;
+      }
+      r.produced += opened.bytes;
+    }
+    return r;
+  }
+
+  // Opens `run` into the reader's buffer on this stream's crypto thread; meanwhile the part of a
+  // record after the run moves to the other read buffer and, if the reader needs more than the
+  // run holds, the socket fills that buffer. Then goes on as readLoop.
+  kj::Promise<size_t> openElsewhere(kj::byte* buffer, size_t minBytes, size_t maxBytes,
+                                    size_t done, Run run) {
+    if (opener_ == nullptr) opener_ = &CryptoThreads::pick();
+    if (spareRead_.size() != kStreamReadBytes) {
+      spareRead_ = kj::heapArray<kj::byte>(kStreamReadBytes);
+    }
+    size_t runBegin = readBegin_;
+    opening_ = kj::mv(readBuffer_);
+    readBuffer_ = kj::mv(spareRead_);
+    size_t tail = readEnd_ - run.end;
+    memcpy(readBuffer_.begin(), opening_.begin() + run.end, tail);
+    readBegin_ = 0;
+    readEnd_ = tail;
+
+    auto records = kj::arrayPtr(opening_.begin() + runBegin, run.end - runBegin);
+    auto job = opener_->executeAsync([key = readKey_.get(), records, out = buffer + done]() {
+      return openRun(*key, records, out);
+    });
+    // Only bytes the reader is sure to need: the peer may send nothing more until it is answered.
+    kj::Promise<kj::Maybe<size_t>> more = kj::Maybe<size_t>(nullptr);
+    if (done + run.plainRoom < minBytes && !run.wholeAfter) {
+      more = inner_->tryRead(readBuffer_.begin() + readEnd_, 1, readBuffer_.size() - readEnd_)
+                 .then([](size_t n) { return kj::Maybe<size_t>(n); });
+    }
+    return job
+        .then([more = kj::mv(more)](Opened opened) mutable {
+          return more.then([opened](kj::Maybe<size_t> n) { return std::make_pair(opened, n); });
+        })
+        .then([this, buffer, minBytes, maxBytes, done, runBegin, run](
+                  std::pair<Opened, kj::Maybe<size_t>> result) mutable -> kj::Promise<size_t> {
+          auto& [opened, got] = result;
+          KJ_IF_MAYBE(n, got) {
+            readEnd_ += *n;
+            if (*n == 0) eof_ = true;
+          }
+          size_t left = run.end - runBegin - opened.consumed;
+          if (left > 0) {
+            // The run stopped at a record that is not data: the records after it go back in
+            // front of what the socket gave since (a KeyUpdate, so they need the new key).
+            auto joined = kj::heapArray<kj::byte>(kj::max(kStreamReadBytes, left + readEnd_));
+            memcpy(joined.begin(), opening_.begin() + run.end - left, left);
+            memcpy(joined.begin() + left, readBuffer_.begin(), readEnd_);
+            readBuffer_ = kj::mv(joined);
+            readEnd_ += left;
+          }
+          KJ_IF_MAYBE(type, opened.control) {
+            control(*type, kj::arrayPtr(buffer + done + opened.produced, opened.controlBytes));
+          }
+          done += opened.produced;
+          if (opening_.size() == kStreamReadBytes) spareRead_ = kj::mv(opening_);
+          opening_ = nullptr;
+          if (done >= minBytes || eof_) return done;
+          return readLoop(buffer, minBytes, maxBytes, done);
+        });
   }
 
   // Hands the reader what is already here: the rest of a record opened in place, then each whole
