@@ -3,7 +3,8 @@
 # buffers troupe::Received keeps. Included by runtime/CMakeLists.txt.
 add_library(troupe_net STATIC ${CMAKE_CURRENT_LIST_DIR}/src/net/coalescing_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/message_stream.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/secure.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/crypto_threads.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_stream.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/crypto_threads.cpp)
 # Its own folder only: the benches and tests that use these headers see nothing else of src/.
 target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src/net>
   $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include>)

@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "crypto_threads.h"
 #include "forwarding_stream.h"
 #include "secure.h"
 
@@ -57,12 +59,16 @@ class WireTap final : public ForwardingStream {
 };
 
 struct Pair {
-  kj::AsyncIoContext io = kj::setupAsyncIo();
+  // Two ends of a connection, on the thread's event loop (`shared`'s, or one of their own).
+  kj::Own<kj::AsyncIoContext> own;
+  kj::AsyncIoContext& io;
   JobTls tls{kSecret};
   WireTap* clientWire = nullptr;
   kj::Own<kj::AsyncIoStream> client, server;
 
-  explicit Pair(uint64_t rekeyEvery = JobTls::kRecordsPerKey) {
+  explicit Pair(uint64_t rekeyEvery = JobTls::kRecordsPerKey, kj::AsyncIoContext* shared = nullptr)
+      : own(shared == nullptr ? kj::heap(kj::setupAsyncIo()) : kj::Own<kj::AsyncIoContext>()),
+        io(shared == nullptr ? *own : *shared) {
     tls.rekeyEvery(rekeyEvery);
     auto pipe = io.provider->newTwoWayPipe();
     auto wire = kj::heap<WireTap>(kj::mv(pipe.ends[0]));
@@ -205,6 +211,31 @@ TEST_CASE("TLS stream: close_notify ends the stream after every byte before it",
   kj::byte more[16];
   CHECK(pair.server->tryRead(more, 1, sizeof(more)).wait(pair.io.waitScope) == 0);
   CHECK(pair.clientWire->records == 7 + 1);  // 100000 bytes in 7 records, then the alert
+}
+
+TEST_CASE("TLS stream: a large read is opened on a crypto thread, each stream on its own",
+          "[tls]") {
+  // ctest runs each case in a process of its own, where no crypto thread has started yet.
+  if (CryptoThreads::started() != 0) {
+    WARN("skipped: an earlier case in this process started crypto threads; run this one alone");
+    return;
+  }
+  auto data = pattern(0, 4 << 20);
+  Pair first;
+  Pair second(JobTls::kRecordsPerKey, &first.io);
+  // Small reads (a message's header word, a small message) are opened on the event loop.
+  transfer(first.io.waitScope, first.client->write(data.data(), 100000),
+           readChecked(*first.server, 100000, 8));
+  CHECK(CryptoThreads::started() == 0);
+  // A batch-sized read hands its runs of records to a crypto thread; a second stream to another,
+  // while the machine has CPUs for them.
+  transfer(first.io.waitScope, first.client->write(data.data(), data.size()),
+           readChecked(*first.server, data.size(), data.size()));
+  CHECK(CryptoThreads::started() == 1);
+  transfer(second.io.waitScope, second.client->write(data.data(), data.size()),
+           readChecked(*second.server, data.size(), data.size()));
+  size_t cpus = std::thread::hardware_concurrency();
+  CHECK(CryptoThreads::started() == std::min<size_t>(2, cpus));
 }
 
 TEST_CASE("TLS stream: a peer without the job's secret is refused at the handshake", "[tls]") {
