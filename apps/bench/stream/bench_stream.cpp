@@ -68,6 +68,7 @@ struct Options {
   uint64_t mib = 512;    // streamed per size and mode
   uint32_t credits = 4;  // hetero_train's --prefetch default
   uint32_t producers = 1;  // the troupe modes' data nodes (troupe_x2: 2)
+  std::string cpuScale = "off";  // troupe sim's --cpu-scale for the troupe modes
   bool json = false;
   std::string troupeBinary = TROUPE_BINARY;
 
@@ -562,7 +563,7 @@ std::vector<Result> runTroupe(Options options, const std::string& mode) {
   auto maxMessage = std::to_string(std::max<uint64_t>(64ull << 20, largest + (1 << 20)));
   for (auto arg : {std::string("--group"), "a=" + std::to_string(options.producers),
                    std::string("--group"), std::string("b=1"), std::string("--head-group"),
-                   std::string("a")}) {
+                   std::string("a"), std::string("--cpu-scale"), options.cpuScale}) {
     child.args.push_back(arg);
   }
   for (auto& arg :
@@ -717,6 +718,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--modes", modes, "modes to run; default all")->check(CLI::IsMember(all));
   app.add_option("--troupe", options.troupeBinary, "the troupe binary, for `troupe sim`");
+  app.add_option("--cpu-scale", options.cpuScale,
+                 "troupe sim's --cpu-scale for the troupe modes: off (default: every node may use "
+                 "every CPU, as the raw modes' threads may), auto, or CPUS per vCPU");
   CLI11_PARSE(app, argc, argv);
 
   try {
