@@ -562,7 +562,7 @@ BIO_METHOD* streamBioMethod() {
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> shake(kj::Own<TlsStream> stream) {
   auto& ref = *stream;
-  return ref.handshake()
+  return kj::evalNow([&]() { return ref.handshake(); })
       .then([stream = kj::mv(stream)]() mutable -> kj::Own<kj::AsyncIoStream> {
         return kj::mv(stream);
       })
