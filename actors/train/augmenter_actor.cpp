@@ -203,8 +203,8 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     // The batch is built in place: the pool job writes the pixels and labels straight into the
     // request's message, which offloadInto keeps alive until the job has returned even if this
     // pump is cancelled meanwhile (the actor stopped, the trainer gone).
-    auto& images = *data->all;
-    size_t n = ids.size(), pixels = images.imageSize();
+    auto buildCpu = threadCpuSeconds();  // the request's frame, on the loop
+    size_t n = ids.size(), pixels = data->all->imageSize();
     auto request = kj::heap(sink.pushRequest());
     auto b = request->initBatch();
     b.setSession(session);
@@ -215,13 +215,13 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     for (size_t i = 0; i < n; ++i) list.set(i, ids[i]);
     auto labelsOut = b.initLabels(n);
     auto pixelsOut = b.initPixels(n * pixels);
-    auto work = [data, augmenter = augmenter_, ids, batchSeed,
+    buildCpu = threadCpuSeconds() - buildCpu;
+    auto work = [data, augmenter = augmenter_, ids, batchSeed, n, pixels,
                  labels = kj::arrayPtr(labelsOut.begin(), n),
                  out = kj::arrayPtr(pixelsOut.begin(), n * pixels)](auto&) mutable {
       trace::Span span("augment", "train");
       auto cpu = threadCpuSeconds();  // gathering and augmenting: the pool's part of a batch
       auto& images = *data->all;
-      size_t n = ids.size(), pixels = images.imageSize();
       std::vector<uint8_t> raw(n * pixels);
       for (size_t i = 0; i < n; ++i) {
         auto img = images.image(ids[i]);
@@ -236,8 +236,8 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     };
     return context()
         .offloadInto(kj::mv(request), kj::mv(work))
-        .then([this, shard, session, epoch, data, order, end, sink, n,
-               bytes = n * pixels](auto built) mutable {
+        .then([this, shard, session, epoch, data, order, end, sink, n, bytes = n * pixels,
+               buildCpu](auto built) mutable {
           auto loopCpu = threadCpuSeconds();  // sending it: the loop's part
           current(shard, session).produced += n;
           images_ += n;
@@ -246,7 +246,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           // A streaming call: resolves at once while within the flow-control window.
           auto sent = trace::around(built.first->send(), "push", "stream",
                                     trace::actorRow(self().id));
-          augmentSeconds_ += built.second + (threadCpuSeconds() - loopCpu);
+          augmentSeconds_ += buildCpu + built.second + (threadCpuSeconds() - loopCpu);
           return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
             return pump(shard, session, epoch, data, order, end, sink);
           });
