@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "troupe/dataset/epoch.h"
+#include "troupe/send_buffer.h"
 #include "troupe/trace.h"
 
 namespace troupe::train {
@@ -200,29 +201,23 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
     // Positions within the shard's own storage, for gathering pixels.
     auto batchSeed = data::mixSeed(seed_, epoch, position);
-    // The batch is built in place: the pool job writes the pixels and labels straight into the
-    // request's message, which offloadInto keeps alive until the job has returned even if this
-    // pump is cancelled meanwhile (the actor stopped, the trainer gone).
-    auto buildCpu = threadCpuSeconds();  // the request's frame, on the loop
+    // The pool job writes the pixels into a SendBuffer (memory of troupe's pool, reused, not
+    // zeroed) that the request then lends: no copy into the message, and the job owns what it
+    // writes into, so a pump cancelled meanwhile (the actor stopped, the trainer gone) leaves it
+    // nothing to outlive.
     size_t n = ids.size(), pixels = data->all->imageSize();
-    auto request = kj::heap(sink.pushRequest());
-    auto b = request->initBatch();
-    b.setSession(session);
-    b.setEpoch(epoch);
-    b.setShard(shard);
-    b.setBegin(position);
-    auto list = b.initSampleIds(n);
-    for (size_t i = 0; i < n; ++i) list.set(i, ids[i]);
-    auto labelsOut = b.initLabels(n);
-    auto pixelsOut = b.initPixels(n * pixels);
-    buildCpu = threadCpuSeconds() - buildCpu;
-    auto work = [data, augmenter = augmenter_, ids, batchSeed, n, pixels,
-                 labels = kj::arrayPtr(labelsOut.begin(), n),
-                 out = kj::arrayPtr(pixelsOut.begin(), n * pixels)](auto&) mutable {
+    auto pixelsOut = SendBuffer::allocate(n * pixels);
+    struct Built {
+      std::vector<uint32_t> ids;
+      std::vector<uint8_t> labels;
+      double cpu;
+    };
+    auto work = [data, augmenter = augmenter_, ids = kj::mv(ids), batchSeed, n, pixels,
+                 out = pixelsOut]() mutable {
       trace::Span span("augment", "train");
       auto cpu = threadCpuSeconds();  // gathering and augmenting: the pool's part of a batch
       auto& images = *data->all;
-      std::vector<uint8_t> raw(n * pixels);
+      std::vector<uint8_t> raw(n * pixels), labels(n);
       for (size_t i = 0; i < n; ++i) {
         auto img = images.image(ids[i]);
         std::copy(img.begin(), img.end(), raw.begin() + i * pixels);
@@ -230,23 +225,34 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
       }
       // Bytes, not floats: a quarter of the bytes to copy, encrypt and send; the trainer
       // normalises them on its step thread.
-      augmenter->augmentPixels(raw, images.rows, images.cols, batchSeed,
-                               std::span<uint8_t>(out.begin(), out.size()));
-      return threadCpuSeconds() - cpu;
+      augmenter->augmentPixels(raw, images.rows, images.cols, batchSeed, out.as<uint8_t>());
+      return Built{kj::mv(ids), kj::mv(labels), threadCpuSeconds() - cpu};
     };
     return context()
-        .offloadInto(kj::mv(request), kj::mv(work))
-        .then([this, shard, session, epoch, data, order, end, sink, n, bytes = n * pixels,
-               buildCpu](auto built) mutable {
-          auto loopCpu = threadCpuSeconds();  // sending it: the loop's part
+        .offload(kj::mv(work))
+        .then([this, shard, session, epoch, data, order, position, end, sink, n,
+               pixelsOut = kj::mv(pixelsOut)](Built built) mutable {
+          auto loopCpu = threadCpuSeconds();  // the request's frame and sending it: the loop's part
+          auto request = sink.pushRequest();
+          auto b = request.initBatch();
+          b.setSession(session);
+          b.setEpoch(epoch);
+          b.setShard(shard);
+          b.setBegin(position);
+          auto list = b.initSampleIds(n);
+          for (size_t i = 0; i < n; ++i) list.set(i, built.ids[i]);
+          b.setLabels(kj::arrayPtr(built.labels.data(), n));
+          b.adoptPixels(pixelsOut.lend(b));
           current(shard, session).produced += n;
           images_ += n;
           batches_ += 1;
-          bytes_ += bytes;
-          // A streaming call: resolves at once while within the flow-control window.
-          auto sent = trace::around(built.first->send(), "push", "stream",
-                                    trace::actorRow(self().id));
-          augmentSeconds_ += buildCpu + built.second + (threadCpuSeconds() - loopCpu);
+          bytes_ += pixelsOut.size();
+          // A streaming call: resolves at once while within the flow-control window. The
+          // connection holds the lent pixels until written; the buffer rides along for a sink in
+          // this process, which reads them when it runs.
+          auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
+                          .attach(kj::mv(pixelsOut));
+          augmentSeconds_ += built.cpu + (threadCpuSeconds() - loopCpu);
           return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
             return pump(shard, session, epoch, data, order, end, sink);
           });

@@ -112,6 +112,11 @@ RetainedBuffers retainedBuffers() {
   return pool().stats();
 }
 
+std::shared_ptr<void> pooledBuffer(size_t bytes) {
+  auto buffer = pool().take(bytes);
+  return std::shared_ptr<void>(buffer, buffer->data);  // shares buffer's count
+}
+
 // ---------------------------------------------------------------------------------------------
 // IncomingMessageStream
 
@@ -201,14 +206,33 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> IncomingMessageStream::readSe
       });
 }
 
+void IncomingMessageStream::sent(std::vector<std::shared_ptr<void>> lent) {
+  if (!lent.empty()) lent_.push_back({sent_, kj::mv(lent)});
+  ++sent_;
+}
+
+kj::Promise<void> IncomingMessageStream::holdLent(kj::Promise<void> write) {
+  // Written are the messages before written_; what the ones just handed to the writer lend stays
+  // with the write until it completes or is cancelled.
+  std::vector<std::shared_ptr<void>> held;
+  while (!lent_.empty() && lent_.front().message < written_) {
+    for (auto& memory : lent_.front().memory) held.push_back(kj::mv(memory));
+    lent_.pop_front();
+  }
+  if (held.empty()) return write;
+  return write.attach(kj::mv(held));
+}
+
 kj::Promise<void> IncomingMessageStream::writeMessage(
     kj::ArrayPtr<const int> fds, kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
-  return writer_.writeMessage(fds, segments);
+  ++written_;
+  return holdLent(writer_.writeMessage(fds, segments));
 }
 
 kj::Promise<void> IncomingMessageStream::writeMessages(
     kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) {
-  return writer_.writeMessages(messages);
+  written_ += messages.size();
+  return holdLent(writer_.writeMessages(messages));
 }
 
 kj::Maybe<int> IncomingMessageStream::getSendBufferSize() {

@@ -34,7 +34,8 @@ Connection::Connection(kj::Own<CoalescingStream> stream, capnp::rpc::twoparty::S
     : stream_(kj::mv(stream)),
       messages_(*stream_),
       network_(messages_, side, options),
-      rpc_(capnp::makeRpcServer(network_, kj::mv(bootstrap))),
+      lending_(network_, messages_),
+      rpc_(capnp::makeRpcServer(lending_, kj::mv(bootstrap))),
       disconnected_(network_.onDisconnect().fork()),
       peer_(kj::mv(peer)) {}
 

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "actor/actor_host.h"
-#include "net/coalescing_stream.h"
 #include "loop/cpu_meter.h"
+#include "net/coalescing_stream.h"
+#include "net/lending.h"
 #include "net/message_stream.h"
 #include "net/secure.h"
 #include "troupe/actor.h"
@@ -73,6 +74,7 @@ class Connection {
   PreLoginLimit* loginLimit_ = nullptr;
   IncomingMessageStream messages_;  // large messages in buffers troupe::Received can keep
   capnp::TwoPartyVatNetwork network_;
+  LendingNetwork lending_;  // what the RPC system sees: messages hold the SendBuffers they lend
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
   kj::ForkedPromise<void> disconnected_;
   std::string peer_;
