@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages troupe needs, only those that are missing. Idempotent.
 # `--plots`: also what scripts/plot_scaling.py needs (`make scaling`), which the build never does.
+# `--grpc`: also gRPC's C++ packages, for bench_stream's gRPC baseline (apps/bench/stream), which
+# the build makes only where they are.
 # `--no-python`: without the Python package's (the SageMaker image's build stage, which builds
 # only the C++ programs).
 set -euo pipefail
@@ -15,6 +17,8 @@ packages=(
 )
 if [ "${1:-}" = "--plots" ]; then
   packages=(python3 python3-matplotlib)
+elif [ "${1:-}" = "--grpc" ]; then
+  packages=(libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)
 elif [ "${1:-}" = "--no-python" ]; then
   kept=()
   for p in "${packages[@]}"; do

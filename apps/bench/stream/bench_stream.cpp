@@ -20,7 +20,10 @@
 //                    shape of Augmenter.produce / grant); both nodes run with --insecure;
 //   troupe           the same with TLS, troupe's default;
 //   troupe_x2        the same with two producers on two nodes streaming into one consumer at
-//                    once: aggregate ingest, each stream opened on its own crypto thread.
+//                    once: aggregate ingest, each stream opened on its own crypto thread;
+//   grpc             gRPC's plaintext server stream between two processes (bench_stream_grpc,
+//                    grpc_stream.cpp), built where gRPC's C++ packages are
+//                    (scripts/install-deps.sh --grpc); skipped, saying so, elsewhere.
 // The troupe modes' nodes are this binary (`--troupe-node`); the driver prints its figures on one
 // line, which this process parses. Every child is reaped: troupe::ChildProcess kills `troupe sim`
 // if this process ends first, and the simulator cascades to its nodes.
@@ -44,6 +47,7 @@
 #include <future>
 #include <kj/async-io.h>
 #include <kj/debug.h>
+#include <kj/one-of.h>
 #include <limits.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -54,6 +58,7 @@
 #include "secure.h"
 #include "stream.capnp.h"
 #include "troupe/process.h"
+#include "troupe/send_buffer.h"
 #include "troupe/troupe.h"
 
 namespace troupe::bench {
@@ -71,6 +76,11 @@ struct Options {
   std::string cpuScale = "off";  // troupe sim's --cpu-scale for the troupe modes
   bool json = false;
   std::string troupeBinary = TROUPE_BINARY;
+#ifdef TROUPE_BENCH_GRPC
+  std::string grpcBinary = TROUPE_BENCH_GRPC;
+#else
+  std::string grpcBinary;
+#endif
 
   uint32_t batchesFor(uint64_t size) const {
     return static_cast<uint32_t>(std::max<uint64_t>(4, (mib << 20) / size));
@@ -335,16 +345,26 @@ class SinkServer final : public Sink::Server {
   kj::Own<kj::PromiseFulfiller<void>> fulfiller_;
 };
 
-// Pushes `batches` batches of `size` bytes into `sink`, one after the other as flow control
-// allows; each batch is filled from `pattern` into the message (one copy, as a producer builds it).
-kj::Promise<void> pushAll(Sink::Client sink, kj::ArrayPtr<const kj::byte> pattern, uint32_t left,
+// Pushes `left` batches into `sink`, one after the other as flow control allows. Each batch is
+// `batch`'s bytes: lent to the message when `batch` is a SendBuffer (the troupe modes: no copy,
+// as raw_tcp's writer sends its buffer), else copied into it (the capnp modes, whose plain
+// TwoPartyVatNetwork cannot hold a lent buffer until it is written).
+using BatchBytes = kj::OneOf<kj::ArrayPtr<const kj::byte>, SendBuffer>;
+kj::Promise<void> pushAll(Sink::Client sink, const BatchBytes& batch, uint32_t left,
                           kj::Function<kj::Promise<void>()>& mayPush) {
   if (left == 0) return kj::READY_NOW;
-  return mayPush().then([sink, pattern, left, &mayPush]() mutable {
+  return mayPush().then([sink, &batch, left, &mayPush]() mutable {
     auto request = sink.pushRequest();
-    memcpy(request.initBatch(pattern.size()).begin(), pattern.begin(), pattern.size());
-    return request.send().then([sink, pattern, left, &mayPush]() mutable {
-      return pushAll(kj::mv(sink), pattern, left - 1, mayPush);
+    KJ_SWITCH_ONEOF(batch) {
+      KJ_CASE_ONEOF(lent, SendBuffer) {
+        request.adoptBatch(lent.lend(request));
+      }
+      KJ_CASE_ONEOF(pattern, kj::ArrayPtr<const kj::byte>) {
+        memcpy(request.initBatch(pattern.size()).begin(), pattern.begin(), pattern.size());
+      }
+    }
+    return request.send().then([sink, &batch, left, &mayPush]() mutable {
+      return pushAll(kj::mv(sink), batch, left - 1, mayPush);
     });
   });
 }
@@ -390,10 +410,11 @@ Result capnpStream(uint64_t size, uint32_t batches, bool tls) {
     id.setSide(capnp::rpc::twoparty::Side::SERVER);
     auto sink = rpc.bootstrap(id).castAs<Sink>();
     std::vector<kj::byte> pattern(size, 'x');
+    BatchBytes batch = kj::arrayPtr(pattern.data(), size).asConst();
     kj::Function<kj::Promise<void>()> always = [] { return kj::Promise<void>(kj::READY_NOW); };
     double start = now();
     double cpu0 = cpuSeconds(RUSAGE_THREAD);
-    pushAll(sink, kj::arrayPtr(pattern.data(), size), batches, always).wait(io.waitScope);
+    pushAll(sink, batch, batches, always).wait(io.waitScope);
     auto done = sink.doneRequest().send().wait(io.waitScope);
     r.seconds = now() - start;
     r.producerCpu = cpuSeconds(RUSAGE_THREAD) - cpu0;
@@ -414,7 +435,9 @@ class ProducerActor final : public ActorBase<Producer> {
   kj::Promise<void> produce(ProduceContext context) override {
     auto p = context.getParams();
     credits_ = p.getCredits();
-    pattern_ = std::vector<kj::byte>(p.getBatchBytes(), 'x');
+    auto batch = SendBuffer::allocate(p.getBatchBytes());
+    memset(batch.bytes().begin(), 'x', batch.size());
+    batch_ = kj::mv(batch);
     mayPush_ = [this]() -> kj::Promise<void> {
       if (credits_ > 0) {
         --credits_;
@@ -425,8 +448,7 @@ class ProducerActor final : public ActorBase<Producer> {
       return paf.promise.then([this]() { --credits_; });
     };
     double cpu0 = cpuSeconds(RUSAGE_SELF);
-    return pushAll(p.getSink(), kj::arrayPtr(pattern_.data(), pattern_.size()), p.getBatches(),
-                   mayPush_)
+    return pushAll(p.getSink(), batch_, p.getBatches(), mayPush_)
         .then([context, cpu0]() mutable {
           context.getResults().setCpuSeconds(cpuSeconds(RUSAGE_SELF) - cpu0);
         });
@@ -444,7 +466,7 @@ class ProducerActor final : public ActorBase<Producer> {
 
  private:
   uint32_t credits_ = 0;
-  std::vector<kj::byte> pattern_;
+  BatchBytes batch_;  // lent to every push
   kj::Function<kj::Promise<void>()> mayPush_;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiting_;
 };
@@ -595,6 +617,29 @@ std::vector<Result> runTroupe(Options options, const std::string& mode) {
   return results;
 }
 
+// grpc: bench_stream_grpc, one run per batch size; it prints one JSON object.
+Result runGrpc(const Options& options, uint64_t size, uint32_t batches) {
+  EventLoop loop(1);
+  ChildProcess::Options child;
+  child.args = {options.grpcBinary, std::to_string(size), std::to_string(batches)};
+  std::string figures, output;
+  child.onLine = [&](kj::StringPtr line, bool) {
+    std::string text = line.cStr();
+    if (!text.empty() && text[0] == '{') figures = text;
+    output += text + "\n";
+  };
+  ChildProcess grpc(loop, kj::mv(child));
+  auto exit = grpc.onExit().wait(loop.waitScope());
+  KJ_REQUIRE(exit.status == 0 && exit.signal == 0 && !figures.empty(), "the gRPC stream failed",
+             exit.status, exit.signal, output);
+  auto f = nlohmann::json::parse(figures);
+  Result r{"grpc", size, f.at("batches").get<uint64_t>()};
+  r.seconds = f.at("seconds").get<double>();
+  r.producerCpu = f.at("producer_cpu").get<double>();
+  r.consumerCpu = f.at("consumer_cpu").get<double>();
+  return r;
+}
+
 int runTroupeNode(int argc, char** argv) {
   Registry types;
   types.add<ProducerActor>();  // "stream.Producer"
@@ -631,10 +676,20 @@ Bounds boundsFor(const std::vector<Result>& results, uint64_t batchBytes,
   return b;
 }
 
+// Why a mode asked for did not run (one line), or "".
+std::string skipped(const Options& options, const std::vector<std::string>& modes) {
+  if (std::count(modes.begin(), modes.end(), "grpc") > 0 && options.grpcBinary.empty()) {
+    return "grpc: skipped: bench_stream_grpc was not built (no gRPC C++ packages: "
+           "scripts/install-deps.sh --grpc, then configure again)";
+  }
+  return "";
+}
+
 void printTable(const std::vector<Result>& results, const Options& options,
-                const kj::Maybe<CipherCost>& cipher) {
+                const kj::Maybe<CipherCost>& cipher, const std::string& skip) {
   printf("bench_stream: about %llu MiB per batch size and mode, %u credits\n",
          static_cast<unsigned long long>(options.mib), options.credits);
+  if (!skip.empty()) printf("%s\n", skip.c_str());
   KJ_IF_MAYBE(c, cipher) {
     printf("the cipher alone (%s, %zu-byte records, one core): seal %.0f us/MB (%.0f MB/s), "
            "open %.0f us/MB (%.0f MB/s)\n",
@@ -659,14 +714,14 @@ void printTable(const std::vector<Result>& results, const Options& options,
   printf(
       "\nus/MB: CPU time (user + system) per MB streamed: the thread of each end for raw_* and "
       "capnp*, the\nwhole node process of each actor for troupe* (troupe_x2: both producers' "
-      "per MB of the two streams);\nits loop: the consumer's event-loop thread alone, the rest "
+      "per MB of the two streams)\nand of each end for grpc; its loop: the consumer's event-loop thread alone, the rest "
       "is its crypto threads. MB = 10^6 bytes. x TCP+AES: "
       "against 1e6 / max(raw_tcp's\nproducer us/MB + seal, raw_tcp's consumer us/MB + open) of "
       "the same batch size, the bound for\nan encrypted stream with one core per end.\n");
 }
 
 void printJson(const std::vector<Result>& results, const Options& options,
-               const kj::Maybe<CipherCost>& cipher) {
+               const kj::Maybe<CipherCost>& cipher, const std::string& skip) {
   nlohmann::json rows = nlohmann::json::array();
   for (auto& r : results) {
     auto b = boundsFor(results, r.batchBytes, cipher);
@@ -688,6 +743,7 @@ void printJson(const std::vector<Result>& results, const Options& options,
   }
   nlohmann::json out = {
       {"bench", "stream"}, {"mib", options.mib}, {"credits", options.credits}, {"results", rows}};
+  if (!skip.empty()) out["skipped"] = skip;
   KJ_IF_MAYBE(c, cipher) {
     out["cipher"] = {{"suite", c->suite},
                      {"record_bytes", c->recordBytes},
@@ -705,10 +761,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], kNodeFlag) == 0) return runTroupeNode(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   Options options;
-  std::vector<std::string> modes = {"raw_tcp", "raw_tls",         "capnp",
-                                    "capnp_tls", "troupe_insecure", "troupe", "troupe_x2"};
+  std::vector<std::string> modes = {"raw_tcp",         "raw_tls", "capnp",     "capnp_tls",
+                                    "troupe_insecure", "troupe",  "troupe_x2", "grpc"};
   std::vector<std::string> all = modes;
-  CLI::App app{"Batches streamed between two processes: raw TCP, Cap'n Proto, troupe actors"};
+  CLI::App app{"Batches streamed between two processes: raw TCP, Cap'n Proto, troupe actors, gRPC"};
   app.add_flag("--json", options.json, "print one JSON object instead of a table");
   app.add_option("--sizes", options.sizes, "batch sizes in bytes")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
@@ -718,6 +774,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--modes", modes, "modes to run; default all")->check(CLI::IsMember(all));
   app.add_option("--troupe", options.troupeBinary, "the troupe binary, for `troupe sim`");
+  app.add_option("--grpc", options.grpcBinary, "bench_stream_grpc, for the grpc mode");
   app.add_option("--cpu-scale", options.cpuScale,
                  "troupe sim's --cpu-scale for the troupe modes: off (default: every node may use "
                  "every CPU, as the raw modes' threads may), auto, or CPUS per vCPU");
@@ -732,6 +789,9 @@ int main(int argc, char** argv) {
       if (wanted("raw_tls")) results.push_back(rawStream(size, batches, true));
       if (wanted("capnp")) results.push_back(capnpStream(size, batches, false));
       if (wanted("capnp_tls")) results.push_back(capnpStream(size, batches, true));
+      if (wanted("grpc") && !options.grpcBinary.empty()) {
+        results.push_back(runGrpc(options, size, batches));
+      }
     }
     for (auto mode : {"troupe_insecure", "troupe", "troupe_x2"}) {
       if (!wanted(mode)) continue;
@@ -741,10 +801,11 @@ int main(int argc, char** argv) {
     if (std::any_of(modes.begin(), modes.end(), encrypted)) cipher = measureCipher();
     std::stable_sort(results.begin(), results.end(),
                      [](const Result& a, const Result& b) { return a.batchBytes < b.batchBytes; });
+    auto skip = skipped(options, modes);
     if (options.json) {
-      printJson(results, options, cipher);
+      printJson(results, options, cipher, skip);
     } else {
-      printTable(results, options, cipher);
+      printTable(results, options, cipher, skip);
     }
     return 0;
   } catch (const kj::Exception& e) {
