@@ -120,7 +120,17 @@ size_t transfer(kj::WaitScope& ws, kj::Promise<void> writing, kj::Promise<size_t
   return read.addBranch().wait(ws);
 }
 
+struct SealingAt {
+  // Where the test's large writes are sealed: on a crypto thread (as on a machine of
+  // CryptoThreads::kSealElsewhereCpus CPUs or more) or on the event loop, whatever this one has.
+  explicit SealingAt(bool elsewhere) { CryptoThreads::sealElsewhere(elsewhere); }
+  ~SealingAt() { CryptoThreads::sealElsewhere(nullptr); }
+};
+
 TEST_CASE("TLS stream: writes of every size arrive whole through reads of every size", "[tls]") {
+  bool elsewhere = GENERATE(false, true);
+  INFO((elsewhere ? "large writes sealed on a crypto thread" : "sealed on the event loop"));
+  SealingAt sealing(elsewhere);
   Pair pair;
   // Writes that end inside a record, on a record's edge, and past a write buffer (1 MiB), as one
   // buffer and as a gather of pieces; reads as Cap'n Proto's message stream makes them (a header
@@ -161,6 +171,9 @@ TEST_CASE("TLS stream: writes of every size arrive whole through reads of every 
 }
 
 TEST_CASE("TLS stream: the keys change every N records and both ends follow", "[tls]") {
+  bool elsewhere = GENERATE(false, true);
+  INFO((elsewhere ? "large writes sealed on a crypto thread" : "sealed on the event loop"));
+  SealingAt sealing(elsewhere);
   uint64_t bytes = 4 << 20;  // 256 records of 16 KiB
   for (uint64_t every : {uint64_t(3), JobTls::kRecordsPerKey}) {
     INFO("a new key every " << every << " records");

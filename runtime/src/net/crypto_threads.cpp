@@ -3,6 +3,7 @@
 #include <kj/debug.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -48,6 +49,25 @@ const kj::Executor& CryptoThreads::pick() {
     return *all.executors.back();
   }
   return *all.executors[all.next++ % all.executors.size()];
+}
+
+namespace {
+std::atomic<int> sealForced{-1};  // -1: the CPUs decide
+}
+
+bool CryptoThreads::sealElsewhere() {
+  int forced = sealForced.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  static const bool spare = std::thread::hardware_concurrency() >= kSealElsewhereCpus;
+  return spare;
+}
+
+void CryptoThreads::sealElsewhere(kj::Maybe<bool> forced) {
+  int value = -1;
+  KJ_IF_MAYBE(f, forced) {
+    value = *f ? 1 : 0;
+  }
+  sealForced.store(value, std::memory_order_relaxed);
 }
 
 size_t CryptoThreads::started() {

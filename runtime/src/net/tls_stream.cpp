@@ -81,6 +81,9 @@ class TlsStream final : public ForwardingStream {
   // A buffer is sent once it holds kSealBytes; the record that crossed that line and a KeyUpdate
   // after it still fit.
   static constexpr size_t kSpareBuffers = 2;
+  static constexpr size_t kSealElsewhereBytes = 256 * 1024;
+  // A write with at least this much left is sealed a buffer at a time on a crypto thread, where
+  // CryptoThreads::sealElsewhere() says the machine has CPUs for it.
 
   TlsStream(kj::Own<kj::AsyncIoStream> inner, SSL_CTX* ctx, bool server, uint64_t rekeyEvery)
       : ForwardingStream(kj::mv(inner)),
@@ -214,6 +217,9 @@ class TlsStream final : public ForwardingStream {
   kj::Array<kj::byte> sealed_;           // ciphertext for the peer, not yet handed to inner_
   size_t sealedSize_ = 0;
   std::vector<kj::Array<kj::byte>> spare_;  // sent write buffers, kept for reuse
+  const kj::Executor* sealer_ = nullptr;    // the crypto thread sealing this stream's writes
+  bool sealing_ = false;        // it has the write key and buffer now
+  bool keyUpdateOwed_ = false;  // the peer asked for a KeyUpdate meanwhile
   kj::ForkedPromise<void> sending_;         // the socket writes so far, in order
 
   static kj::Array<kj::byte> newSealBuffer() { return kj::heapArray<kj::byte>(kSealCapacity); }
@@ -261,6 +267,13 @@ class TlsStream final : public ForwardingStream {
     return sending_.addBranch();
   }
 
+  void answerKeyUpdate() {
+    static const kj::byte kKeyUpdate[] = {24, 0, 0, 1, 0};  // KeyUpdate, update_not_requested
+    sealControl(ContentType::kHandshake, kKeyUpdate);
+    writeKey_->update();
+    flush();
+  }
+
   // Seals a record the stream itself sends (an alert, a KeyUpdate) into the write buffer.
   void sealControl(ContentType type, kj::ArrayPtr<const kj::byte> content) {
     sealedSize_ += writeKey_->seal(type, content, sealed_.begin() + sealedSize_);
@@ -277,18 +290,56 @@ class TlsStream final : public ForwardingStream {
   // that one is done: the socket writes one buffer while the next is sealed, and at most two wait.
   kj::Promise<void> encrypt(Pieces plain) {
     KJ_REQUIRE(writeKey_.get() != nullptr, "TLS: a write before the handshake ended");
-    while (!plain.empty()) {
+    if (sealedSize_ == 0 && CryptoThreads::sealElsewhere() &&
+        plain.sizeUpTo(kSealElsewhereBytes) == kSealElsewhereBytes) {
+      return sealElsewhere(plain);
+    }
+    sealBuffer(plain);
+    return sent(plain);
+  }
+
+  // Seals records of `plain` into the write buffer until it holds kSealBytes or `plain` ends.
+  void sealBuffer(Pieces& plain) {
+    while (!plain.empty() && sealedSize_ < kSealBytes) {
       size_t n = plain.sizeUpTo(kMaxPlainBytes);
       sealedSize_ += writeKey_->seal(ContentType::kApplicationData, plain, n,
                                      sealed_.begin() + sealedSize_);
       afterSeal();
-      if (sealedSize_ >= kSealBytes) {
-        auto before = sending_.addBranch();  // every send before this one
-        flush();
-        return before.then([this, plain]() { return encrypt(plain); });
-      }
     }
-    return flush();
+  }
+
+  // Sends the write buffer; then, once the send before it is done, goes on with the rest of
+  // `plain`, or resolves when the last send is done.
+  kj::Promise<void> sent(Pieces plain) {
+    if (plain.empty()) return flush();
+    auto before = sending_.addBranch();  // every send before this one
+    flush();
+    return before.then([this, plain]() { return encrypt(plain); });
+  }
+
+  // The same as encrypt() with the sealing of a buffer on this stream's crypto thread, while the
+  // event loop sends the buffer before: where CPUs are to spare, a stream's sending then costs
+  // its event loop the socket's copy and not the cipher's pass too.
+  kj::Promise<void> sealElsewhere(Pieces plain) {
+    if (sealer_ == nullptr) sealer_ = &CryptoThreads::pick();
+    sealing_ = true;
+    return sealer_->executeAsync([this, plain]() mutable {
+                     sealBuffer(plain);  // the write key and buffer are the thread's meanwhile
+                     return plain;
+                   })
+        .then(
+            [this](Pieces rest) {
+              sealing_ = false;
+              if (keyUpdateOwed_) {
+                keyUpdateOwed_ = false;
+                answerKeyUpdate();
+              }
+              return sent(rest);
+            },
+            [this](kj::Exception&& e) -> kj::Promise<void> {
+              sealing_ = false;
+              return kj::mv(e);
+            });
   }
 
   // Reads ciphertext from the socket into the read buffer; false at the socket's end.
@@ -327,10 +378,11 @@ class TlsStream final : public ForwardingStream {
         if (content[0] == 24 && length == 1) {  // KeyUpdate
           readKey_->update();
           if (content[4] == 1) {  // update_requested: answer with our own
-            static const kj::byte kKeyUpdate[] = {24, 0, 0, 1, 0};
-            sealControl(ContentType::kHandshake, kKeyUpdate);
-            writeKey_->update();
-            flush();
+            if (sealing_) {
+              keyUpdateOwed_ = true;  // once the crypto thread is done with the write key
+            } else {
+              answerKeyUpdate();
+            }
           }
         } else if (content[0] != 4) {  // NewSessionTicket: troupe does not resume sessions
           break;
