@@ -40,8 +40,8 @@ TEST_CASE("bench_stream runs every mode and prints one JSON object of their rows
     // (CPU may read 0 for a short stream: the kernel accounts a thread's time in ticks.)
     CHECK(r["producer_cpu_us_per_mb"].get<double>() >= 0);
     CHECK(r["x_raw_tcp"].get<double>() > 0);
-    bool encrypted = mode == "raw_tls" || mode == "capnp_tls" || mode == "troupe" ||
-                     mode == "troupe_x2";
+    bool encrypted =
+        mode == "raw_tls" || mode == "capnp_tls" || mode == "troupe" || mode == "troupe_x2";
     // Promise: each encrypted row is set against TCP plus the cipher measured in the same run.
     CHECK(r.contains("x_tcp_aes") == encrypted);
   }

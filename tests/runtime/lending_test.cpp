@@ -73,7 +73,9 @@ struct End {
   // One side of an RPC connection as a troupe node makes it.
   End(kj::AsyncIoStream& stream, capnp::rpc::twoparty::Side side,
       kj::Maybe<capnp::Capability::Client> bootstrap)
-      : messages(stream), network(messages, side), lending(network, messages),
+      : messages(stream),
+        network(messages, side),
+        lending(network, messages),
         rpc(capnp::makeRpcServer(lending, bootstrapOr(kj::mv(bootstrap)))) {}
   IncomingMessageStream messages;
   capnp::TwoPartyVatNetwork network;

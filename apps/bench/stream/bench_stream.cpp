@@ -448,10 +448,9 @@ class ProducerActor final : public ActorBase<Producer> {
       return paf.promise.then([this]() { --credits_; });
     };
     double cpu0 = cpuSeconds(RUSAGE_SELF);
-    return pushAll(p.getSink(), batch_, p.getBatches(), mayPush_)
-        .then([context, cpu0]() mutable {
-          context.getResults().setCpuSeconds(cpuSeconds(RUSAGE_SELF) - cpu0);
-        });
+    return pushAll(p.getSink(), batch_, p.getBatches(), mayPush_).then([context, cpu0]() mutable {
+      context.getResults().setCpuSeconds(cpuSeconds(RUSAGE_SELF) - cpu0);
+    });
   }
 
   kj::Promise<void> grant(GrantContext context) override {
@@ -714,7 +713,8 @@ void printTable(const std::vector<Result>& results, const Options& options,
   printf(
       "\nus/MB: CPU time (user + system) per MB streamed: the thread of each end for raw_* and "
       "capnp*, the\nwhole node process of each actor for troupe* (troupe_x2: both producers' "
-      "per MB of the two streams)\nand of each end for grpc; its loop: the consumer's event-loop thread alone, the rest "
+      "per MB of the two streams)\nand of each end for grpc; its loop: the consumer's event-loop "
+      "thread alone, the rest "
       "is its crypto threads. MB = 10^6 bytes. x TCP+AES: "
       "against 1e6 / max(raw_tcp's\nproducer us/MB + seal, raw_tcp's consumer us/MB + open) of "
       "the same batch size, the bound for\nan encrypted stream with one core per end.\n");

@@ -34,8 +34,7 @@ double cpuSeconds() {
 }
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 uint64_t touch(const std::string& bytes) {
@@ -142,9 +141,10 @@ int main(int argc, char** argv) {
   if (got != batches || bytes != batches * batchBytes) {
     fail("the stream lost batches: " + std::to_string(got) + " of " + std::to_string(batches));
   }
-  printf("{\"batch_bytes\": %llu, \"batches\": %llu, \"seconds\": %.6f, "
-         "\"producer_cpu\": %.6f, \"consumer_cpu\": %.6f, \"checksum\": %llu}\n",
-         static_cast<unsigned long long>(batchBytes), static_cast<unsigned long long>(got),
-         seconds, producerCpu, consumerCpu, static_cast<unsigned long long>(sum));
+  printf(
+      "{\"batch_bytes\": %llu, \"batches\": %llu, \"seconds\": %.6f, "
+      "\"producer_cpu\": %.6f, \"consumer_cpu\": %.6f, \"checksum\": %llu}\n",
+      static_cast<unsigned long long>(batchBytes), static_cast<unsigned long long>(got), seconds,
+      producerCpu, consumerCpu, static_cast<unsigned long long>(sum));
   return 0;
 }

@@ -63,8 +63,8 @@ class SendBuffer {
   template <typename Builder>
   capnp::Orphan<capnp::Data> lend(Builder& inMessage) const {
     // The same, for the message that holds `inMessage` (a request, a struct builder in it).
-    return lend(capnp::Orphanage::getForMessageContaining<typename Builder::Builds::Builder>(
-        inMessage));
+    return lend(
+        capnp::Orphanage::getForMessageContaining<typename Builder::Builds::Builder>(inMessage));
   }
 
  private:

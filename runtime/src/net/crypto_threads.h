@@ -1,11 +1,12 @@
 // File: crypto_threads.h
 //
 // The threads that open TLS records for a node's connections while its event loop goes on
-// reading sockets (and, on machines with CPUs to spare, seal them while it writes). A dnn node fed by several data nodes receives one encrypted stream from each;
-// opened on its event loop, they would be decrypted one after another on one core. A TlsStream
-// whose reader asks for a large message (a batch) hands each run of whole records it has read to
-// one of these threads and reads the next run from the socket meanwhile, so the streams of
-// several data nodes are decrypted on as many cores (docs/benchmarks.md, "Encrypted ingest").
+// reading sockets (and, on machines with CPUs to spare, seal them while it writes). A dnn node fed
+// by several data nodes receives one encrypted stream from each; opened on its event loop, they
+// would be decrypted one after another on one core. A TlsStream whose reader asks for a large
+// message (a batch) hands each run of whole records it has read to one of these threads and reads
+// the next run from the socket meanwhile, so the streams of several data nodes are decrypted on as
+// many cores (docs/benchmarks.md, "Encrypted ingest").
 //
 // Process-wide, like the compute pool, and apart from it: a training step on the pool must not
 // hold up ingest. Started on first use, one per online CPU up to kMaxThreads; each stream keeps

@@ -88,10 +88,9 @@ kj::Maybe<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>> LendingNetwork::co
 }
 
 kj::Promise<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>> LendingNetwork::accept() {
-  return network_.accept().then(
-      [this](kj::Own<capnp::TwoPartyVatNetworkBase::Connection> inner) {
-        return share(kj::mv(inner));
-      });
+  return network_.accept().then([this](kj::Own<capnp::TwoPartyVatNetworkBase::Connection> inner) {
+    return share(kj::mv(inner));
+  });
 }
 
 kj::Own<capnp::TwoPartyVatNetworkBase::Connection> LendingNetwork::share(
@@ -107,8 +106,7 @@ void LendingNetwork::Refs::disposeImpl(void*) const {
   if (--count == 0) network_.inner_ = nullptr;
 }
 
-kj::Own<capnp::OutgoingRpcMessage> LendingNetwork::newOutgoingMessage(
-    uint firstSegmentWordSize) {
+kj::Own<capnp::OutgoingRpcMessage> LendingNetwork::newOutgoingMessage(uint firstSegmentWordSize) {
   return kj::heap<LendingMessage>(inner_->newOutgoingMessage(firstSegmentWordSize), stream_);
 }
 

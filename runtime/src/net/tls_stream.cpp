@@ -218,8 +218,8 @@ class TlsStream final : public ForwardingStream {
   size_t sealedSize_ = 0;
   std::vector<kj::Array<kj::byte>> spare_;  // sent write buffers, kept for reuse
   const kj::Executor* sealer_ = nullptr;    // the crypto thread sealing this stream's writes
-  bool sealing_ = false;        // it has the write key and buffer now
-  bool keyUpdateOwed_ = false;  // the peer asked for a KeyUpdate meanwhile
+  bool sealing_ = false;                    // it has the write key and buffer now
+  bool keyUpdateOwed_ = false;              // the peer asked for a KeyUpdate meanwhile
   kj::ForkedPromise<void> sending_;         // the socket writes so far, in order
 
   static kj::Array<kj::byte> newSealBuffer() { return kj::heapArray<kj::byte>(kSealCapacity); }
@@ -323,10 +323,11 @@ class TlsStream final : public ForwardingStream {
   kj::Promise<void> sealElsewhere(Pieces plain) {
     if (sealer_ == nullptr) sealer_ = &CryptoThreads::pick();
     sealing_ = true;
-    return sealer_->executeAsync([this, plain]() mutable {
-                     sealBuffer(plain);  // the write key and buffer are the thread's meanwhile
-                     return plain;
-                   })
+    return sealer_
+        ->executeAsync([this, plain]() mutable {
+          sealBuffer(plain);  // the write key and buffer are the thread's meanwhile
+          return plain;
+        })
         .then(
             [this](Pieces rest) {
               sealing_ = false;
