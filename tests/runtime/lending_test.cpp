@@ -174,6 +174,31 @@ TEST_CASE("a message dropped unsent lets go of what it lends", "[lending]") {
   CHECK(retainedBuffers().live == before.live);
 }
 
+TEST_CASE("two requests built at once each hold what was lent to it, and only that",
+          "[lending]") {
+  Pair p;
+  auto before = retainedBuffers();
+  auto first = p.client.echoRequest();
+  auto second = p.client.echoRequest();
+  {
+    auto a = SendBuffer::allocate(kBig), b = SendBuffer::allocate(kBig);
+    fill(b, 2);
+    second.setSeq(2);
+    second.adoptPayload(b.lend(second));
+    first.adoptPayload(a.lend(first));
+  }
+  CHECK(retainedBuffers().live == before.live + 2);
+  auto sent = second.send();
+  // Promise: dropping the first request unsent frees its buffer, not the second's.
+  first = nullptr;
+  CHECK(retainedBuffers().live == before.live + 1);
+  scribbleOverFreed();
+  sent.wait(p.io.waitScope);
+  p.io.waitScope.poll();
+  CHECK(p.echo->intact == std::vector<bool>{true});
+  CHECK(retainedBuffers().live == before.live);
+}
+
 TEST_CASE("a call in the same process reads lent bytes, and keeps them without a copy",
           "[lending]") {
   kj::EventLoop loop;

@@ -4,7 +4,6 @@
 
 #include "troupe/send_buffer.h"
 
-#include <algorithm>
 #include <vector>
 
 namespace troupe {
@@ -18,17 +17,20 @@ const void* arenaOf(capnp::Orphanage orphanage) {
 }
 
 class LendingMessage;
-// The troupe messages this thread is building: made, not yet sent or dropped. Few at a time
-// (the RPC system sends a message in the turn it builds it, but for a request a method holds).
-thread_local std::vector<LendingMessage*> building;
+// The troupe messages this thread is building (made, not yet sent or dropped), a list through
+// the messages themselves: few at a time (the RPC system sends a message in the turn it builds
+// it, but for a request a method holds), and nothing for the thread to destroy at its exit.
+thread_local LendingMessage* building = nullptr;
 
 class LendingMessage final : public capnp::OutgoingRpcMessage {
  public:
   LendingMessage(kj::Own<capnp::OutgoingRpcMessage> inner, IncomingMessageStream& stream)
       : inner_(kj::mv(inner)),
         stream_(stream),
-        arena_(arenaOf(capnp::Orphanage::getForMessageContaining(inner_->getBody()))) {
-    building.push_back(this);
+        arena_(arenaOf(capnp::Orphanage::getForMessageContaining(inner_->getBody()))),
+        next_(building) {
+    if (next_ != nullptr) next_->prev_ = this;
+    building = this;
   }
   ~LendingMessage() noexcept(false) { unlist(); }
   KJ_DISALLOW_COPY(LendingMessage);
@@ -44,19 +46,27 @@ class LendingMessage final : public capnp::OutgoingRpcMessage {
   }
 
   const void* arena() const { return arena_; }
+  LendingMessage* next() const { return next_; }
   void hold(std::shared_ptr<void> memory) { holds_.push_back(kj::mv(memory)); }
 
  private:
   kj::Own<capnp::OutgoingRpcMessage> inner_;
   IncomingMessageStream& stream_;
   const void* arena_;
+  LendingMessage* prev_ = nullptr;  // in `building`, while listed
+  LendingMessage* next_;
+  bool listed_ = true;
   std::vector<std::shared_ptr<void>> holds_;
 
   void unlist() {
-    auto it = std::find(building.begin(), building.end(), this);
-    if (it == building.end()) return;
-    *it = building.back();
-    building.pop_back();
+    if (!listed_) return;
+    listed_ = false;
+    if (prev_ != nullptr) {
+      prev_->next_ = next_;
+    } else {
+      building = next_;
+    }
+    if (next_ != nullptr) next_->prev_ = prev_;
   }
 };
 
@@ -64,7 +74,7 @@ class LendingMessage final : public capnp::OutgoingRpcMessage {
 
 bool holdForMessage(capnp::Orphanage orphanage, std::shared_ptr<void> memory) {
   auto arena = arenaOf(orphanage);
-  for (auto* message : building) {
+  for (auto* message = building; message != nullptr; message = message->next()) {
     if (message->arena() == arena) {
       message->hold(kj::mv(memory));
       return true;
