@@ -174,8 +174,7 @@ TEST_CASE("a message dropped unsent lets go of what it lends", "[lending]") {
   CHECK(retainedBuffers().live == before.live);
 }
 
-TEST_CASE("two requests built at once each hold what was lent to it, and only that",
-          "[lending]") {
+TEST_CASE("two requests built at once each hold what was lent to it, and only that", "[lending]") {
   Pair p;
   auto before = retainedBuffers();
   auto first = p.client.echoRequest();
