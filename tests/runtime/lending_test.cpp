@@ -58,7 +58,7 @@ class EchoServer final : public test::EchoTest::Server {
     results.setSeq(params.getSeq());
     if (lendResults_) {
       auto out = SendBuffer::allocate(payload.size());
-      memcpy(out.bytes().begin(), payload.begin(), payload.size());
+      if (out.size() > 0) memcpy(out.bytes().begin(), payload.begin(), payload.size());
       results.adoptPayload(out.lend(results));
     }
     scribbleOverFreed();
