@@ -72,15 +72,14 @@ class LendingMessage final : public capnp::OutgoingRpcMessage {
 
 }  // namespace
 
-bool holdForMessage(capnp::Orphanage orphanage, std::shared_ptr<void> memory) {
+void holdForMessage(capnp::Orphanage orphanage, std::shared_ptr<void> memory) {
   auto arena = arenaOf(orphanage);
   for (auto* message = building; message != nullptr; message = message->next()) {
     if (message->arena() == arena) {
       message->hold(kj::mv(memory));
-      return true;
+      return;
     }
   }
-  return false;
 }
 
 // ---------------------------------------------------------------------------------------------

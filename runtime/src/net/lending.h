@@ -62,8 +62,9 @@ class LendingNetwork final : public capnp::TwoPartyVatNetworkBase,
   kj::Promise<void> shutdown() override { return inner_->shutdown(); }
 };
 
-bool holdForMessage(capnp::Orphanage orphanage, std::shared_ptr<void> memory);
+void holdForMessage(capnp::Orphanage orphanage, std::shared_ptr<void> memory);
 // Gives `memory` to the message `orphanage` allocates in, if that is a troupe connection's
-// message being built on this thread (it then holds it until written or dropped); false if not.
+// message being built on this thread (it then holds it until written or dropped). Any other
+// message (a local call's, a MallocMessageBuilder's) gets nothing: its sender keeps the buffer.
 
 }  // namespace troupe
