@@ -328,19 +328,14 @@ class TlsStream final : public ForwardingStream {
           sealBuffer(plain);  // the write key and buffer are the thread's meanwhile
           return plain;
         })
-        .then(
-            [this](Pieces rest) {
-              sealing_ = false;
-              if (keyUpdateOwed_) {
-                keyUpdateOwed_ = false;
-                answerKeyUpdate();
-              }
-              return sent(rest);
-            },
-            [this](kj::Exception&& e) -> kj::Promise<void> {
-              sealing_ = false;
-              return kj::mv(e);
-            });
+        .attach(kj::defer([this]() { sealing_ = false; }))  // done, failed or cancelled
+        .then([this](Pieces rest) {
+          if (keyUpdateOwed_) {
+            keyUpdateOwed_ = false;
+            answerKeyUpdate();
+          }
+          return sent(rest);
+        });
   }
 
   // Reads ciphertext from the socket into the read buffer; false at the socket's end.
