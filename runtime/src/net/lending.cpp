@@ -2,9 +2,9 @@
 
 #include <kj/debug.h>
 
-#include "troupe/send_buffer.h"
-
 #include <vector>
+
+#include "troupe/send_buffer.h"
 
 namespace troupe {
 
