@@ -168,12 +168,23 @@ int Run::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Run::waitFor(const std::string& text, std::chrono::milliseconds timeout) {
+  return waitUntil([&text](const std::string& out) { return out.find(text) != std::string::npos; },
+                   timeout);
+}
+
+bool Run::waitFor(const std::regex& pattern, std::chrono::milliseconds timeout) {
+  return waitUntil([&pattern](const std::string& out) { return std::regex_search(out, pattern); },
+                   timeout);
+}
+
+bool Run::waitUntil(const std::function<bool(const std::string&)>& seen,
+                    std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (output().find(text) != std::string::npos) return true;
+    if (seen(output())) return true;
     if (wait(std::chrono::milliseconds(0)) >= 0) {
       // It ended: nothing more will be written.
-      return output().find(text) != std::string::npos;
+      return seen(output());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

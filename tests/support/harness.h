@@ -6,8 +6,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,8 @@ class Run {
   // The exit code (128 + signal when killed), or -1 on timeout.
   bool waitFor(const std::string& text, std::chrono::milliseconds timeout);
   // True once the output contains `text`; false at the timeout or when the run ends without it.
+  bool waitFor(const std::regex& pattern, std::chrono::milliseconds timeout);
+  // The same for a match of `pattern` (std::regex_search) anywhere in the output.
   std::string output() const;
   std::map<std::string, Instance> instances() const;
   // Parsed from the simulator's "troupe sim: algo-N GROUP TYPE ADDRESS pid=N" lines; for a job
@@ -53,6 +57,8 @@ class Run {
   // purpose): their reports are printed as ignored, with `why`, and do not fail the test.
 
  private:
+  bool waitUntil(const std::function<bool(const std::string&)>& seen,
+                 std::chrono::milliseconds timeout);
   void reportSanitizerFindings() const;
   // One line on stderr, "troupe-harness: sanitizer report ...", when the output holds one.
 
