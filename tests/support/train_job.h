@@ -7,10 +7,14 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
+
+#include "harness.h"
 
 namespace train_job {
 
@@ -55,6 +59,18 @@ inline nlohmann::json checkEverySampleOnce(const std::string& report, size_t epo
   CHECK(j["exit_status"] == 0);
   unlink(report.c_str());
   return j;
+}
+
+// Waits until `run` has trained past the first step of epoch 1 of `epochs` (a progress line
+// "epoch 1/E, step N/T" with N > 0): where a fault "in training" lands, as the fault matrix's
+// moments do (tests/faults). Not the first progress line: that one may say "step 0", before the
+// trainer has handed out any shard (seen under ASan on a loaded CI machine), and a node lost then
+// holds no stream to break.
+inline void waitPastFirstStep(harness::Run& run, int epochs, std::chrono::milliseconds timeout) {
+  std::regex pastFirst("progress: epoch 1/" + std::to_string(epochs) + ", step [1-9][0-9]*/");
+  if (!run.waitFor(pastFirst, timeout)) {
+    FAIL("no progress line of epoch 1 past step 0; output:\n" << run.output());
+  }
 }
 
 // The test accuracy after the last epoch.
