@@ -12,6 +12,8 @@ packages=(
   capnproto libcapnp-dev libuv1-dev libspdlog-dev catch2 libthrust-dev
   nlohmann-json3-dev libcli11-dev dataset-fashion-mnist libopencv-dev libopenblas-dev zlib1g-dev
   libssl-dev openssl tcpdump procps iproute2 python3 python3-venv util-linux
+  # scripts/bundle.sh and scripts/gpu-check.sh (a build packed to run on another machine).
+  patchelf xz-utils
   # The Python package troupe.data (docs/pytorch.md) and its tests; the C++ build never needs them.
   python3-dev pybind11-dev python3-numpy python3-torch
 )

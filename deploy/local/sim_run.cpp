@@ -210,6 +210,13 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
     env.push_back("TROUPE_GPUS=" + std::to_string(type->gpus));
     env.push_back("TROUPE_MEMORY_BYTES=" +
                   std::to_string(static_cast<uint64_t>(type->memoryGib * (1ull << 30))));
+    // A CPU instance type has no GPU: its processes see none of this machine's, as on the cloud
+    // (a data instance's augmenters never take the dnn instance's GPU). A GPU type sees what this
+    // process sees; --env may set CUDA_VISIBLE_DEVICES for either.
+    if (type->gpus == 0) {
+      std::erase_if(env, [](const std::string& v) { return v.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0; });
+      env.push_back("CUDA_VISIBLE_DEVICES=");
+    }
   }
   // The secret's path, never the secret: a process's environment is readable in /proc.
   env.push_back("TROUPE_TOKEN_FILE=" + spec.tokenFile);

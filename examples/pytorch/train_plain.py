@@ -68,6 +68,8 @@ def main():
     p.add_argument("--gamma", type=float, default=0.7)
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: the GPU where there is one")
     p.add_argument("--train-samples", type=int, default=0, help="the first N (0: all 60,000)")
     p.add_argument("--workers", type=int, default=os.cpu_count())
     p.add_argument("--checkpoint", default="", help="resume from / save to this file")
@@ -75,7 +77,8 @@ def main():
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
 
     def save():
         if args.checkpoint:
@@ -102,7 +105,10 @@ def main():
         model.train()
         clock = {"wait": 0.0, "steps": 0, "start": time.perf_counter()}
         for images, labels in timed(loader, clock):
-            images, labels = images.to(device), labels.to(device)
+            if cuda:  # page-locked, so the copy runs beside the GPU's work
+                images, labels = images.pin_memory(), labels.pin_memory()
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = F.nll_loss(model(images), labels)
             loss.backward()

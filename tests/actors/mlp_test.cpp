@@ -195,3 +195,66 @@ TEST_CASE("the CPU device reads a batch where it lies, without a copy", "[traine
 
   // That training from the view is right: the finite-difference gradient check above.
 }
+
+// Issue 40: the CUDA back end (Thrust CUDA + cuBLAS) against the CPU one (Thrust OMP + OpenBLAS)
+// on the same weights and batch. Both compute in float32 but sum in different orders, so they
+// agree to rounding, not bit for bit: the tolerance is 1e-4 of the largest value compared (a
+// float32 sum of 784 terms drifts by about 1e-6 of its size; a wrong kernel is off by O(1)).
+TEST_CASE("the CUDA trainer agrees with the CPU one on the same weights and batch",
+          "[trainer][gpu]") {
+  if (!troupe::trainer::builtWithCuda()) {
+    WARN("skipping: no GPU (built without CUDA: nvcc was not found at configure time)");
+    return;
+  }
+  auto selection = troupe::trainer::selectDevice(DeviceKind::kAuto);
+  if (selection.device->name() == "cpu") {
+    WARN("skipping: no GPU (" << selection.reason << ")");
+    return;
+  }
+  std::shared_ptr<troupe::trainer::Device> gpu = std::move(selection.device);
+  std::shared_ptr<troupe::trainer::Device> cpu = troupe::trainer::makeCpuDevice();
+  INFO("GPU: " << gpu->name());
+  MlpConfig config;  // hetero_train's model: 784-512-256-10
+  config.seed = 17;
+  Mlp onCpu(config, cpu), onGpu(config, gpu);
+  REQUIRE(onGpu.parameters() == onCpu.parameters());  // initialised on the host from the seed
+
+  auto worstDifference = [](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      scale = std::max(scale, double(std::abs(a[i])));
+      worst = std::max(worst, double(std::abs(a[i] - b[i])));
+    }
+    return worst / std::max(scale, 1e-12);
+  };
+  const double tolerance = 1e-4;
+
+  const TinyBatch batch = randomBatch(128, 784, 10, 41);
+  const float cpuLoss = onCpu.computeGradients(batch.inputs, batch.labels);
+  const float gpuLoss = onGpu.computeGradients(batch.inputs, batch.labels);
+  const double gradients = worstDifference(onCpu.gradients(), onGpu.gradients());
+  WARN("cuda vs cpu on " << gpu->name() << ": loss " << cpuLoss << " / " << gpuLoss
+                         << ", gradients' worst difference " << gradients
+                         << " of the largest (tolerance " << tolerance << ")");
+  CHECK(std::abs(cpuLoss - gpuLoss) <= tolerance * std::abs(cpuLoss));
+  CHECK(gradients <= tolerance);
+
+  // Steps on the GPU: the loss falls and the weights track the CPU's step for step.
+  float first = 0, last = 0;
+  for (int step = 0; step < 20; ++step) {
+    const TinyBatch b = randomBatch(128, 784, 10, 100 + step % 4);
+    const float c = onCpu.trainStep(b.inputs, b.labels), g = onGpu.trainStep(b.inputs, b.labels);
+    if (step == 0) first = g;
+    last = g;
+    CHECK(std::abs(c - g) <= 1e-3 * std::abs(c));
+  }
+  const double weights = worstDifference(onCpu.parameters(), onGpu.parameters());
+  WARN("after 20 steps: loss " << first << " -> " << last << " on the GPU, weights' worst "
+                               << "difference " << weights << " of the largest (tolerance 1e-3)");
+  CHECK(last < first);
+  CHECK(weights <= 1e-3);
+  // A row whose two best logits are within rounding may go either way: at most a couple.
+  CHECK(std::abs(onGpu.evaluate(batch.inputs, batch.labels, 50) -
+                 onCpu.evaluate(batch.inputs, batch.labels, 50)) <= 2.0 / 128);
+}

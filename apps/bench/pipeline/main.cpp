@@ -83,6 +83,7 @@ struct Options {
   unsigned prefetch = 4;
   unsigned perNode = 1;
   float lr = 0.05f;
+  std::string device = "cpu";  // hetero_train's --device: the trainer's back end (cpu, cuda, auto)
   std::vector<unsigned> cpus;  // {dnn CPU, data CPU, ...}; default: those this process may use
   // Sweeps (--sweep-blur, --sweep-data-instances): one setup per (blur, data instances); the
   // advisor predicts each from the setup with the fewest data instances of the same blur.
@@ -229,7 +230,13 @@ json runProbe(const Options& o) {
   for (size_t i = 0; i < 16; ++i) {
     inputs.push_back(light.augment(batchPixels(i), train.rows, train.cols, i));
   }
-  std::shared_ptr<trainer::Device> device = trainer::makeCpuDevice();
+  // The trainer's step on the back end the runs train on: a GPU's is wall time, launches included.
+  std::shared_ptr<trainer::Device> device =
+      trainer::selectDevice(o.device == "cuda"  ? trainer::DeviceKind::kCuda
+                            : o.device == "cpu" ? trainer::DeviceKind::kCpu
+                                                : trainer::DeviceKind::kAuto)
+          .device;
+  out["train_device"] = device->name();
   trainer::MlpConfig mlpConfig;
   mlpConfig.learningRate = o.lr;
   trainer::Mlp model(mlpConfig, device);
@@ -523,7 +530,7 @@ std::vector<std::string> appArgs(const Options& o, int blur, const std::string& 
           "--data-dir",
           o.dataDir,
           "--device",
-          "cpu",
+          o.device,
           "--report",
           reportPath};
 }
@@ -659,6 +666,8 @@ json probe(const Options& o, const std::string& kind, const fs::path& dir, const
                                    std::to_string(o.samples),
                                    "--lr",
                                    std::to_string(o.lr),
+                                   "--device",
+                                   o.device,
                                    "--cpus",
                                    std::to_string(o.cpus[0]) + "," + std::to_string(o.cpus[1]),
                                    "--measure-seconds",
@@ -1208,6 +1217,11 @@ int main(int argc, char* argv[]) {
       ->check(CLI::Range(1u, 64u));
   cli.add_option("--augmenters-per-node", o.perNode)->check(CLI::Range(1u, 64u));
   cli.add_option("--lr", o.lr);
+  cli.add_option("--device", o.device,
+                 "hetero_train's --device: the trainer on the CPU (default), a GPU (cuda) or "
+                 "a GPU where there is one (auto)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
   cli.add_option("--cpus", cpus,
                  "DNN_CPU,DATA_CPU[,DATA_CPU...]: one per instance (default: those this process "
                  "may use)");
