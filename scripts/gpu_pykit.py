@@ -86,6 +86,16 @@ def main():
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copy2(h, dest)
         copied += 1
+        if h == "/usr/include/capnp/blob.h":
+            # Cap'n Proto 0.9.2 compares `const char* == kj::StringPtr`, which g++ 13 rejects in
+            # C++20 (no such operator once reversed candidates count); StringPtr on the left is
+            # the same comparison, and what later Cap'n Proto releases write.
+            with open(dest) as f:
+                text = f.read()
+            text = text.replace("{ return a == b.asString(); }", "{ return b.asString() == a; }")
+            text = text.replace("{ return a != b.asString(); }", "{ return !(b.asString() == a); }")
+            with open(dest, "w") as f:
+                f.write(text)
 
     def place(path):
         # A path of the compile command, as build-native.sh spells it there.
