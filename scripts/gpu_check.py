@@ -593,7 +593,7 @@ class GpuCheck:
 
     # --- pytorch --------------------------------------------------------------------------------
     def check_pytorch(self, check):
-        py = self.args.python
+        py = shutil.which(self.args.python) or self.args.python  # troupe sim wants a path
         probe = subprocess.run([py, "-c", "import torch, sys; print(torch.__version__, "
                                 "torch.cuda.is_available(), sys.version.split()[0])"],
                                capture_output=True, text=True, env=self.env, timeout=120)
