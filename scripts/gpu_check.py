@@ -36,140 +36,8 @@ import sys
 import tarfile
 import time
 
-MASK = (1 << 64) - 1
-
-
-def digest(samples):
-    # docs/hetero_train.md: the sum mod 2^64 of splitmix64's finaliser of every id, each once.
-    total = 0
-    for i in range(samples):
-        z = (i + 0x9E3779B97F4A7C15) & MASK
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-        total = (total + (z ^ (z >> 31))) & MASK
-    return "0x%016x" % total
-
-
-class Check:
-    def __init__(self, name, what):
-        self.name, self.what = name, what
-        self.status = "passed"
-        self.problems = []
-        self.figures = {}
-        self.seconds = 0.0
-        self.note = ""
-
-    def require(self, ok, problem):
-        if not ok:
-            self.problems.append(problem)
-            self.status = "failed"
-        return ok
-
-    def skip(self, why):
-        self.status = "skipped"
-        self.note = why
-
-    def json(self):
-        return {"name": self.name, "what": self.what, "status": self.status,
-                "seconds": round(self.seconds, 1), "problems": self.problems,
-                "figures": self.figures, "note": self.note}
-
-
-class Sim:
-    """One `troupe sim` run: its own session, its output in a log, reaped whatever happens."""
-
-    INSTANCE = re.compile(r"troupe sim: (\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+pid=(\d+)")
-
-    def __init__(self, argv, log, env):
-        self.argv, self.log_path = argv, log
-        self.log = open(log, "wb")
-        self.log.write((" ".join(argv) + "\n").encode())
-        self.log.flush()
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
-        self.code = None
-
-    def text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def wait_for(self, pattern, timeout):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            m = re.search(pattern, self.text())
-            if m or self.proc.poll() is not None:
-                return m
-            time.sleep(0.05)
-        return None
-
-    def instances(self):
-        return [{"host": m[0], "group": m[1], "type": m[2], "pid": int(m[4])}
-                for m in self.INSTANCE.findall(self.text())]
-
-    def wait(self, timeout):
-        try:
-            self.code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            self.code = None
-        finally:
-            self.log.close()
-        return self.code
-
-    def stop(self):
-        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.proc.wait(grace)
-                return
-            except subprocess.TimeoutExpired:
-                pass
-
-    def leftovers(self):
-        # Every process the run started must be gone once troupe sim has exited.
-        left = []
-        for i in self.instances():
-            try:
-                with open("/proc/%d/stat" % i["pid"]) as f:
-                    if f.read().split(") ")[-1].split()[0] != "Z":
-                        left.append(i["pid"])
-            except OSError:
-                pass
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        return left
-
-
-def environ_of(pid):
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            return dict(e.split("=", 1) for e in f.read().decode(errors="replace").split("\0")
-                        if "=" in e)
-    except OSError:
-        return None
-
-
-def gpu_processes():
-    # The processes using the GPU, as its driver sees them: the oracle for "only the trainer".
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                             timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    pids = []
-    for line in out.splitlines():
-        part = line.split(",")[0].strip()
-        if part.isdigit():
-            pids.append(int(part))
-    return pids
-
+from gpu_check_parts import Check, Sim, digest, environ_of, gpu_processes, score_sweep, summary
+from gpu_check_parts import sweep_table
 
 class GpuCheck:
     def __init__(self, args):
@@ -539,57 +407,7 @@ class GpuCheck:
         except (OSError, ValueError) as e:
             check.require(False, "no sweep JSON: %s" % e)
             return
-        rows = [{"data_instances": s["data_instances"], "samples_per_s": round(s["samples_per_s"]),
-                 "steps_per_s": round(s["samples_per_s"] / sweep["settings"]["batch_size"], 1),
-                 "of_linear": s["of_linear"], "added": s["added_instance_efficiency"],
-                 "data_wait": s["measured_data_wait_fraction"]} for s in sweep["setups"]]
-        # The steady rate: each run's samples over its epochs' seconds less each epoch's wait for
-        # its first batch (the augmenters loading the dataset: 0.3-0.5 s, which in a short run on
-        # a fast trainer is a large share of the bench's mean step).
-        for r in rows:
-            path = os.path.join(self.log("sweep"), "blur0-data%d-0-0.json" % r["data_instances"])
-            try:
-                with open(path) as f:
-                    rep = json.load(f)
-                seconds = sum(e["seconds"] for e in rep["epochs"])
-                fill = rep["rates"]["fill_ms_per_epoch"] / 1000 * len(rep["epochs"])
-                r["steady_samples_per_s"] = round(sum(e["samples"] for e in rep["epochs"]) /
-                                                  (seconds - fill))
-                r["trainer_process_ms_per_batch"] = rep["trainer_cpu"]["process_ms_per_batch"]
-            except (OSError, ValueError, KeyError, ZeroDivisionError):
-                r["steady_samples_per_s"] = None
-        one = next((r["steady_samples_per_s"] for r in rows if r["data_instances"] == 1), None)
-        previous = None
-        steady_sat = None
-        for r in rows:
-            n, rate = r["data_instances"], r["steady_samples_per_s"]
-            r["steady_of_linear"] = round(rate / (n * one), 3) if n and one and rate else None
-            # What each instance added since the row before, as a share of one instance's rate.
-            if previous and previous[0] >= 1 and one and rate:
-                r["steady_added"] = round((rate - previous[1]) / ((n - previous[0]) * one), 3)
-                if steady_sat is None and r["steady_added"] < 0.5:
-                    steady_sat = previous[0]
-            else:
-                r["steady_added"] = None
-            previous = (n, rate) if rate else previous
-        check.figures["rows"] = rows
-        sat = sweep["per_blur"][0]["saturates_at_data_instances"]
-        check.figures["saturates_at_data_instances"] = sat
-        check.figures["steady_saturates_at_data_instances"] = steady_sat
-        # The goal (issue 40): at least 90% of linear up to saturation. A figure, not a check.
-        upto = [r for r in rows if r["data_instances"] >= 1 and
-                (steady_sat is None or r["data_instances"] <= steady_sat)]
-        check.figures["goal_90_percent_of_linear_up_to_saturation"] = all(
-            (r["steady_of_linear"] or 0) >= 0.9 for r in upto)
-        # Where the time goes on the trainer's side: the step on the device (wall time, launches
-        # included) and the trainer's CPU per step (receiving, converting, stepping).
-        check.figures["trainer"] = [
-            {"data_instances": s["data_instances"],
-             "compute_step_ms": (s.get("rates") or {}).get("compute_step_ms"),
-             "trainer_cpu_ms_per_step": (s.get("rates") or {}).get("trainer_cpu_ms_per_step"),
-             "augment_images_per_vcpu_second":
-                 (s.get("rates") or {}).get("augment_images_per_vcpu_second")}
-            for s in sweep["setups"]]
+        check.figures.update(score_sweep(sweep, self.log("sweep")))
 
     # --- pytorch --------------------------------------------------------------------------------
     def check_pytorch(self, check):
@@ -727,17 +545,8 @@ class GpuCheck:
         scaling = next((c for c in self.checks if c.name == "scaling" and c.figures.get("rows")),
                        None)
         if scaling:
-            lines += ["", "scaling (bench_pipeline sweep, one CPU per instance):",
-                      "%6s %10s %8s %10s %8s %10s %10s %10s %8s" % (
-                          "data", "samples/s", "steps/s", "of linear", "added", "data wait",
-                          "steady/s", "of linear", "added")]
-            for r in scaling.figures["rows"]:
-                lines.append("%6d %10d %8.1f %10s %8s %9.0f%% %10s %10s %8s" % (
-                    r["data_instances"], r["samples_per_s"], r["steps_per_s"], pct(r["of_linear"]),
-                    pct(r["added"]), 100 * r["data_wait"], r.get("steady_samples_per_s") or "-",
-                    pct(r.get("steady_of_linear")), pct(r.get("steady_added"))))
-            lines.append("(steady: samples over the epochs' seconds less each epoch's wait for "
-                         "its first batch)")
+            lines += ["", "scaling (bench_pipeline sweep, one CPU per instance):"]
+            lines += sweep_table(scaling.figures["rows"])
         text = "\n".join(lines) + "\n"
         with open(os.path.join(self.args.out, "gpu-check.txt"), "w") as f:
             f.write(text)
@@ -749,46 +558,6 @@ class GpuCheck:
         if not self.args.keep_work:
             shutil.rmtree(self.work, ignore_errors=True)
         return 0 if not failed else 1
-
-
-def pct(v):
-    return "-" if v is None else "%.0f%%" % (100 * v)
-
-
-def summary(c):
-    f = c.figures
-    if c.note and c.status == "skipped":
-        return c.note
-    if c.name == "gpu":
-        return "%s; %s CPUs" % ("; ".join(f.get("gpus") or ["no GPU"]), f.get("cpus"))
-    if c.name == "trainer" and "gradients_worst_relative_difference" in f:
-        return "%s: loss %s vs %s, gradients %.1e, weights after 20 steps %.1e of the largest" % (
-            f["gpu"], f["cpu_loss"], f["gpu_loss"], f["gradients_worst_relative_difference"],
-            f.get("weights_worst_relative_difference_after_20_steps", float("nan")))
-    if c.name == "pytorch" and "test_accuracy" in f:
-        return "torch %s, Python %s: accuracy %s, epochs %s s, data wait %s s" % (
-            f["torch"], f["python"], f["test_accuracy"],
-            ", ".join("%.1f" % (x or 0) for x in f["epoch_seconds"]),
-            ", ".join("%.1f" % (x or 0) for x in f["wait_seconds"]))
-    if c.name.startswith("train") and "test_accuracy" in f:
-        text = "accuracy %.4f, %.2f ms/step, %.0f samples/s, data wait %.0f%%" % (
-            f["test_accuracy"] or 0, f["mean_step_ms"] or 0, f["samples_per_s"] or 0,
-            100 * (f["data_wait_fraction"] or 0))
-        if "killed" in f:
-            text += "; killed %s after step %s (seed %s)" % (f["killed"]["host"],
-                                                              f["kill_after_step"], f["seed"])
-        return text
-    if c.name == "compare" and "compare" in f:
-        r = (f["compare"].get("rounds") or [{}])[0]
-        h, e = r.get("homogeneous", {}), r.get("heterogeneous", {})
-        if "step_ms" in h and "step_ms" in e:
-            return "alone %.2f ms/step, + 2 x c5.xlarge %.2f ms/step: %.2fx, saving %.0f%%" % (
-                h["step_ms"], e["step_ms"], r.get("speedup", 0), 100 * r.get("saving", 0))
-    if c.name == "scaling" and "rows" in f:
-        return "steady rate saturates at %s data instances; 90%% of linear up to it: %s" % (
-            f["steady_saturates_at_data_instances"],
-            f["goal_90_percent_of_linear_up_to_saturation"])
-    return ""
 
 
 def self_test(report):
@@ -831,6 +600,15 @@ def self_test(report):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--self-test":
         return self_test(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--sweep-table":
+        # The scaling table again from a run's logs (logs.tar.gz: sweep.json and sweep/).
+        with open(sys.argv[2]) as f:
+            scored = score_sweep(json.load(f), sys.argv[3])
+        print("\n".join(sweep_table(scored["rows"])))
+        print("steady rate saturates at %s data instances; 90%% of linear up to it: %s" % (
+            scored["steady_saturates_at_data_instances"],
+            scored["goal_90_percent_of_linear_up_to_saturation"]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", required=True, help="the bundle (scripts/gpu-check.sh prepare)")
     p.add_argument("--out", required=True, help="where the table, the JSON and the logs go")

@@ -151,6 +151,8 @@ def main():
 # Builds troupe._native for this machine's python3 (made by scripts/gpu_pykit.py): compiles
 # native.cpp against this Python's headers and pybind11, links the kit's static libraries and the
 # bundle's shared ones. Usage: build-native.sh REPO CUDA_LIB OUT_DIR
+# DT_RPATH (--disable-new-dtags), not RUNPATH: it also finds what the bundle's libraries load
+# (OpenCV's libGLX), which a RUNPATH would leave to a system that may not have it.
 set -e
 KIT=$(cd "$(dirname "$0")" && pwd)
 LIBDIR=%(libdir)s
@@ -166,7 +168,7 @@ mkdir -p "$OUT/troupe"
 cp "$REPO/python/troupe/__init__.py" "$REPO/python/troupe/data.py" "$OUT/troupe/"
 c++ %(cflags)s $PY_INCLUDES -o "$OUT/native.o" -c "$REPO/python/src/native.cpp"
 c++ -fPIC -O2 -shared -o "$OUT/troupe/_native$SUFFIX" "$OUT/native.o" -L"$CUDA_LIB" \\
-  -Wl,-rpath,"$LIBDIR" -Wl,-rpath,"$CUDA_LIB" %(libs)s
+  -Wl,--disable-new-dtags -Wl,-rpath,"$LIBDIR" -Wl,-rpath,"$CUDA_LIB" %(libs)s
 echo "build-native.sh: $OUT/troupe/_native$SUFFIX"
 """ % {"libdir": libdir, "cflags": " ".join(cflags), "libs": " ".join(libs)}
     with open(os.path.join(kit, "build-native.sh"), "w") as f:
