@@ -104,9 +104,7 @@ def main():
         model.train()
         clock = {"wait": 0.0, "steps": 0, "start": time.perf_counter()}
         for images, labels in timed(epoch, clock):
-            if cuda:  # page-locked, so the copy runs beside the GPU's work
-                images, labels = images.pin_memory(), labels.pin_memory()
-            images = images.to(device, non_blocking=True)
+            images = images.to(device, non_blocking=True)  # from page-locked memory
             labels = labels.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = F.nll_loss(model(images), labels)

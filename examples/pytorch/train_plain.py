@@ -88,7 +88,8 @@ def main():
 
     dataset = troupe.data.FashionMNIST(train_samples=args.train_samples)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                                         num_workers=args.workers, persistent_workers=True)
+                                         num_workers=args.workers, persistent_workers=True,
+                                         pin_memory=cuda)
     model = Net(args.width).to(device)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
@@ -105,9 +106,7 @@ def main():
         model.train()
         clock = {"wait": 0.0, "steps": 0, "start": time.perf_counter()}
         for images, labels in timed(loader, clock):
-            if cuda:  # page-locked, so the copy runs beside the GPU's work
-                images, labels = images.pin_memory(), labels.pin_memory()
-            images = images.to(device, non_blocking=True)
+            images = images.to(device, non_blocking=True)  # from page-locked memory
             labels = labels.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = F.nll_loss(model(images), labels)

@@ -373,3 +373,33 @@ TEST_CASE("sim gives 256 instances 256 different loopback ports", "[sim][scale]"
   CHECK(run.output().find("no CPU budgets (") != std::string::npos);
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("sim hides this machine's GPUs from CPU instance types, as the cloud has none there",
+          "[sim][gpu]") {
+  // Each instance writes its type's GPUs (TROUPE_GPUS) and the CUDA_VISIBLE_DEVICES it got. The
+  // data group's ml.c5.xlarge has none: an empty CUDA_VISIBLE_DEVICES, whatever this process has;
+  // the dnn group's ml.p3.2xlarge inherits it; --env sets it for either.
+  auto visible = [](std::vector<std::string> extra) {
+    roots::TempDir dir;
+    std::vector<std::string> args = {"--cpu-scale", "off", "--group", "data_group=2:ml.c5.xlarge",
+                                     "--group", "dnn_group=1:ml.p3.2xlarge"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    harness::Run run(harness::sim(
+        args, {"/bin/sh", "-c",
+               "echo \"$TROUPE_GPUS:${CUDA_VISIBLE_DEVICES-unset}\" > " + dir.path() + "/$$"}));
+    INFO(run.output());
+    CHECK(run.wait(30s) == 0);
+    std::multiset<std::string> lines;
+    for (auto& f : std::filesystem::directory_iterator(dir.path()))
+      lines.insert(roots::readFile(f.path().string()));
+    return lines;
+  };
+  setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+  auto byDefault = visible({});
+  auto overridden = visible({"--env", "data_group:CUDA_VISIBLE_DEVICES=1"});
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  auto unset = visible({});
+  CHECK(byDefault == std::multiset<std::string>{"0:\n", "0:\n", "1:0\n"});
+  CHECK(overridden == std::multiset<std::string>{"0:1\n", "0:1\n", "1:0\n"});
+  CHECK(unset == std::multiset<std::string>{"0:\n", "0:\n", "1:unset\n"});
+}
