@@ -217,5 +217,16 @@ int main(int argc, char* argv[]) {
   }
   printTable(lines, table);
   if (s.json) printf("%s\n", toJson(s, results, table).dump(2).c_str());
-  return std::any_of(results.begin(), results.end(), [](auto& r) { return failed(r.outcome); });
+  if (std::any_of(results.begin(), results.end(), [](auto& r) { return failed(r.outcome); })) {
+    return 1;
+  }
+  // No run judged (each skipped, or none ran) is a skip, never a pass: troupe's skip status.
+  if (std::none_of(results.begin(), results.end(),
+                   [](auto& r) { return r.outcome == Outcome::PASS; })) {
+    fprintf(lines, "SKIP: fault_soak judged no run (%s)\n",
+            results.empty() ? "none ran"
+                            : (std::to_string(results.size()) + " ran, every one skipped").c_str());
+    return 77;
+  }
+  return 0;
 }

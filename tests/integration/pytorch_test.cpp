@@ -86,14 +86,17 @@ void checkIdsOnce(const std::string& path, unsigned epochs, unsigned samples) {
   }
 }
 
-// The trainer's count (stream.report()): every epoch had every sample once.
+// The trainer's count (stream.report()): every epoch had every sample once, and its digest (a
+// number there) is that of every id once, computed here.
 nlohmann::json checkReportOnce(const nlohmann::json& report, unsigned epochs, unsigned samples) {
   INFO(report.dump());
   REQUIRE(report["epochs"].size() == epochs);
+  const uint64_t want = std::stoull(test_digest::everyIdOnce(samples), nullptr, 16);
   for (auto& e : report["epochs"]) {
     CHECK(e["samples"] == samples);
     CHECK(e["duplicates"] == 0);
     CHECK(e["missing"] == 0);
+    CHECK(e["digest"] == want);
   }
   return report;
 }

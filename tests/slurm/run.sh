@@ -14,8 +14,10 @@
 #   (c) scancel while training: every task exits 6 (INTERRUPTED) and no troupe process is left.
 #
 # Each case prints PASS or FAIL with the reason; the script exits 0 only when all three pass.
-# Where Slurm cannot be installed or started (not root, no package source, a daemon that does not
-# come up) it prints one line, `SKIP: <reason>`, and exits 0. Missing Debian packages (slurm-wlm,
+# Where this machine cannot run Slurm (not root, no package source, no free ports) it prints one
+# line, `SKIP: <reason>`, and exits 77, troupe's skip status (.ci/run reports it as a skip, never a
+# pass). A daemon that does not come up from the configuration written here is a failure: `FAIL:`,
+# the daemon's last log line, exit 1, and the logs kept. Missing Debian packages (slurm-wlm,
 # munge, slurmdbd, mariadb-server, dataset-fashion-mnist) are installed with apt-get. Every daemon
 # and process it started is stopped on every way out; its folder (/tmp/troupe-slurm.*) is removed,
 # or kept with the logs when a case failed (TROUPE_SLURM_KEEP=1: always).
@@ -42,9 +44,14 @@ for v in $(compgen -e); do
 done
 
 say() { echo "test-slurm: $*"; }
-skip() {
+skip() {  # this machine cannot run it: a skip, never a pass
   echo "SKIP: $*"
-  exit 0
+  exit 77
+}
+setup_failed() {  # a daemon did not come up from our own configuration: a failure, logs kept
+  echo "FAIL: $*"
+  failed=1
+  exit 1
 }
 
 # -- cleanup, on every way out --
@@ -177,7 +184,7 @@ wait_port() {  # PORT SECONDS PID: until something listens (or PID has exited)
   return 1
 }
 last_line() { grep -v '^\s*$' "$1" 2> /dev/null | tail -n 1; }
-says() {  # NAME: the last line of its log, else of its output, for a SKIP line
+says() {  # NAME: the last line of its log, else of its output, for a FAIL line
   local line
   line=$(last_line "$dir/log/$1.log")
   [[ -n $line ]] || line=$(last_line "$dir/log/$1.out")
@@ -206,7 +213,7 @@ else
     sleep 0.1
   done
   munge -S "$munge_socket" -n 2> /dev/null | unmunge -S "$munge_socket" > /dev/null 2>&1 ||
-    skip "munged did not start: $(says munged)"
+    setup_failed "munged did not start: $(says munged)"
 fi
 
 # -- accounting (sacct): a private MariaDB and slurmdbd --
@@ -216,7 +223,7 @@ mariadbd --no-defaults --datadir="$dir/db" --socket="$dir/mariadb.sock" --port="
   --pid-file="$dir/mariadb.pid" --log-error="$dir/log/mariadb.log" \
   --innodb-buffer-pool-size=16M --innodb-log-file-size=8M > "$dir/log/mariadb.out" 2>&1 &
 daemons+=("mariadbd $!")
-wait_port "$p_db" 30 "$!" || skip "MariaDB did not start: $(says mariadb)"
+wait_port "$p_db" 30 "$!" || setup_failed "MariaDB did not start: $(says mariadb)"
 
 export SLURM_CONF=$dir/etc/slurm.conf
 cat > "$dir/etc/slurmdbd.conf" << EOF
@@ -279,16 +286,16 @@ EOF
 
 slurmdbd -D > "$dir/log/slurmdbd.out" 2>&1 &
 daemons+=("slurmdbd $!")
-wait_port "$p_dbd" 30 "$!" || skip "slurmdbd did not start: $(says slurmdbd)"
+wait_port "$p_dbd" 30 "$!" || setup_failed "slurmdbd did not start: $(says slurmdbd)"
 for ((i = 0; i < 20; i++)); do
   sacctmgr -i add cluster troupetest > "$dir/log/sacctmgr.out" 2>&1 && break
   sleep 0.5
 done
-((i < 20)) || skip "sacctmgr could not register the cluster: $(says sacctmgr)"
+((i < 20)) || setup_failed "sacctmgr could not register the cluster: $(says sacctmgr)"
 
 slurmctld -D > "$dir/log/slurmctld.out" 2>&1 &
 daemons+=("slurmctld $!")
-wait_port "$p_ctl" 30 "$!" || skip "slurmctld did not start: $(says slurmctld)"
+wait_port "$p_ctl" 30 "$!" || setup_failed "slurmctld did not start: $(says slurmctld)"
 for n in n1 n2; do
   slurmd -D -N "$n" > "$dir/log/slurmd-$n.out" 2>&1 &
   daemons+=("slurmd-$n $!")
@@ -299,7 +306,7 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.1
 done
 [[ $states == "n1 idle n2 idle " ]] ||
-  skip "the nodes did not become idle within 30 s (sinfo: ${states:-nothing}): $(says slurmd-n1)"
+  setup_failed "the nodes did not become idle within 30 s (sinfo: ${states:-nothing}): $(says slurmd-n1)"
 say "Slurm $(sinfo -V | awk '{print $2}') up in $((SECONDS - t_start)) s: n1 and n2 idle ($dir)"
 
 # -- the job's environment (sbatch passes it on to every task) --

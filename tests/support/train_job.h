@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "digest.h"
 #include "harness.h"
 
 namespace train_job {
@@ -41,9 +42,10 @@ inline std::string tempPath(const std::string& name) {
 }
 
 // Exactly-once (docs/hetero_train.md): the report has `epochs` epochs, and each delivered every one
-// of `samples` samples once: no duplicate, none missing. For a resumed job the counts include what
-// the interrupted run trained on (carried in the checkpoint, sample by sample), so this checks the
-// promise across both runs. Returns the report and removes its file.
+// of `samples` samples once: no duplicate, none missing, and the epoch's digest that of ids 0 ..
+// samples - 1 once each, computed here (the counters are the trainer's own). For a resumed job
+// they include what the interrupted run trained on (carried in the checkpoint, sample by sample),
+// so this checks the promise across both runs. Returns the report and removes its file.
 inline nlohmann::json checkEverySampleOnce(const std::string& report, size_t epochs,
                                            uint64_t samples) {
   std::ifstream in(report);
@@ -55,6 +57,7 @@ inline nlohmann::json checkEverySampleOnce(const std::string& report, size_t epo
     CHECK(e["samples"] == samples);
     CHECK(e["duplicates"] == 0);
     CHECK(e["missing"] == 0);
+    CHECK(e["digest"] == test_digest::everyIdOnce(samples));
   }
   CHECK(j["exit_status"] == 0);
   unlink(report.c_str());
