@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -164,7 +165,44 @@ void Run::reportSanitizerFindings() const {
 
 int Run::wait(std::chrono::milliseconds timeout) {
   auto status = child_->wait(timeout);
-  return status ? *status : -1;
+  int code = status ? *status : -1;
+  if (code > 0 && !reasonsSaid_) {
+    // First in the test's output, before any assertion about it: why the job says it ended.
+    reasonsSaid_ = true;
+    fprintf(stderr, "%s", reasons(code).c_str());
+  }
+  return code;
+}
+
+std::string Run::reasons(int code) const {
+  // The job's own words: error and critical log lines, "exiting with N" for N > 0, the
+  // simulator's "exited with" lines and failure lines; each once, with how many hosts said it
+  // (host names made alike), in the order first said.
+  static const std::regex said(
+      R"((\b(error|critical)\s+\[)|exiting with [1-9]|exited with|^FAIL|failure:)");
+  static const std::regex prefix(R"(^\[[^\]]+\] (\d\d:\d\d:\d\d\.\d+ )?)");
+  static const std::regex host(R"(algo-\d+)");
+  std::vector<std::pair<std::string, int>> seen;
+  std::istringstream lines(output());
+  for (std::string line; std::getline(lines, line);) {
+    if (!std::regex_search(line, said)) continue;
+    auto key = std::regex_replace(std::regex_replace(line, prefix, ""), host, "algo-N");
+    auto at = std::find_if(seen.begin(), seen.end(), [&](auto& p) { return p.first == key; });
+    if (at == seen.end()) {
+      seen.emplace_back(key, 1);
+    } else {
+      ++at->second;
+    }
+  }
+  std::string text = "troupe-harness: " + argv0_ + " ended with " + std::to_string(code) +
+                     "; what its processes said of it (first said first):\n";
+  if (seen.empty()) text += "  (no error line, no exit line: see the output below)\n";
+  for (size_t i = 0; i < seen.size() && i < 15; ++i) {
+    text += "  " + seen[i].first +
+            (seen[i].second > 1 ? "  (x" + std::to_string(seen[i].second) + ")" : "") + "\n";
+  }
+  if (seen.size() > 15) text += "  ... and " + std::to_string(seen.size() - 15) + " more\n";
+  return text;
 }
 
 bool Run::waitFor(const std::string& text, std::chrono::milliseconds timeout) {

@@ -33,7 +33,11 @@ class Run {
 
   pid_t pid() const { return child_->pid(); }
   int wait(std::chrono::milliseconds timeout);
-  // The exit code (128 + signal when killed), or -1 on timeout.
+  // The exit code (128 + signal when killed), or -1 on timeout. The first time it sees a code
+  // above 0 it prints reasons() on stderr: a failing test's output begins with why the job ended.
+  std::string reasons(int code) const;
+  // The output's error and exit lines, each once with its count (hosts named alike): a few lines
+  // where 256 instances each said the same.
   bool waitFor(const std::string& text, std::chrono::milliseconds timeout);
   // True once the output contains `text`; false at the timeout or when the run ends without it.
   bool waitFor(const std::regex& pattern, std::chrono::milliseconds timeout);
@@ -64,6 +68,7 @@ class Run {
 
   troupe::testing::TempDir workDir_{"troupe-test"};  // removed last, after every process is reaped
   std::string outPath_, argv0_, ignoreSanitizerWhy_;
+  bool reasonsSaid_ = false;
   std::unique_ptr<troupe::subprocess::Child> child_;
 };
 
