@@ -121,6 +121,7 @@ class Scene {
         hogs_(c.setting.hogsPerCore) {
     becomeSubreaper();
     run_.emplace(command(c, seed, o, report_));
+    if (o.quiet) run_->quietReasons();
   }
   ~Scene() {
     auto instances = run_->instances();

@@ -18,6 +18,7 @@ struct Options {
   std::string app;            // hetero_train
   double maxStepShare = 0.5;  // the fault lands after step K, K drawn from 1..share x planned steps
   int maxExtraMs = 200;       // and 0..maxExtraMs after the progress line that showed step >= K
+  bool quiet = false;         // no harness reasons on stderr: fault_soak prints one line a run
   static Options fromBuild();
   // The binaries this test was built with; FAULT_TROUPE and FAULT_HETERO_TRAIN override them.
 };

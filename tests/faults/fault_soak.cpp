@@ -192,6 +192,7 @@ int main(int argc, char* argv[]) {
           (unsigned long long)s.seed, s.cases, cases.size(), s.minutes, s.logDir.c_str());
   faults::Rng rng(s.seed);
   auto options = faults::Options::fromBuild();
+  options.quiet = true;  // one line a run; a failed run's whole output is saved
   auto start = std::chrono::steady_clock::now();
   std::vector<Result> results;
   Table table;
