@@ -214,7 +214,8 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
     // (a data instance's augmenters never take the dnn instance's GPU). A GPU type sees what this
     // process sees; --env may set CUDA_VISIBLE_DEVICES for either.
     if (type->gpus == 0) {
-      std::erase_if(env, [](const std::string& v) { return v.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0; });
+      std::erase_if(env,
+                    [](const std::string& v) { return v.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0; });
       env.push_back("CUDA_VISIBLE_DEVICES=");
     }
   }
