@@ -23,11 +23,11 @@ TEST_CASE("a data instance that starts 5 s late joins the running job and gets a
           "[train][membership]") {
   // Seed 5 deals algo-1 and algo-3 to data_group and algo-2 to dnn_group (checked below).
   auto report = tempPath("late.json");
-  Run run(harness::sim(
-      {"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
-       "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
-      train({"--start-with", "data_group=1", "--progress-every", "0.5", "--report", report})));
-  // 5 full epochs: about 20 s here, past 2 minutes under ASan with another test beside it.
+  auto samples = train_job::longJobSamples();
+  Run run(harness::sim({"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
+                        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
+                       train({"--start-with", "data_group=1", "--progress-every", "0.5",
+                              "--train-samples", std::to_string(samples), "--report", report})));
   int code = run.wait(300s);
   auto out = run.output();
   INFO(out);
@@ -43,7 +43,7 @@ TEST_CASE("a data instance that starts 5 s late joins the running job and gets a
   CHECK(placed != std::string::npos);
   CHECK(started < joined);
   CHECK(out.find("] progress: epoch 1/5") < joined);
-  auto j = train_job::checkEverySampleOnce(report, 5, 60000);
+  auto j = train_job::checkEverySampleOnce(report, 5, samples);
   CHECK(j["membership"].size() == 1);
   CHECK(run.leftovers().empty());
 }
@@ -51,17 +51,18 @@ TEST_CASE("a data instance that starts 5 s late joins the running job and gets a
 TEST_CASE("a host the cluster description does not name joins its group as a new member",
           "[train][membership]") {
   auto report = tempPath("scale-up.json");
+  auto samples = train_job::longJobSamples();
   Run run(harness::sim({"--group", "data_group=1:ml.c5.xlarge", "--group",
                         "dnn_group=1:ml.p3.2xlarge", "--scale-up", "data_group=1@3000"},
-                       train({"--report", report})));
-  int code = run.wait(300s);  // as above: ASan
+                       train({"--train-samples", std::to_string(samples), "--report", report})));
+  int code = run.wait(300s);
   auto out = run.output();
   INFO(out);
   CHECK(code == 0);
   CHECK(out.find("algo-3 (data_group) is a new member of its group") != std::string::npos);
   CHECK(out.find("4 augmenters placed on algo-3 as it joined the job") != std::string::npos);
   CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
-  train_job::checkEverySampleOnce(report, 5, 60000);
+  train_job::checkEverySampleOnce(report, 5, samples);
   CHECK(run.leftovers().empty());
 }
 
@@ -147,8 +148,10 @@ TEST_CASE(
     "replaces it",
     "[train][membership]") {
   auto report = tempPath("twin.json");
-  Run run(
-      harness::sim(train_job::kCluster, train({"--progress-every", "0.5", "--report", report})));
+  auto samples = train_job::longJobSamples();
+  Run run(harness::sim(train_job::kCluster,
+                       train({"--progress-every", "0.5", "--train-samples",
+                              std::to_string(samples), "--report", report})));
   REQUIRE_OUTPUT(run, "progress: epoch 1/5, step ", 60s);
   harness::Instance victim;
   for (auto& [host, i] : run.instances()) {
@@ -164,7 +167,7 @@ TEST_CASE(
                            "processes claim to be it") != std::string::npos);
   Run higher({HETERO_TRAIN}, twinEnv(victim.pid, victim.host, 1, tempPath("twin1.json")));
   REQUIRE_OUTPUT(run, "replaced by incarnation 1 of the same host", 30s);
-  // It ends with the job: 5 epochs, past 2 minutes under ASan beside another test.
+  // It ends with the job.
   CHECK(higher.wait(300s) == 0);
   int code = run.wait(120s);
   auto out = run.output();
@@ -173,6 +176,6 @@ TEST_CASE(
   CHECK(code == 7);
   CHECK(run.exitLine(victim.host).find("exited with 7") != std::string::npos);
   CHECK(out.find(victim.host + " (data_group) rejoined (incarnation 1)") != std::string::npos);
-  train_job::checkEverySampleOnce(report, 5, 60000);
+  train_job::checkEverySampleOnce(report, 5, samples);
   CHECK(run.leftovers().empty());
 }

@@ -166,6 +166,22 @@ void Run::reportSanitizerFindings() const {
 int Run::wait(std::chrono::milliseconds timeout) {
   auto status = child_->wait(timeout);
   int code = status ? *status : -1;
+  if (!status && !reasonsSaid_) {
+    // A run that outlasts its test's wait: said first, with where it had got to, before ctest's
+    // own timeout (set above every wait) can end the test without a word.
+    reasonsSaid_ = true;
+    auto out = output();
+    size_t from = out.size();
+    for (int newlines = 0; newlines < 9 && from > 0; ++newlines) {
+      auto at = out.rfind('\n', from - 1);
+      from = at == std::string::npos ? 0 : at;
+    }
+    fprintf(stderr,
+            "troupe-harness: %s still running after %lld s, the test's wait; its last lines:\n"
+            "%s\n",
+            argv0_.c_str(), static_cast<long long>(timeout.count() / 1000),
+            out.substr(from).c_str());
+  }
   if (code > 0 && !reasonsSaid_) {
     // First in the test's output, before any assertion about it: why the job says it ended.
     reasonsSaid_ = true;
