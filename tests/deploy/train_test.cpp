@@ -162,3 +162,54 @@ TEST_CASE("train names a bad hyperparameter and its file, and never logs a secre
   CHECK(failure2.find("(hyperparameter 'epochs' = 'two' in " + root2 +
                       "/input/config/hyperparameters.json)") != std::string::npos);
 }
+
+TEST_CASE("train starts a killed worker again, and says so when its restarts are used up",
+          "[sagemaker][train][restarts]") {
+  // A stand-in app: writes the role it is given (or none), logs its incarnation, kills itself.
+  roots::TempDir dir;
+  auto app = dir / "app";
+  std::ofstream(app) << "#!/bin/bash\n"
+                        "[[ $ROLE == none ]] || echo $ROLE > \"$TROUPE_ROLE_FILE\"\n"
+                        "echo \"started incarnation $TROUPE_INCARNATION\"\n"
+                        "kill -KILL $$\n";
+  std::filesystem::permissions(app, std::filesystem::perms::owner_all);
+  std::string root;
+  auto start = [&](const std::string& role, const std::string& host) {
+    root = roots::makeRoot(dir / host, R"({"current_host": "algo-1", "hosts": ["algo-1"]})",
+                           R"({"troupe_app": ")" + app + R"("})");
+    std::vector<std::string> argv = {deploy::trainScript(), "train"};
+    std::vector<std::string> env = {"TROUPE_SM_ROOT=" + root, "ROLE=" + role};
+    return std::make_unique<harness::Run>(argv, env);
+  };
+  SECTION("a worker: 2 restarts, then a line and output/failure with the host's code") {
+    auto run = start("worker", "w");
+    CHECK(run->wait(30s) == 137);
+    auto out = run->output();
+    INFO(out);
+    CHECK(deploy::count(out, "started incarnation") == 3);
+    CHECK(out.find("app (worker) was killed by SIGKILL; starting it again (restart 2 of 2)") !=
+          std::string::npos);
+    std::string line = "app (worker) was killed by SIGKILL; no restarts left "
+                       "(troupe_node_restarts 2): this host ends 137";
+    CHECK(out.find("train: " + line) != std::string::npos);
+    CHECK(roots::readFile(root + "/output/failure") ==
+          line + "\nexit code 137 (was killed by SIGKILL)\n");
+  }
+  SECTION("killed before it wrote its role: started again too (nothing hangs on it yet)") {
+    auto run = start("none", "n");
+    CHECK(run->wait(30s) == 137);
+    auto out = run->output();
+    INFO(out);
+    CHECK(deploy::count(out, "started incarnation") == 3);
+    CHECK(out.find("app (killed before it knew its role) was killed by SIGKILL; starting it "
+                   "again (restart 1 of 2)") != std::string::npos);
+  }
+  SECTION("a head: never started again") {
+    auto run = start("head", "h");
+    CHECK(run->wait(30s) == 137);
+    auto out = run->output();
+    INFO(out);
+    CHECK(deploy::count(out, "started incarnation") == 1);
+    CHECK(out.find("no restarts left") == std::string::npos);
+  }
+}

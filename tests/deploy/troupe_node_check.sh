@@ -2,7 +2,8 @@
 # deploy/troupe-node, the per-instance restart loop, against a stand-in app whose every process
 # ends as told: which endings start it again (a worker killed by a signal, or exiting 3, 7 or 70;
 # never a head, never once troupe-node was signalled, never beyond --restarts), the host's final
-# code (the last process's; the one before it when a restart exited 5), TROUPE_INCARNATION and
+# code (the last process's; the one before it when a restart exited 5), a process killed before it
+# wrote its role (started again), TROUPE_INCARNATION and
 # TROUPE_ROLE_FILE, the restart lines, SIGTERM/SIGINT passed on once (not under a Slurm step,
 # whose signal reaches the app itself), and no child left behind. tests/slurm/run.sh runs it
 # under a real Slurm.
@@ -105,8 +106,15 @@ check "a first process's 5 is its code" eq "$rc $(starts)" "5 1"
 run -- -- "$dir/app" head kill 0
 check "a head is never started again" eq "$rc $(starts)" "137 1"
 
+# Killed before it wrote its role (the first second of a process that would be a worker or the
+# head): nothing of the job hangs on it yet, so it is started again (real Slurm: the job ended
+# FAILED with only srun's "exit code 137" when it was not).
 run -- -- "$dir/app" worker none 0
-check "a process that wrote no role is not started again" eq "$rc $(starts)" "137 1"
+check "a process killed before it wrote its role is started again" eq "$rc $(starts)" "0 2"
+check "its restart line says so" has \
+  "app (killed before it knew its role) was killed by SIGKILL; starting it again" "$dir/err"
+run -- -- "$dir/app" head none 0
+check "so is a head killed before it knew it is the head" eq "$rc $(starts)" "0 2"
 
 for code in 0 1 2 4 6; do
   run -- -- "$dir/app" worker "$code" 0
@@ -121,6 +129,9 @@ check "TROUPE_NODE_RESTARTS=3" eq "$rc $(starts)" "0 4"
 
 run -- --restarts 3 -- "$dir/app" worker kill kill kill kill
 check "--restarts 3, all used" eq "$rc $(starts)" "137 4"
+check "the line when they are used up names the code the host ends with" has \
+  "app (worker) was killed by SIGKILL; no restarts left (--restarts 3): this host ends 137" \
+  "$dir/err"
 
 run -- --restarts x -- "$dir/app" worker 0
 check "a bad --restarts is exit 2" eq "$rc $(starts)" "2 0"
