@@ -360,15 +360,14 @@ class Outcome {
   void setWho(std::string who) { who_ = std::move(who); }
   const std::string& who() const { return who_; }
 
-  void keepPrevious() { keepPrevious_ = true; }
   // A process started again that never reached the head: the host's outcome is its predecessor's
-  // (docs/exit-codes.md), so that one's output/failure stays as it is.
+  // (docs/exit-codes.md), so that one's output/failure stays as it is. So too for a process the
+  // head refused because another process of this host is in the job: the outcome is that one's.
+  void keepPrevious(std::string why) { keepPrevious_ = std::move(why); }
 
   [[noreturn]] void end(int code, const std::string& reason) {
-    if (keepPrevious_ && code != OK) {
-      fprintf(stderr,
-              "troupe: this process did not rejoin the job; the output/failure of the process "
-              "before it stands\n");
+    if (!keepPrevious_.empty() && code != OK) {
+      fprintf(stderr, "troupe: %s\n", keepPrevious_.c_str());
     } else if (!outputDir_.empty()) {
       bool ok = code == OK
                     ? writeSuccessFile(outputDir_, reason.empty() ? "the job succeeded" : reason)
@@ -385,7 +384,7 @@ class Outcome {
 
  private:
   std::string outputDir_;  // empty: not under SageMaker
-  bool keepPrevious_ = false;
+  std::string keepPrevious_;  // why this process leaves the host's outcome files alone
   std::string who_;
 };
 
@@ -525,7 +524,14 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
     // The control threads end first: nothing runs beside the exit but the pool.
     if (worker) worker->stopControl();
     if (head) head->stopControl();
-    if (node.exitCode() == JOIN_FAILED && node.info().incarnation() > 0) outcome.keepPrevious();
+    bool duplicate = node.exitReason().find(kTwoProcesses) != std::string::npos;
+    if (node.exitCode() == JOIN_FAILED && duplicate) {
+      outcome.keepPrevious("another process of this host is in the job; its output/failure is "
+                           "the host's, not this one's");
+    } else if (node.exitCode() == JOIN_FAILED && node.info().incarnation() > 0) {
+      outcome.keepPrevious("this process did not rejoin the job; the output/failure of the "
+                           "process before it stands");
+    }
     outcome.end(node.exitCode(), node.exitReason());
   } catch (const ConfigError& e) {
     spdlog::error("configuration error: {}", e.what());

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "temp_dir.h"
 #include "train_job.h"
 
 using namespace std::chrono_literals;
@@ -178,4 +179,80 @@ TEST_CASE(
   CHECK(out.find(victim.host + " (data_group) rejoined (incarnation 1)") != std::string::npos);
   train_job::checkEverySampleOnce(report, 5, samples);
   CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("a process that joins as its job ends OK exits 0 with the job (not 5)",
+          "[train][membership]") {
+  // The fault hunt's case: a data instance frozen near the end and started again was told "the
+  // job is ending (OK)" and exited 5, so the host's earlier 7 stood and the job read as Failed.
+  // Here the end is held open 10 s by an actor that never stops (probe's end-slowly), and a
+  // process started again for a data host joins inside that window.
+  Run run(harness::sim(train_job::kCluster, harness::probe("end-slowly")),
+          {"TROUPE_STOP_TIMEOUT_MS=10000"});
+  REQUIRE_OUTPUT(run, "ENDING", 60s);
+  auto victim = harness::instanceIn(run, "data_group");
+  REQUIRE(victim.pid > 0);
+  auto argv = harness::probe("end-slowly");
+  Run late(argv, twinEnv(victim.pid, victim.host, 1, tempPath("late-map.json")));
+  CHECK(late.wait(30s) == 0);
+  INFO(late.output());
+  CHECK(late.output().find("the job ended as this node joined; it ends with the job's code, 0 "
+                           "(OK)") != std::string::npos);
+  CHECK(run.wait(60s) == 0);
+  INFO(run.output());
+  CHECK(run.output().find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("after its job has ended, a process started again gives up at once, and a first one "
+          "says the head has ended or not started",
+          "[train][membership]") {
+  // Connection refused: the head's host answers and no head listens. A head is never started
+  // again, so a restarted worker has no partition to wait out (it waited 11 s before); a first
+  // process may have come up before its head or after its job, and says both.
+  Run run(harness::sim(train_job::kCluster, harness::probe("end-slowly")),
+          {"TROUPE_STOP_TIMEOUT_MS=500"});
+  REQUIRE_OUTPUT(run, "ENDING", 60s);
+  auto victim = harness::instanceIn(run, "data_group");
+  // The sim removes its folder (the secret, the cluster file) as it ends: copies, as an instance
+  // of a real cluster keeps its own.
+  troupe::testing::TempDir kept;
+  auto keep = [&](std::vector<std::string> env) {
+    for (auto& e : env) {
+      auto eq = e.find('=');
+      auto path = e.substr(eq + 1);
+      if (path.rfind("/tmp/troupe-sim-", 0) != 0 || !std::filesystem::exists(path)) continue;
+      // A file (the secret, 0600 as it must be) or a folder (the instance's SageMaker root).
+      auto copy = kept / (e.substr(0, eq) + "-" + std::filesystem::path(path).filename().string());
+      std::filesystem::copy(path, copy,
+                            std::filesystem::copy_options::overwrite_existing |
+                                std::filesystem::copy_options::recursive);
+      if (std::filesystem::is_regular_file(copy)) {
+        std::filesystem::permissions(copy, std::filesystem::perms::owner_read |
+                                               std::filesystem::perms::owner_write);
+      }
+      e = e.substr(0, eq + 1) + copy;
+    }
+    return env;
+  };
+  auto restarted = keep(twinEnv(victim.pid, victim.host, 1, tempPath("gone-map1.json")));
+  auto first = keep(twinEnv(victim.pid, victim.host, 0, tempPath("gone-map0.json")));
+  first.push_back("TROUPE_JOIN_TIMEOUT_MS=3000");
+  REQUIRE(run.wait(60s) == 0);
+  auto started = std::chrono::steady_clock::now();
+  Run again(harness::probe("end-slowly"), restarted);
+  CHECK(again.wait(30s) == 5);
+  auto took = std::chrono::steady_clock::now() - started;
+  INFO(again.output());
+  CHECK(again.output().find("could not rejoin the head") != std::string::npos);
+  CHECK(again.output().find("(incarnation 1): nothing has listened there for 2000 ms (connection "
+                            "refused): the head has ended, and a head is never started again") !=
+        std::string::npos);
+  CHECK(took < 15s);  // not the 60 s join deadline a partition gets
+  Run late(harness::probe("end-slowly"), first);
+  CHECK(late.wait(30s) == 5);
+  INFO(late.output());
+  CHECK(late.output().find("within 3000 ms: nothing listened there the whole time (connection "
+                           "refused): the job's head has ended, or has not started") !=
+        std::string::npos);
 }

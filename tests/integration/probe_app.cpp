@@ -675,6 +675,17 @@ troupe::Co<void> stopTimeout(Job& job) {
   say("STOP TOOK " + std::to_string((job.timer().now() - started) / kj::MILLISECONDS) + " ms");
 }
 
+// The job's end held open: an actor on a data node whose onStop() never finishes is left running
+// when the driver returns, so the end waits --stop-timeout-ms for it; meanwhile the head refuses
+// a joining process with "the job is ending" (membership_test).
+troupe::Co<void> endSlowly(Job& job) {
+  auto s = job.spawn<probe::Probe>("probe.Probe",
+                                   troupe::Placement::group("data_group").cpus(0),
+                                   labelled("stuck", true));
+  co_await s.pingRequest().send();
+  say("ENDING");
+}
+
 // Waiting for capacity: the dnn node has one GPU. A second GPU actor waits until the first is
 // stopped; a third gives up after its wait, with the reason; one that could never fit fails at
 // once.
@@ -947,6 +958,7 @@ Scenario find(const std::string& name) {
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
+  if (name == "end-slowly") return [](Job& job) -> kj::Promise<void> { return endSlowly(job); };
   if (name == "errors") return [](Job& job) -> kj::Promise<void> { return errors(job); };
   if (name == "printing") return [](Job& job) -> kj::Promise<void> { return printing(job); };
   return nullptr;

@@ -166,9 +166,10 @@ void Run::reportSanitizerFindings() const {
 int Run::wait(std::chrono::milliseconds timeout) {
   auto status = child_->wait(timeout);
   int code = status ? *status : -1;
-  if (!status && !reasonsSaid_) {
+  if (!status && timeout >= std::chrono::seconds(1) && !reasonsSaid_) {
     // A run that outlasts its test's wait: said first, with where it had got to, before ctest's
-    // own timeout (set above every wait) can end the test without a word.
+    // own timeout (set above every wait) can end the test without a word. (A shorter wait is a
+    // poll: running is an answer, not a failure.)
     reasonsSaid_ = true;
     auto out = output();
     size_t from = out.size();
@@ -236,7 +237,12 @@ bool Run::waitUntil(const std::function<bool(const std::string&)>& seen,
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (seen(output())) return true;
-    if (wait(std::chrono::milliseconds(0)) >= 0) {
+    // The child itself, not wait(): a poll that finds it running is no outlasted wait.
+    if (auto status = child_->wait(std::chrono::milliseconds(0))) {
+      if (*status > 0 && !reasonsSaid_) {
+        reasonsSaid_ = true;
+        fprintf(stderr, "%s", reasons(*status).c_str());
+      }
       // It ended: nothing more will be written.
       return seen(output());
     }

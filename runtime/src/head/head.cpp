@@ -136,8 +136,8 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
     if (old->id == 1 || (previous.alive && incarnation <= before)) {
       kj::throwFatalException(KJ_EXCEPTION(
           FAILED,
-          kj::str("host '", host, "' has already joined (incarnation ", before,
-                  "); two processes claim to be it. A process started in place of another must "
+          kj::str("host '", host, "' has already joined (incarnation ", before, "); ",
+                  kTwoProcesses, ". A process started in place of another must "
                   "have a higher incarnation (TROUPE_INCARNATION ",
                   before + 1,
                   " or more); this "

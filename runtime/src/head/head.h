@@ -29,6 +29,9 @@ std::map<std::string, unsigned> parseStartWith(const std::vector<std::string>& i
 // ConfigError naming the item. Every node checks them, so a bad one fails every instance at once.
 
 constexpr unsigned kDrainWindowMs = 1500;
+// In the head's refusal of a process that claims a live host without a higher incarnation; the
+// refused process leaves that host's output/failure to the live one (run.cpp).
+constexpr const char* kTwoProcesses = "two processes claim to be it";
 // A worker's SIGTERM is a drain unless the head itself is stopped within this long (a stop of
 // the whole job signals every instance at about the same time).
 

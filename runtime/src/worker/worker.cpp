@@ -7,7 +7,11 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <random>
 
 #include "control/control.h"
@@ -55,23 +59,61 @@ class Worker::Impl {
   std::string headLine() const { return node_.headHost() + " at " + headAddress_; }
 
   static unsigned joinLimitMs(NodeRuntime& node) {
-    // A process started again in place of one that was in the job (its incarnation > 0) rejoins
-    // a head that is running: it gives up as soon as a worker gives up on a silent head, plus
-    // the time the head takes to declare its predecessor lost.
+    // A first process waits the join deadline for the head. One started again in place of a
+    // process that was in the job (its incarnation > 0) waits as long, at least as long as the
+    // head takes to declare its predecessor lost: a cut that heals within it (a partition of
+    // 20 s; the predecessor gave up after the head timeout) ends in a rejoin. It gives up sooner
+    // only when nothing listens at the head's address (refusedLimitMs()).
     auto& o = node.options();
-    return node.info().incarnation() > 0 ? o.headTimeoutMs + o.nodeTimeoutMaxMs : o.joinTimeoutMs;
+    return node.info().incarnation() > 0
+               ? std::max(o.joinTimeoutMs, o.headTimeoutMs + o.nodeTimeoutMaxMs)
+               : o.joinTimeoutMs;
+  }
+
+  // How long a process started again waits while every connect is refused: the head's host
+  // answers, but no head listens on it. A head is never started again (its state is the job's),
+  // so its job has ended; there is no partition to wait out.
+  unsigned refusedLimitMs() const { return std::min(2000u, node_.options().headTimeoutMs); }
+
+  // The job's exit code in a refusal that says the job is ending ("cannot join: the job is
+  // ending (OK: ...)", head.cpp), or -1.
+  static int endingJobCode(const std::string& text) {
+    static const std::string ending = "cannot join: the job is ending (";
+    auto at = text.find(ending);
+    if (at == std::string::npos) return -1;
+    auto name = text.substr(at + ending.size(), text.find(':', at + ending.size()) - at -
+                                                    ending.size());
+    for (int code : {OK, JOB_FAILED, CONFIG_ERROR, HEAD_LOST, AUTH_FAILED, JOIN_FAILED,
+                     INTERRUPTED, FENCED, INTERNAL_ERROR}) {
+      if (name == exitCodeName(code)) return code;
+    }
+    return -1;
   }
 
   kj::Promise<void> attempt(kj::String lastError) {
-    if (node_.loop().timer().now() > deadline_) {
-      auto incarnation = node_.info().incarnation();
+    auto now = node_.loop().timer().now();
+    auto incarnation = node_.info().incarnation();
+    bool noHead = incarnation > 0 && refusedSince_ &&
+                  now - *refusedSince_ >= refusedLimitMs() * kj::MILLISECONDS;
+    if (now > deadline_ || noHead) {
+      std::string why = lastError.cStr();
+      if (noHead) {
+        why = "nothing has listened there for " + std::to_string(refusedLimitMs()) +
+              " ms (connection refused): the head has ended, and a head is never started again";
+      } else if (refusedSince_ && !reached_) {
+        // A host started after its job ended reads the same as one whose head never started:
+        // neither is a crash of this host (docs/lifecycle.md, "Joining after the job ended").
+        why = "nothing listened there the whole time (connection refused): the job's head has "
+              "ended, or has not started; check that this host belongs to a running job";
+      }
       node_.requestExit(JOIN_FAILED,
                         std::string(incarnation > 0 ? "could not rejoin" : "could not join") +
-                            " the head " + headLine() + " within " +
-                            std::to_string(joinLimitMs(node_)) + " ms" +
+                            " the head " + headLine() +
+                            (noHead ? std::string()
+                                    : " within " + std::to_string(joinLimitMs(node_)) + " ms") +
                             (incarnation > 0 ? " (incarnation " + std::to_string(incarnation) + ")"
                                              : std::string()) +
-                            ": " + lastError.cStr());
+                            ": " + why);
       return kj::READY_NOW;
     }
     // Each attempt is bounded: a connect to a head behind a link that is down hangs for minutes
@@ -113,9 +155,28 @@ class Worker::Impl {
           }
           if (e.getType() == kj::Exception::Type::FAILED &&
               text.find("host '") != std::string::npos) {
+            int jobCode = endingJobCode(text);
+            if (jobCode >= 0) {
+              // It came up as its job ended: this host ends with the job's outcome, as every
+              // instance does (a restarted process told "the job is ending (OK)" exits 0).
+              node_.requestExit(jobCode, "the job ended as this node joined; it ends with the "
+                                         "job's code, " +
+                                             std::to_string(jobCode) + " (" +
+                                             exitCodeName(jobCode) + "): " + text);
+              return kj::READY_NOW;
+            }
             node_.requestExit(
                 JOIN_FAILED, "the head refused to let this node join: " + std::string(what.cStr()));
             return kj::READY_NOW;
+          }
+          // Refused: the head's host answers and nothing listens. Anything else (unreachable, a
+          // timeout, a reset) may be a partition or a head not up yet.
+          bool refused = text.find(strerror(ECONNREFUSED)) != std::string::npos;
+          if (!refused) {
+            reached_ = true;
+            refusedSince_.reset();
+          } else if (!refusedSince_) {
+            refusedSince_ = node_.loop().timer().now();
           }
           auto delay = kj::min(backoff_, 2 * kj::SECONDS);
           backoff_ = backoff_ * 2;
@@ -249,6 +310,10 @@ class Worker::Impl {
   std::string headAddress_;
   kj::TimePoint deadline_;
   kj::Duration backoff_ = 100 * kj::MILLISECONDS;
+  // Since when every connect has been refused (none: the last one was not), and whether any
+  // attempt got further than a refusal.
+  std::optional<kj::TimePoint> refusedSince_;
+  bool reached_ = false;
   kj::Own<Connection> headConnection_;
   std::unique_ptr<ControlClient> control_;  // from the join on
   uint32_t nodeId_ = 0;
