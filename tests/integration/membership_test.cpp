@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -166,6 +167,16 @@ TEST_CASE(
   CHECK(same.output().find("host '" + victim.host +
                            "' has already joined (incarnation 0); two "
                            "processes claim to be it") != std::string::npos);
+  // The live process's outcome is the host's: the refused one writes no output/failure (the
+  // fault hunt saw it overwrite the host's).
+  std::string root;
+  for (auto& e : environOf(victim.pid)) {
+    if (e.rfind("TROUPE_SM_ROOT=", 0) == 0) root = e.substr(strlen("TROUPE_SM_ROOT="));
+  }
+  REQUIRE_FALSE(root.empty());
+  CHECK_FALSE(std::filesystem::exists(root + "/output/failure"));
+  CHECK(same.output().find("another process of this host is in the job; its output/failure is "
+                           "the host's") != std::string::npos);
   Run higher({HETERO_TRAIN}, twinEnv(victim.pid, victim.host, 1, tempPath("twin1.json")));
   REQUIRE_OUTPUT(run, "replaced by incarnation 1 of the same host", 30s);
   // It ends with the job.
