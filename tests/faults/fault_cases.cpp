@@ -23,6 +23,7 @@ constexpr int kTerm = 30;       // a graceful cascade: stop deadline 5 s, with r
 constexpr int kHeadLost = 15;   // head timeout 5 s + 10 s
 // A cut that heals: the job runs long enough for the cut node to give up, start again and rejoin.
 constexpr size_t kHealEpochs = 30;
+constexpr size_t kLongHealEpochs = 60;  // a cut of about 20 s
 
 // Case::netns and Case::quick, by name.
 constexpr bool kLoopback = false, kNetns = true;
@@ -98,8 +99,8 @@ Expect headLost(std::string why) {
 
 // The victim's process is started again (troupe sim --node-restarts, as the per-instance entry
 // point does): it rejoins as a new incarnation, gets augmenters, and every host ends with 0.
-Expect rejoins(std::string why) {
-  auto e = completes(std::move(why));
+Expect rejoins(std::string why, size_t epochs = Setting().epochs) {
+  auto e = completes(std::move(why), epochs);
   e.rejoins = true;
   return e;
 }
@@ -220,11 +221,18 @@ std::vector<Case> makeCases() {
        noRestarts()},
       {"data-partition-heals", "take a data instance's link down for 6 s, then up", Role::DATA,
        kNetns, kQuick, [](T t, Rng& r) { return partition(t, t.victim, r, 6000, 6000); },
-       completes("a data instance cut off past the timeouts is started again when it gives up "
-                 "on the head, and rejoins once its link is back: every host ends with 0, "
-                 "exactly-once",
-                 kHealEpochs),
+       rejoins("a data instance cut off past the timeouts is started again when it gives up "
+               "on the head, and rejoins once its link is back: every host ends with 0, "
+               "exactly-once",
+               kHealEpochs),
        longer(kHealEpochs)},
+      {"data-partition-heals-20s", "take a data instance's link down for 18-22 s, then up",
+       Role::DATA, kNetns, kSoakOnly,
+       [](T t, Rng& r) { return partition(t, t.victim, r, 18000, 22000); },
+       rejoins("a cut longer than a restarted process's old 11 s wait: it keeps trying while the "
+               "job runs and rejoins once the link is back, every host ends with 0, exactly-once",
+               kLongHealEpochs),
+       longer(kLongHealEpochs)},
       {"data-slow-link", "limit a data instance's link to 8 Mbit/s for 6-10 s (tc tbf)", Role::DATA,
        kNetns, kQuick, [](T t, Rng& r) { return slowLink(t, t.victim, r, 6000, 10000); },
        completes("a slow but live data instance is not fenced (liveness has its own connection): "

@@ -215,6 +215,9 @@ TEST_CASE("the verdict - each oracle check fails on the run it exists to catch",
     CHECK(anyMentions(b, "the output must say 'augmenters placed on algo-3 as it joined'"));
     obs.instances[2].processes = 2;
     obs.output = "[algo-1] 4 augmenters placed on algo-3 as it joined the job\n";
+    // The head placed augmenters, but no batch of theirs reached the trainer.
+    CHECK(anyMentions(broken(obs), "the trainer gets batches from the process that rejoined"));
+    obs.output += "[algo-1] first batch from 'augmenter-9' on algo-3, added as its node joined\n";
     CHECK(broken(obs).empty());
   }
   SECTION("an injection one of whose steps did not happen") {

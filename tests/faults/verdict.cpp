@@ -263,6 +263,13 @@ class Judge {
           "rejoin (docs/lifecycle.md): the process that rejoined on " + e.instance.host +
               " gets work: the output must say '" + placed + "'",
           obs_.output.find(placed) != std::string::npos);
+      // The head's line is printed before the trainer has the new sources; the trainer's own
+      // line is the evidence that a batch came from the rejoined host.
+      auto fed = "on " + e.instance.host + ", added as its node joined";
+      add(Outcome::WRONG_EXIT,
+          "rejoin (docs/lifecycle.md): the trainer gets batches from the process that rejoined "
+          "on " + e.instance.host + ": its output must say 'first batch from ... " + fed + "'",
+          obs_.output.find(fed) != std::string::npos);
     }
   }
 
