@@ -175,8 +175,16 @@ TEST_CASE("control path: a port in use is refused naming it and --control-port",
 namespace {
 
 // A TCP connection to 127.0.0.1:port that sends nothing, or -1.
-int silentConnection(uint16_t port) {
+// A connection to the control port that says nothing, from 127.0.0.`from` (loopback has them all).
+int silentConnection(uint16_t port, int from = 1) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + from);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+    close(fd);
+    return -1;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -220,4 +228,30 @@ TEST_CASE("control path: connections past --max-unauthenticated that have not sa
   server.admit(5, "algo-5");
   ControlClient client(settings, troupe::controlAddress("127.0.0.1:1", server.port()), 5);
   CHECK(within(3s, [&] { return server.silenceMs(5).value_or(1 << 30) < 100; }));
+}
+
+TEST_CASE("control path: one address holds at most three quarters of the places before hello",
+          "[control]") {
+  auto settings = fast(false);
+  settings.maxUnauthenticated = 4;  // 3 for one address
+  ControlServer server(settings, "127.0.0.1", 0);
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    fds.push_back(silentConnection(server.port()));
+    REQUIRE(fds.back() >= 0);
+    std::this_thread::sleep_for(50ms);  // accepted in order
+  }
+  CHECK(closedWithin(fds[3], 2000));  // the fourth from 127.0.0.1
+  CHECK_FALSE(closedWithin(fds[0], 300));
+  // The place kept for another address: a node connecting from its own gets it.
+  int other = silentConnection(server.port(), 2);
+  REQUIRE(other >= 0);
+  CHECK_FALSE(closedWithin(other, 500));
+  // Now every place is taken, for any address.
+  int third = silentConnection(server.port(), 3);
+  REQUIRE(third >= 0);
+  CHECK(closedWithin(third, 2000));
+  for (int fd : fds) close(fd);
+  close(other);
+  close(third);
 }

@@ -36,13 +36,22 @@ bool processExists(pid_t pid) {
   return !(close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z');
 }
 
-int connectTo(const std::string& address) {
+int connectTo(const std::string& address, const std::string& from) {
   auto colon = address.rfind(':');
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(std::stoi(address.substr(colon + 1)));
   inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (!from.empty()) {
+    sockaddr_in local = {};
+    local.sin_family = AF_INET;
+    inet_pton(AF_INET, from.c_str(), &local.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;

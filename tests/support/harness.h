@@ -90,8 +90,9 @@ bool headDoneHostKilled(int simCode, const std::string& out);
 // runs without --node-restarts): troupe sim judges every host as SageMaker does, so it exits 137
 // and says that the head finished.
 
-int connectTo(const std::string& address);
-// A TCP connection to "ip:port" (a node's port), or -1.
+// A TCP connection to "ip:port", from the local address `from` when given (127.0.0.2: another
+// peer address on loopback); -1 when it fails.
+int connectTo(const std::string& address, const std::string& from = "");
 
 std::vector<std::string> probe(const std::string& scenario);
 // argv of the probe app running `scenario` (tests/integration/probe_app.cpp).

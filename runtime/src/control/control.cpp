@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "net/login_places.h"
 #include "net/secure.h"
 #include "troupe.capnp.h"
 #include "troupe/config.h"
@@ -202,25 +203,18 @@ struct ServerState {
   kj::Own<kj::ConnectionReceiver> listener;
   kj::Own<JobTls> ownTls;
   JobTls* tls = nullptr;
+  // Connections that have not said hello yet: before the tasks that hold their places, so
+  // destroyed after them.
+  LoginPlaces unauthenticated;
   kj::TaskSet tasks;
   std::map<uint32_t, SteadyTime> refused;  // node id -> when a refusal was last logged
-  unsigned unauthenticated = 0;            // connections that have not said hello yet
   SteadyTime capLogged{};                  // when a connection over the cap was last logged
-  explicit ServerState(kj::TaskSet::ErrorHandler& handler) : tasks(handler) {}
+  ServerState(kj::TaskSet::ErrorHandler& handler, unsigned maxUnauthenticated)
+      : unauthenticated(maxUnauthenticated), tasks(handler) {}
 };
 
-struct Unauthenticated {
-  // Counts a connection among those that have not said hello yet, until release() or its end.
-  explicit Unauthenticated(unsigned& count) : count(count) { ++count; }
-  ~Unauthenticated() { release(); }
-  KJ_DISALLOW_COPY(Unauthenticated);
-  void release() {
-    if (held) --count;
-    held = false;
-  }
-  unsigned& count;
-  bool held = true;
-};
+// A connection's place among those that have not said hello yet, until release() or its end.
+using Unauthenticated = LoginPlaces::Place;
 
 struct LogErrors final : kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&& e) override {
@@ -245,7 +239,7 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> wrapControl(kj::Timer& timer, JobTls* tl
 
 kj::Promise<void> ControlServer::serve(kj::AsyncIoContext& io) {
   static LogErrors errors;
-  auto state = kj::heap<ServerState>(errors);
+  auto state = kj::heap<ServerState>(errors, settings_.maxUnauthenticated);
   auto address = io.provider->getNetwork().parseAddress(host_, port_).wait(io.waitScope);
   try {
     state->listener = address->listen();
@@ -346,29 +340,27 @@ kj::Promise<void> ControlServer::serve(kj::AsyncIoContext& io) {
   struct Acceptor {
     kj::ConnectionReceiver& listener;
     ServerState& state;
-    unsigned limit;
     kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>, kj::Own<Unauthenticated>)> serveOne;
     kj::Promise<void> next() {
       return listener.accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
-        if (state.unauthenticated >= limit) {
+        std::string full;
+        auto slot = state.unauthenticated.take(peerName(*stream), full);
+        if (slot.get() == nullptr) {
           // Closed at once: strangers cannot hold more of this thread's descriptors.
           auto now = Clock::now();
           if (now - state.capLogged > std::chrono::seconds(10)) {
-            spdlog::warn("control path: closed a connection at once: {} have not said hello yet "
-                         "(--max-unauthenticated)",
-                         limit);
+            spdlog::warn("control path: closed a connection at once: {}", full);
             state.capLogged = now;
           }
           return next();
         }
-        auto slot = kj::heap<Unauthenticated>(state.unauthenticated);
         state.tasks.add(serveOne(kj::mv(stream), kj::mv(slot)));
         return next();
       });
     }
   };
   auto acceptor = kj::heap<Acceptor>(
-      Acceptor{*s.listener, s, std::max(1u, settings_.maxUnauthenticated), kj::mv(serveOne)});
+      Acceptor{*s.listener, s, kj::mv(serveOne)});
   auto& a = *acceptor;
   return a.next().exclusiveJoin(judge(timer)).attach(kj::mv(acceptor), kj::mv(state));
 }

@@ -210,22 +210,6 @@ class GateServer final : public proto::Gate::Server {
   std::string peer_;
 };
 
-std::string peerName(kj::AsyncIoStream& stream) {
-  struct sockaddr_storage addr;
-  kj::uint len = sizeof(addr);
-  try {
-    stream.getpeername(reinterpret_cast<struct sockaddr*>(&addr), &len);
-    char host[64] = "?";
-    if (addr.ss_family == AF_INET) {
-      auto* in = reinterpret_cast<struct sockaddr_in*>(&addr);
-      inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-      return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
-    }
-  } catch (...) {
-  }
-  return "unknown peer";
-}
-
 }  // namespace
 
 // =======================================================================================
@@ -376,17 +360,16 @@ void NodeRuntime::refused(const std::string& peer, const std::string& why) {
 
 void NodeRuntime::accepted(kj::Own<kj::AsyncIoStream> stream) {
   auto peer = peerName(*stream);
-  if (unauthenticated_ >= options_.maxUnauthenticated) {
-    refused(peer,
-            std::to_string(unauthenticated_) +
-                " connections have not logged in yet (--max-unauthenticated); closed at once");
+  std::string full;
+  auto slot = loginPlaces_.take(peer, full);
+  if (slot.get() == nullptr) {
+    refused(peer, full + "; closed at once");
     return;
   }
   try {
     setNoDelay(*stream);
   } catch (...) {
   }
-  auto slot = kj::heap<PreLoginSlot>(unauthenticated_);
   auto deadline = loop_.timer().now() + options_.loginTimeoutMs * kj::MILLISECONDS;
   if (tls_.get() == nullptr) {
     auto limited = kj::heap<PreLoginLimit>(kj::mv(stream), kPreLoginPlainBytes);

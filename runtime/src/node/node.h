@@ -14,6 +14,7 @@
 #include "loop/cpu_meter.h"
 #include "net/coalescing_stream.h"
 #include "net/lending.h"
+#include "net/login_places.h"
 #include "net/message_stream.h"
 #include "net/secure.h"
 #include "troupe/actor.h"
@@ -26,13 +27,8 @@ namespace troupe {
 class Head;
 class RefusalLog;
 
-struct PreLoginSlot {
-  // Counts an accepted connection among its node's unauthenticated ones while it lives.
-  explicit PreLoginSlot(unsigned& count) : count(count) { ++count; }
-  ~PreLoginSlot() { --count; }
-  KJ_DISALLOW_COPY(PreLoginSlot);
-  unsigned& count;
-};
+// An accepted connection's place among its node's unauthenticated ones, while it lives.
+using PreLoginSlot = LoginPlaces::Place;
 
 class Connection {
   // One RPC connection: a TCP stream (TCP_NODELAY, writes coalesced per event-loop turn), its
@@ -207,6 +203,9 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   EventLoop& loop_;
   const Registry& registry_;
   RunOptions options_;
+  // Connections not logged in yet. Before everything that holds a place (tasks_, inbound_), so
+  // destroyed after it.
+  LoginPlaces loginPlaces_{options_.maxUnauthenticated};
   ClusterConfig config_;
   HostMap hosts_;
   NodeInfo info_;
@@ -222,7 +221,6 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   kj::Own<kj::ConnectionReceiver> listener_;
   kj::Duration acceptBackoff_ = 100 * kj::MILLISECONDS;
   unsigned acceptFailures_ = 0;   // accept() failures since the last success
-  unsigned unauthenticated_ = 0;  // accepted connections whose peer has not logged in yet
   std::map<uint64_t, kj::Own<Connection>> inbound_;
   uint64_t nextInbound_ = 0;
   std::map<std::string, Peer> peers_;
