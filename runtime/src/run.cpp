@@ -16,6 +16,7 @@
 #include <random>
 
 #include "head/head.h"
+#include "loop/log_sink.h"
 #include "node/node.h"
 #include "troupe/app_settings.h"
 #include "troupe/exit_codes.h"
@@ -42,7 +43,16 @@ namespace {
 }
 
 void setupLogging(const std::string& tag, const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("troupe");
+  // A terminal gets colours; a pipe or a file (troupe sim, Slurm, SageMaker's log agent) the sink
+  // that never blocks the loop on a reader that stopped (loop/log_sink.h).
+  std::shared_ptr<spdlog::logger> logger;
+  if (isatty(STDERR_FILENO)) {
+    logger = spdlog::stderr_color_mt("troupe");
+  } else {
+    logger = std::make_shared<spdlog::logger>("troupe",
+                                              std::make_shared<NonBlockingSink>(STDERR_FILENO));
+    spdlog::register_logger(logger);
+  }
   logger->set_pattern("%H:%M:%S.%e %^%-5l%$ [" + tag + "] %v");
   logger->set_level(spdlog::level::from_str(level));
   logger->flush_on(spdlog::level::info);

@@ -23,7 +23,7 @@ constexpr int kTerm = 30;       // a graceful cascade: stop deadline 5 s, with r
 constexpr int kHeadLost = 15;   // head timeout 5 s + 10 s
 // A cut that heals: the job runs long enough for the cut node to give up, start again and rejoin.
 constexpr size_t kHealEpochs = 30;
-constexpr size_t kLongHealEpochs = 60;  // a cut of about 20 s
+constexpr size_t kLongHealEpochs = 60;  // a cut of 24-30 s
 
 // Case::netns and Case::quick, by name.
 constexpr bool kLoopback = false, kNetns = true;
@@ -226,11 +226,12 @@ std::vector<Case> makeCases() {
                "exactly-once",
                kHealEpochs),
        longer(kHealEpochs)},
-      {"data-partition-heals-20s", "take a data instance's link down for 18-22 s, then up",
+      {"data-partition-heals-25s", "take a data instance's link down for 24-30 s, then up",
        Role::DATA, kNetns, kSoakOnly,
-       [](T t, Rng& r) { return partition(t, t.victim, r, 18000, 22000); },
-       rejoins("a cut longer than a restarted process's old 11 s wait: it keeps trying while the "
-               "job runs and rejoins once the link is back, every host ends with 0, exactly-once",
+       [](T t, Rng& r) { return partition(t, t.victim, r, 24000, 30000); },
+       rejoins("a cut past the head timeout plus a restarted process's old 11 s wait: it keeps "
+               "trying while the job runs and rejoins once the link is back, every host ends "
+               "with 0, exactly-once",
                kLongHealEpochs),
        longer(kLongHealEpochs)},
       {"data-slow-link", "limit a data instance's link to 8 Mbit/s for 6-10 s (tc tbf)", Role::DATA,

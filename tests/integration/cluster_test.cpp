@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -804,4 +805,28 @@ TEST_CASE("harness: a sanitizer report in a started process's output is reported
           "[.][harness]") {
   Run run({"/bin/sh", "-c", "echo '==7==ERROR: AddressSanitizer: heap-use-after-free (a stand-in)'"});
   CHECK(run.wait(10s) == 0);
+}
+
+TEST_CASE("a node whose log nobody reads does not block on it: lines are dropped and counted",
+          "[cluster][logging]") {
+  // The fault hunt's case: troupe sim stopped 45 s, and the head's loop blocked writing its log.
+  // Here the sim (the reader of every instance's output) is stopped for 6 s while the job logs
+  // 800 KB. A writer that waits for the reader never drops a line; this one must drop most of the
+  // flood and say how many once the reader is back.
+  Run run(harness::sim({"--group", "dnn_group=1:ml.p3.2xlarge"}, probe("log-flood")));
+  REQUIRE_OUTPUT(run, "READY", 30s);
+  REQUIRE(kill(run.pid(), SIGSTOP) == 0);
+  std::this_thread::sleep_for(6s);
+  REQUIRE(kill(run.pid(), SIGCONT) == 0);
+  CHECK(run.wait(60s) == 0);
+  auto out = run.output();
+  INFO(out.substr(out.size() > 3000 ? out.size() - 3000 : 0));
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex(R"(\.\.\. (\d+) log line\(s\) dropped here: )"
+                                               R"(nothing read this process's log)")));
+  auto written = harness::count(out, "] flood line ");
+  CHECK(std::stoul(m[1]) > 1000);
+  CHECK(written + std::stoul(m[1]) >= 4000);  // every flood line written or counted
+  CHECK(out.find("after the flood, second 8") != std::string::npos);
+  CHECK(run.leftovers().empty());
 }

@@ -686,6 +686,20 @@ troupe::Co<void> endSlowly(Job& job) {
   say("ENDING");
 }
 
+// A log that nobody reads: READY, then 2 s later (the test has stopped the sim, which reads the
+// instances' output, by then) 4,000 log lines of 200 bytes, far past a pipe's 64 KiB, then 8 s
+// more of the job, with a line a second. The node must not block on its log (loop/log_sink.h).
+troupe::Co<void> logFlood(Job& job) {
+  say("READY");
+  co_await job.timer().afterDelay(2 * kj::SECONDS);
+  std::string filler(160, 'x');
+  for (int i = 0; i < 4000; ++i) spdlog::info("flood line {} {}", i, filler);
+  for (int i = 0; i < 8; ++i) {
+    co_await job.timer().afterDelay(1 * kj::SECONDS);
+    spdlog::info("after the flood, second {}", i + 1);
+  }
+}
+
 // Waiting for capacity: the dnn node has one GPU. A second GPU actor waits until the first is
 // stopped; a third gives up after its wait, with the reason; one that could never fit fails at
 // once.
@@ -959,6 +973,7 @@ Scenario find(const std::string& name) {
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };
   if (name == "end-slowly") return [](Job& job) -> kj::Promise<void> { return endSlowly(job); };
+  if (name == "log-flood") return [](Job& job) -> kj::Promise<void> { return logFlood(job); };
   if (name == "errors") return [](Job& job) -> kj::Promise<void> { return errors(job); };
   if (name == "printing") return [](Job& job) -> kj::Promise<void> { return printing(job); };
   return nullptr;
