@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -79,6 +81,62 @@ std::map<int, Host> hostsOf(const json& trace) {
 }
 
 }  // namespace
+
+TEST_CASE("trace: a host whose clock is 1000 s ahead is aligned by its measured offset",
+          "[train][trace]") {
+  // On one machine every clock offset is 0, and an offset never applied, or applied with the
+  // wrong sign, would pass the test above. Here the data instances run in a time namespace whose
+  // monotonic clock (the one spans are recorded in) is 1000 s ahead of the head's.
+  if (system("unshare --fork --time --monotonic 1 true > /dev/null 2>&1") != 0) {
+    WARN("skipping: no time namespace here (unshare --time needs Linux 5.6 and root)");
+    return;
+  }
+  auto dir = tempPath("skew");
+  std::filesystem::create_directories(dir);
+  auto wrapper = dir + "/skewed";
+  std::ofstream(wrapper) << "#!/bin/bash\n"
+                            "# The app, its monotonic clock SKEW_SECONDS ahead when that is set.\n"
+                            "if [[ -n ${SKEW_SECONDS:-} ]]; then\n"
+                            "  export TROUPE_DIE_WITH_PARENT=$$  # unshare, the app's parent\n"
+                            "  exec unshare --fork --kill-child --time --monotonic \"$SKEW_SECONDS\" "
+                            "-- \"$@\"\n"
+                            "fi\n"
+                            "exec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  auto path = tempPath("skewed-trace.json");
+  auto simArgs = kCluster;
+  simArgs.insert(simArgs.end(), {"--trace", path, "--env", "data_group:SKEW_SECONDS=1000"});
+  auto app = train({"--epochs", "1", "--train-samples", "6000", "--augmenters-per-node", "2"});
+  app.insert(app.begin(), wrapper);
+  Run run(harness::sim(simArgs, app));
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(code == 0);
+  auto trace = readTrace(path);
+  auto& meta = trace["otherData"]["troupe"];
+  REQUIRE(meta["hosts"].size() == 3);
+  int skewed = 0;
+  for (auto& h : meta["hosts"]) {
+    INFO(h.dump());
+    auto offset = h["clock_offset_us"].get<int64_t>();
+    bool data = h.dump().find("data_group") != std::string::npos;
+    // The node's clock minus the head's: +1000 s for a data instance, within a second.
+    CHECK(std::llabs(offset - (data ? 1000000000 : 0)) < 1000000);
+    skewed += data ? 1 : 0;
+  }
+  CHECK(skewed == 2);
+  // Aligned, the three hosts' activity overlaps as on one clock; unaligned (or aligned the wrong
+  // way) the data hosts' spans would sit 1000 s (or 2000 s) away from the head's.
+  double latestStart = -1e300, earliestEnd = 1e300;
+  for (auto& [pid, h] : hostsOf(trace)) {
+    latestStart = std::max(latestStart, h.first);
+    earliestEnd = std::min(earliestEnd, h.last);
+  }
+  CHECK(latestStart < earliestEnd);
+  std::filesystem::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}
 
 TEST_CASE("trace: one file with every host's rows, spans and aligned clocks", "[train][trace]") {
   auto path = tempPath("trace.json");
