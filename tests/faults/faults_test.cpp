@@ -220,6 +220,50 @@ TEST_CASE("the verdict - each oracle check fails on the run it exists to catch",
     obs.output += "[algo-1] first batch from 'augmenter-9' on algo-3, added as its node joined\n";
     CHECK(broken(obs).empty());
   }
+  // Each remaining outcome, from the run it names: the promise broken and the run's outcome.
+  auto outcome = [](const faults::Observation& obs) {
+    return faults::outcomeName(
+        faults::outcomeOf(obs, faults::judge(*faults::findCase(obs.caseName), obs)));
+  };
+  CHECK(std::string(outcome(good)) == "pass");
+  SECTION("a crash: a worker that segfaulted, or a sanitizer's report in the output") {
+    auto obs = good;
+    obs.instances[1].code = 139;
+    CHECK(anyMentions(broken(obs), "no crash (docs/exit-codes.md: never 134 or 139)"));
+    CHECK(std::string(outcome(obs)) == "crash");
+    obs = good;
+    obs.output = "[algo-2] ==4242==ERROR: AddressSanitizer: heap-use-after-free on address\n";
+    CHECK(anyMentions(broken(obs), "no sanitizer report"));
+    CHECK(std::string(outcome(obs)) == "crash");
+  }
+  SECTION("a hang: a worker gone after its bound, or a sim never gone") {
+    auto obs = good;
+    obs.instances[1].goneS = 500.0;
+    CHECK(anyMentions(broken(obs), "must be gone within"));
+    CHECK(std::string(outcome(obs)) == "hang");
+    obs = good;
+    obs.simGoneS.reset();
+    CHECK(anyMentions(broken(obs), "troupe sim and everything it started must be gone"));
+    CHECK(std::string(outcome(obs)) == "hang");
+  }
+  SECTION("a fault that came after training ended proves nothing: late") {
+    auto obs = good;
+    obs.late = true;
+    obs.moment = "after 'job finished'";
+    CHECK(anyMentions(broken(obs), "the fault must land while training runs"));
+    CHECK(std::string(outcome(obs)) == "late");
+  }
+  SECTION("a job whose training never started proves nothing: no-start") {
+    auto obs = good;
+    obs.notStarted = "no progress line within 60 s";
+    CHECK(anyMentions(broken(obs), "training must start"));
+    CHECK(std::string(outcome(obs)) == "no-start");
+  }
+  SECTION("a case that cannot run here is a skip, never a pass") {
+    auto obs = good;
+    obs.skipped = "--netns needs root";
+    CHECK(std::string(outcome(obs)) == "skipped");
+  }
   SECTION("an injection one of whose steps did not happen") {
     auto obs = good;
     obs.notInjected = {"SIGKILL to algo-3 (pid 103): No such process"};
