@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "garbage.h"
@@ -201,6 +202,20 @@ Plan slowLink(const Target& t, const harness::Instance& who, Rng& rng, int minMs
                        }});
   p.actions.push_back(
       {Millis(hold), [ns, failed, shown]() {
+         // That the link was slowed, not only that a qdisc existed: the shaper's counters
+         // (`tc -s`) show traffic through it and packets it held back (overlimits).
+         std::string stats;
+         troupe::subprocess::Spec spec;
+         spec.argv = {"tc", "-s", "-n", ns, "qdisc", "show", "dev", "eth0"};
+         troupe::subprocess::runToEnd(spec, &stats);
+         std::smatch m;
+         static const std::regex counters(
+             R"(Sent (\d+) bytes \d+ pkt \(dropped \d+, overlimits (\d+))");
+         if (!std::regex_search(stats, m, counters) || std::stoull(m[1]) == 0 ||
+             std::stoull(m[2]) == 0) {
+           failed->push_back("the tbf on " + ns + "'s eth0 slowed nothing (tc -s: " + stats +
+                             "): no bytes sent through it, or none held back");
+         }
          int rc = runCommand({"tc", "-n", ns, "qdisc", "del", "dev", "eth0", "root"});
          auto now = shown();
          if (rc != 0 || now.find("tbf") != std::string::npos) {
