@@ -191,6 +191,13 @@ std::vector<Case> makeCases() {
        [](T t, Rng&) { return signalOne(t.victim, SIGTERM); },
        completes("SIGTERM to one data instance alone is a drain: its work moves to the others "
                  "and it exits 0; the job completes exactly-once")},
+      {"data-sigterm-frozen", "SIGTERM to one data instance, then SIGSTOP it 8 s mid-drain",
+       Role::DATA, kLoopback, kSoakOnly,
+       [](T t, Rng& r) { return drainThenFreeze(t.victim, r, 8000); },
+       completes("a data instance lost while it drains ends as a drained one (0), not fenced "
+                 "(7, a Failed job on SageMaker): its work moved on; the job completes "
+                 "exactly-once"),
+       noRestarts()},
       {"all-sigterm", "SIGTERM to every instance at once", Role::SIM, kLoopback, kSoakOnly,
        [](T t, Rng&) { return signalAll(t, SIGTERM); }, interrupted()},
       {"sim-sigterm", "SIGTERM to troupe sim", Role::SIM, kLoopback, kSoakOnly,

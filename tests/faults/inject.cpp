@@ -163,6 +163,24 @@ Plan freeze(const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
   return p;
 }
 
+Plan drainThenFreeze(const harness::Instance& who, Rng& rng, int holdMs) {
+  // SIGTERM (a drain: the head waits 1.5 s to tell it from a stop of the whole job), then the
+  // node frozen inside that window for `holdMs`, past the node timeout.
+  int at = pick(rng, 200, 1000);
+  auto frozen = freeze(who, rng, holdMs, holdMs);
+  Plan p;
+  p.failed = frozen.failed;
+  pid_t pid = who.pid;
+  auto name = nameOf(who);
+  auto failed = p.failed;
+  p.actions.push_back(
+      {Millis(0), [pid, name, failed]() { sendSignal(pid, SIGTERM, name, failed); }});
+  for (auto& a : frozen.actions) p.actions.push_back({a.at + Millis(at), a.run});
+  p.text = "SIGTERM to " + name + ", then " + frozen.text + " from " + std::to_string(at) +
+           " ms after it";
+  return p;
+}
+
 Plan partition(const Target& t, const harness::Instance& who, Rng& rng, int minMs, int maxMs) {
   auto ns = namespaceOf(t.simPid, who.host);
   Plan p;

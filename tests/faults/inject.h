@@ -16,6 +16,8 @@ Plan signalAll(const Target& t, int sig);
 // `sig` to every instance, in one go.
 Plan signalSim(const Target& t, int sig);
 Plan freeze(const harness::Instance& who, Rng& rng, int minMs, int maxMs);
+// SIGTERM to `who` (a drain), then SIGSTOP 200-1000 ms later for `holdMs`, then SIGCONT.
+Plan drainThenFreeze(const harness::Instance& who, Rng& rng, int holdMs);
 // SIGSTOP, then SIGCONT after a random [minMs, maxMs].
 Plan partition(const Target& t, const harness::Instance& who, Rng& rng, int minMs, int maxMs);
 // Takes the instance's eth0 down in its --netns namespace (no TCP close, no RST: packets just

@@ -570,6 +570,12 @@ proto::Cluster::Client NodeRuntime::cluster() {
 
 void NodeRuntime::requestExit(int code, std::string reason) {
   if (exiting()) return;
+  if (code == FENCED && leaving_) {
+    // Lost while it was leaving (frozen or cut off mid-drain): its work was being moved anyway
+    // and has been, so it ends as a drained node does; a 7 would fail the job on SageMaker.
+    code = OK;
+    reason = "drained: the head declared this node lost while it was leaving (" + reason + ")";
+  }
   exitCode_ = code;
   exitReason_ = reason;
   if (code != 0) {

@@ -160,7 +160,10 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
 
   // -- the end --
   void requestExit(int code, std::string reason);
-  // Ends this process with `code` once the current turn is over. The first call wins.
+  // Ends this process with `code` once the current turn is over. The first call wins. A node
+  // that asked to leave (leaving()) and is then declared lost exits 0, as a drained one does.
+  void leaving() { leaving_ = true; }
+  // This worker asked the head to let it leave (SIGTERM to it alone: a drain).
   kj::Promise<void> whenExitRequested() { return exitRequested_.addBranch(); }
   int exitCode() const { return exitCode_; }
   const std::string& exitReason() const { return exitReason_; }
@@ -246,6 +249,7 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   const std::string* lastMethod_ = nullptr;
   int exitCode_ = -1;
   std::string exitReason_;
+  bool leaving_ = false;
   kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;
   kj::ForkedPromise<void> exitRequested_;
 };

@@ -294,6 +294,7 @@ class Worker::Impl {
         "{}: asking the head to let this node leave (a drain, unless the whole job is "
         "being stopped)",
         reason);
+    node_.leaving();
     auto req = node_.cluster().leaveRequest();
     req.setNodeId(nodeId_);
     req.setReason(reason);
