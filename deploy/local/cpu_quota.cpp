@@ -1,5 +1,6 @@
 #include "cpu_quota.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -89,6 +91,23 @@ CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
     }
   } else {
     why_ = "no cgroup hierarchy here has the cpu controller";
+  }
+}
+
+void CpuQuotaCgroup::removeStale() {
+  std::string v2, v1;
+  cgroupMounts(v2, v1);
+  for (auto& root : {v2, v1}) {
+    if (root.empty()) continue;
+    std::error_code ec;
+    for (auto& entry : std::filesystem::directory_iterator(root, ec)) {
+      auto name = entry.path().filename().string();
+      if (name.rfind("troupe-sim-", 0) != 0) continue;
+      int owner = atoi(name.c_str() + strlen("troupe-sim-"));
+      // Its simulator is gone (kill -9 skips the destructor). rmdir fails, harmlessly, while a
+      // process is still in it.
+      if (owner > 0 && kill(owner, 0) != 0 && errno == ESRCH) rmdir(entry.path().c_str());
+    }
   }
 }
 

@@ -19,6 +19,9 @@ class CpuQuotaCgroup {
   CpuQuotaCgroup(const CpuQuotaCgroup&) = delete;
   CpuQuotaCgroup& operator=(const CpuQuotaCgroup&) = delete;
 
+  // Removes the cgroups of simulators that are gone (a troupe sim killed by SIGKILL leaves them).
+  static void removeStale();
+
   const std::string& why() const { return why_; }
   const std::string& dir() const { return dir_; }
 

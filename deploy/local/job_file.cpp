@@ -103,4 +103,24 @@ RunningJobs findRunningJobs() {
   return found;
 }
 
+void removeStaleFolders() {
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    auto name = entry.path().filename().string();
+    if (name.rfind("troupe-sim-", 0) != 0) continue;
+    struct stat st {};
+    if (stat(entry.path().c_str(), &st) != 0 || st.st_uid != geteuid()) continue;
+    int pid = atoi(name.c_str() + strlen("troupe-sim-"));
+    if (pid <= 0 || running(pid)) continue;
+    std::error_code ignored;
+    if (fs::exists(entry.path() / ".keep", ignored)) {
+      // Kept for the user to read (--keep); its secret never is.
+      fs::remove(entry.path() / "secret", ignored);
+      fs::remove(entry.path() / kJobFileName, ignored);
+    } else {
+      fs::remove_all(entry.path(), ignored);
+    }
+  }
+}
+
 }  // namespace sim

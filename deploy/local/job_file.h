@@ -37,6 +37,10 @@ struct RunningJobs {
   size_t othersRunning = 0;   // other users' jobs that run here: counted, never read
 };
 RunningJobs findRunningJobs();
+void removeStaleFolders();
+// Removes this user's troupe-sim-<pid> folders whose simulator is gone (killed by SIGKILL: its
+// destructors never ran): the whole folder, or, where it was --keep (a `.keep` file), its secret
+// and job file alone.
 // The troupe-sim-*/job.json files under the temporary folder ($TMPDIR, else /tmp) whose
 // simulator still runs. Only files this user owns are read: `troupe status` never asks another
 // user's job, also as root.

@@ -41,6 +41,7 @@
 #include <random>
 
 #include "advise_cmd.h"
+#include "cpu_quota.h"
 #include "job_file.h"
 #include "netns.h"
 #include "outputs.h"
@@ -619,8 +620,13 @@ int runSim(int argc, char* argv[]) {
   }
   unsigned seed = o.seed ? o.seed : std::random_device()();
 
+  // What simulators killed by SIGKILL left behind (their destructors never ran): their cgroups,
+  // their secrets, and their folders unless they were --keep.
+  sim::CpuQuotaCgroup::removeStale();
+  sim::removeStaleFolders();
   auto dir = fs::temp_directory_path() / ("troupe-sim-" + std::to_string(getpid()));
   fs::create_directories(dir);
+  if (o.keep) std::ofstream(dir / ".keep") << "--keep\n";
   struct RemoveDir {
     fs::path dir;
     bool keep;

@@ -2,6 +2,7 @@
 // instance its CPU set; --netns makes each instance a host of its own and cleans up on every exit.
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -139,6 +140,47 @@ TEST_CASE("sim --cpus pins named groups, a bad list is a clear error", "[sim][pi
   harness::Run bad(harness::sim({"--cpus", "dnn_group=0-x"}, {deploy::smApp()}));
   CHECK(bad.wait(10s) == 2);
   CHECK(bad.output().find("--cpus dnn_group '0-x' is not a CPU list") != std::string::npos);
+}
+
+TEST_CASE("what a SIGKILLed simulator left (its folder, secret and cgroups) the next one removes",
+          "[sim]") {
+  auto deadPid = [] {
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, nullptr, 0);
+    return pid;
+  };
+  pid_t dead = deadPid();
+  auto tmp = std::filesystem::temp_directory_path();
+  auto folder = tmp / ("troupe-sim-" + std::to_string(dead));
+  auto kept = tmp / ("troupe-sim-" + std::to_string(deadPid()));  // a --keep one, same state
+  for (auto& f : {folder, kept}) {
+    std::filesystem::create_directories(f / "algo-1" / "output");
+    std::ofstream(f / "secret") << "0123456789abcdef0123456789abcdef\n";
+  }
+  std::ofstream(kept / ".keep") << "--keep\n";
+  // A cgroup of the dead simulator, where this machine lets the test make one (root).
+  std::string cgroup;
+  for (auto root : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup"}) {
+    auto dir = std::string(root) + "/troupe-sim-" + std::to_string(dead) + "-1-algo-1";
+    if (mkdir(dir.c_str(), 0755) == 0) {
+      cgroup = dir;
+      break;
+    }
+  }
+  harness::Run run(harness::sim({"--group", "dnn_group=1"}, {deploy::smApp()}));
+  CHECK(run.wait(30s) == 0);
+  INFO(run.output());
+  CHECK_FALSE(std::filesystem::exists(folder));
+  CHECK(std::filesystem::exists(kept / "algo-1" / "output"));  // --keep: the user's to read
+  CHECK_FALSE(std::filesystem::exists(kept / "secret"));       // never its secret
+  std::filesystem::remove_all(kept);
+  if (cgroup.empty()) {
+    WARN("no cgroup made here (not root, or no cpu hierarchy): the cgroup part did not run");
+  } else {
+    CHECK_FALSE(std::filesystem::exists(cgroup));
+    rmdir(cgroup.c_str());
+  }
 }
 
 TEST_CASE("sim --netns: separate hosts with their own addresses, everything removed after",
