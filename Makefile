@@ -90,7 +90,9 @@ test: build
 # apps), then run. Any finding stops the process that made it (halt_on_error) and fails its test.
 # UBSan stays recoverable only so that tests/sanitize/ubsan.supp can silence third-party headers
 # (a non-recoverable check aborts even when suppressed). Leaks are checked where LSan can run: in
-# the test binaries; troupe's own processes end with _exit(), which LSan never sees.
+# the test binaries; troupe's own processes end with _exit(), which LSan never sees. Line tables
+# only (-g1): a report's frames still name each function, file and line, with less for CI's two
+# cores to compile and link than full debug information.
 ASAN_BUILD ?= build-asan
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer
 # g++ 12's flow warnings misfire on sanitized code (52 in KJ's headers alone): not in this build.
@@ -104,8 +106,8 @@ SANITIZE_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:check_initialization
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=86:suppressions=$(CURDIR)/tests/sanitize/ubsan.supp
 test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTROUPE_NO_CUDA=ON \
-	  "-DCMAKE_C_FLAGS=-O1 -g $(SANITIZE)" \
-	  "-DCMAKE_CXX_FLAGS=-O1 -g $(SANITIZE) $(SANITIZE_WARNINGS)" \
+	  "-DCMAKE_C_FLAGS=-O1 -g1 $(SANITIZE)" \
+	  "-DCMAKE_CXX_FLAGS=-O1 -g1 $(SANITIZE) $(SANITIZE_WARNINGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE)" > /dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(SANITIZE_TARGETS)
 	cd $(ASAN_BUILD) && $(SANITIZE_ENV) \
