@@ -252,17 +252,11 @@ def sigterm_blocked(pid):
     return bool(m) and (int(m.group(1), 16) >> 14) & 1 == 1
 
 
-def every_id_once(samples):
-    """docs/hetero_train.md's digest of an epoch that trained on ids 0 .. samples - 1 once each
-    (tests/support/digest.h): computed from the ids alone, so the check does not trust the
-    trainer's own counters."""
-    mask, total = (1 << 64) - 1, 0
-    for i in range(samples):
-        z = (i + 0x9e3779b97f4a7c15) & mask
-        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & mask
-        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & mask
-        total = (total + (z ^ (z >> 31))) & mask
-    return "0x%016x" % total
+# docs/hetero_train.md's digest of an epoch that trained on ids 0 .. samples - 1 once each
+# (tests/support/digest.h), computed from the ids alone, so the check does not trust the trainer's
+# own counters: the GPU check's copy.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from gpu_check_parts import digest as every_id_once  # noqa: E402
 
 
 def exactly_once(report, samples=TRAIN_SAMPLES, epochs=EPOCHS):
