@@ -11,9 +11,13 @@
 #   (b) the data node's app process (the hetero_train child of troupe-node on n1) killed with
 #       kill -9 once training has started: troupe-node starts it again, the job still COMPLETED,
 #       every sample once;
-#   (c) scancel while training: every task exits 6 (INTERRUPTED) and no troupe process is left.
+#   (c) scancel while training: every task exits 6 (INTERRUPTED) and no troupe process is left;
+#   (d) the data node's process killed with kill -9 in its first seconds, before it wrote its role
+#       file (the app started through a wrapper that waits 3 s on n1 first): troupe-node starts it
+#       again all the same, and the job COMPLETED, every sample once (it ended FAILED with only
+#       srun's "exit code 137" before).
 #
-# Each case prints PASS or FAIL with the reason; the script exits 0 only when all three pass.
+# Each case prints PASS or FAIL with the reason; the script exits 0 only when all four pass.
 # Where this machine cannot run Slurm (not root, no package source, no free ports) it prints one
 # line, `SKIP: <reason>`, and exits 77, troupe's skip status (.ci/run reports it as a skip, never a
 # pass). A daemon that does not come up from the configuration written here is a failure: `FAIL:`,
@@ -318,13 +322,14 @@ printf '{"n1": "127.0.0.1:%s", "n2": "127.0.0.1:%s"}\n' "$p_t1" "$p_t2" > "$TROU
 # task/none: each task would report the whole machine; say what it was given (-c).
 export TROUPE_VCPUS_0=$ncpu TROUPE_VCPUS_1=$ncpu
 
-submit() {  # NAME APP_ARGS...: prints the job id
-  local name=$1
-  shift
+submit_app() {  # NAME APP APP_ARGS...: prints the job id
+  local name=$1 app=$2
+  shift 2
   (cd "$dir/job" && sbatch --parsable -J "troupe-$name" -o "$dir/job/$name.out" \
     -N1 -c"$ncpu" -w n1 : -N1 -c"$ncpu" -w n2 --gpus-per-node=0 \
-    "$sbatch_script" "$dir/bin/hetero_train" "$@" 2> "$dir/job/$name.sbatch-err") | cut -d';' -f1
+    "$sbatch_script" "$app" "$@" 2> "$dir/job/$name.sbatch-err") | cut -d';' -f1
 }
+submit() { submit_app "$1" "$dir/bin/hetero_train" "${@:2}"; }  # NAME APP_ARGS...
 running() { [[ -n $(squeue -h -j "$1" 2> /dev/null) ]]; }
 wait_job() {  # JOB SECONDS: until it left the queue; scancel after SECONDS
   local t=$(($2 * 10))
@@ -564,6 +569,63 @@ else
     else
       pass "$name: cancelled at step $step; every task exited 6: ${codes[*]};" \
         "the job ended $((SECONDS - t1)) s after scancel; no troupe process left"
+    fi
+  fi
+fi
+
+# -- (d) the data node's process killed before it knew its role --
+
+name="(d) kill -9 of the data node's process before it wrote its role"
+t0=$SECONDS
+cat > "$dir/bin/slow-start" << SLOW
+#!/bin/bash
+# hetero_train, after 3 s on n1's first process: a window in which it has no role yet.
+if [[ \$SLURMD_NODENAME == n1 && \${TROUPE_INCARNATION:-0} == 0 ]]; then sleep 3; fi
+exec "$dir/bin/hetero_train" "\$@"
+SLOW
+chmod +x "$dir/bin/slow-start"
+job=$(submit_app d "$dir/bin/slow-start" --epochs 2 "${quick[@]}" --report "$dir/job/d.json")
+if [[ -z $job ]]; then
+  fail "$name: sbatch refused it: $(last_line "$dir/job/d.sbatch-err")"
+else
+  jobs+=("$job")
+  # troupe-node's child on n1 while it waits: its role file still empty.
+  pid="" role="?"
+  for ((i = 0; i < 200; i++)); do
+    for t in $(pgrep -x troupe-node); do
+      tr '\0' '\n' 2> /dev/null < "/proc/$t/environ" | grep -qxF "SLURMD_NODENAME=n1" || continue
+      c=$(pgrep -P "$t" | head -n 1)
+      [[ -n $c ]] || continue
+      cenv=$(tr '\0' '\n' 2> /dev/null < "/proc/$c/environ") || continue
+      role=$(cat "$(sed -n 's/^TROUPE_ROLE_FILE=//p' <<< "$cenv")" 2> /dev/null)
+      pid=$c
+    done
+    [[ -n $pid ]] && break
+    sleep 0.05
+  done
+  if [[ -z $pid ]]; then
+    fail "$name: no process under troupe-node on n1 within 10 s (job $job)"
+  elif [[ -n $role ]]; then
+    fail "$name: the process on n1 (pid $pid) had written its role ('$role') already"
+  else
+    kill -KILL "$pid"
+    say "(d) killed pid $pid on n1 before its role file, $((SECONDS - t0)) s after sbatch"
+    wait_job "$job" 120 || fail "$name: job $job still running 120 s after the kill; cancelled"
+    states=$(job_states "$job")
+    samples_ok=$(check_samples "$dir/job/d.out" "$dir/job/d.json" 2)
+    samples_rc=$?
+    restart_line=$(grep -F 'troupe-node: slow-start (killed before it knew its role) was killed' \
+      "$dir/job/d.out" | head -n 1)
+    why=()
+    completed "$states" || why+=("job $job is not COMPLETED: sacct says '$(one_line "$states")'")
+    ((samples_rc == 0)) || why+=("not every sample once: $samples_ok")
+    [[ -n $restart_line ]] || why+=("no restart line from troupe-node")
+    if ((${#why[@]} > 0)); then
+      fail "$name: $(joined "${why[@]}")"
+      echo "  steps: $(one_line "$states")"
+      show_tail "$dir/job/d.out"
+    else
+      pass "$name: '$restart_line'; job $job COMPLETED in $((SECONDS - t0)) s; $samples_ok"
     fi
   fi
 fi
