@@ -118,7 +118,7 @@ Result runOne(const faults::Case& c, uint64_t seed, const faults::Options& optio
 }
 
 void printLine(FILE* to, int index, int total, const Result& r) {
-  fprintf(to, "[%3d/%d] %-20s seed=%-20llu %-15s %-52s %6.1f s  %s, %s\n", index, total,
+  fprintf(to, "[%3d/%d] %-24s seed=%-20llu %-15s %-52s %6.1f s  %s, %s\n", index, total,
           r.caseName.c_str(), (unsigned long long)r.obs.seed, faults::outcomeName(r.outcome),
           faults::codesText(r.obs).c_str(), r.obs.seconds, r.obs.plan.c_str(),
           r.obs.moment.c_str());
@@ -133,14 +133,14 @@ void printLine(FILE* to, int index, int total, const Result& r) {
 using Table = std::map<std::string, std::map<Outcome, int>>;
 
 void printTable(FILE* to, const Table& table) {
-  fprintf(to, "\n%-22s", "case");
+  fprintf(to, "\n%-26s", "case");
   for (auto o : faults::allOutcomes()) fprintf(to, " %15s", faults::outcomeName(o));
   fprintf(to, "\n");
   std::map<Outcome, int> totals;
   for (auto& c : faults::allCases()) {
     auto row = table.find(c.name);
     if (row == table.end()) continue;
-    fprintf(to, "%-22s", c.name.c_str());
+    fprintf(to, "%-26s", c.name.c_str());
     for (auto o : faults::allOutcomes()) {
       auto n = row->second.count(o) ? row->second.at(o) : 0;
       totals[o] += n;
@@ -148,7 +148,7 @@ void printTable(FILE* to, const Table& table) {
     }
     fprintf(to, "\n");
   }
-  fprintf(to, "%-22s", "total");
+  fprintf(to, "%-26s", "total");
   for (auto o : faults::allOutcomes()) fprintf(to, " %15d", totals[o]);
   fprintf(to, "\n");
 }
