@@ -482,6 +482,27 @@ app_on() {  # NODE: prints "PID ROLE INCARNATION TROUPE_NODE_PID"
   return 1
 }
 
+# The end of a case whose data node's process was killed: the job waited for, then judged by
+# sacct (COMPLETED), its samples (each once) and troupe-node's restart line. Reads $name, $job, $t0.
+judge_restart() {  # CASE EPOCHS RESTART_LINE_START PASS_PREFIX
+  local states samples_ok samples_rc restart_line why=()
+  wait_job "$job" 120 || fail "$name: job $job still running 120 s after the kill; cancelled"
+  states=$(job_states "$job")
+  samples_ok=$(check_samples "$dir/job/$1.out" "$dir/job/$1.json" "$2")
+  samples_rc=$?
+  restart_line=$(grep -F "$3" "$dir/job/$1.out" | head -n 1)
+  completed "$states" || why+=("job $job is not COMPLETED: sacct says '$(one_line "$states")'")
+  ((samples_rc == 0)) || why+=("not every sample once: $samples_ok")
+  [[ -n $restart_line ]] || why+=("no restart line from troupe-node")
+  if ((${#why[@]} > 0)); then
+    fail "$name: $(joined "${why[@]}")"
+    echo "  steps: $(one_line "$states")"
+    show_tail "$dir/job/$1.out"
+  else
+    pass "$name: $4'$restart_line'; job $job COMPLETED in $((SECONDS - t0)) s; $samples_ok"
+  fi
+}
+
 name="(b) kill -9 of the data node's process"
 t0=$SECONDS
 job=$(submit b --epochs 3 "${quick[@]}" --progress-every 0.2 --report "$dir/job/b.json")
@@ -500,24 +521,8 @@ else
     kill -KILL "$pid"
     say "(b) killed hetero_train pid $pid on n1 ($role, incarnation $incarnation, under" \
       "troupe-node pid $tn) at training step $step, $((SECONDS - t0)) s after sbatch"
-    wait_job "$job" 120 || fail "$name: job $job still running 120 s after the kill; cancelled"
-    states=$(job_states "$job")
-    samples_ok=$(check_samples "$dir/job/b.out" "$dir/job/b.json" 3)
-    samples_rc=$?
-    restart_line=$(grep -F 'troupe-node: hetero_train (worker) was killed by SIGKILL; starting it' \
-      "$dir/job/b.out" | head -n 1)
-    why=()
-    completed "$states" || why+=("job $job is not COMPLETED: sacct says '$(one_line "$states")'")
-    ((samples_rc == 0)) || why+=("not every sample once: $samples_ok")
-    [[ -n $restart_line ]] || why+=("no restart line from troupe-node")
-    if ((${#why[@]} > 0)); then
-      fail "$name: $(joined "${why[@]}")"
-      echo "  steps: $(one_line "$states")"
-      show_tail "$dir/job/b.out"
-    else
-      pass "$name: killed at step $step; '$restart_line'; job $job COMPLETED in" \
-        "$((SECONDS - t0)) s; $samples_ok"
-    fi
+    judge_restart b 3 'troupe-node: hetero_train (worker) was killed by SIGKILL; starting it' \
+      "killed at step $step; "
   fi
 fi
 
@@ -610,23 +615,7 @@ else
   else
     kill -KILL "$pid"
     say "(d) killed pid $pid on n1 before its role file, $((SECONDS - t0)) s after sbatch"
-    wait_job "$job" 120 || fail "$name: job $job still running 120 s after the kill; cancelled"
-    states=$(job_states "$job")
-    samples_ok=$(check_samples "$dir/job/d.out" "$dir/job/d.json" 2)
-    samples_rc=$?
-    restart_line=$(grep -F 'troupe-node: slow-start (killed before it knew its role) was killed' \
-      "$dir/job/d.out" | head -n 1)
-    why=()
-    completed "$states" || why+=("job $job is not COMPLETED: sacct says '$(one_line "$states")'")
-    ((samples_rc == 0)) || why+=("not every sample once: $samples_ok")
-    [[ -n $restart_line ]] || why+=("no restart line from troupe-node")
-    if ((${#why[@]} > 0)); then
-      fail "$name: $(joined "${why[@]}")"
-      echo "  steps: $(one_line "$states")"
-      show_tail "$dir/job/d.out"
-    else
-      pass "$name: '$restart_line'; job $job COMPLETED in $((SECONDS - t0)) s; $samples_ok"
-    fi
+    judge_restart d 2 'troupe-node: slow-start (killed before it knew its role) was killed' ""
   fi
 fi
 
