@@ -123,8 +123,8 @@ uint32_t Head::join(const NodeInfo& info, proto::Node::Client client) {
   }
   if (finishing_) {
     kj::throwFatalException(
-        KJ_EXCEPTION(FAILED, kj::str("host '", host, "' cannot join: the job is ending (",
-                                     exitCodeName(code_), ": ", reason_.c_str(), ")")));
+        KJ_EXCEPTION(FAILED, kj::str("host '", host, "' ", kJobEnding, exitCodeName(code_), ": ",
+                                     reason_.c_str(), ")")));
   }
   // A host seen before: a process started again in place of a lost one (kill -9, a crash, a
   // partition that healed) rejoins as a new node; one that claims a host whose process is alive

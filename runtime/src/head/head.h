@@ -32,6 +32,9 @@ constexpr unsigned kDrainWindowMs = 1500;
 // In the head's refusal of a process that claims a live host without a higher incarnation; the
 // refused process leaves that host's output/failure to the live one (run.cpp).
 constexpr const char* kTwoProcesses = "two processes claim to be it";
+// In the head's refusal of a host that joins as the job ends, before "NAME: reason)" of the job's
+// exit code; the worker reads the code from it and ends with it (worker.cpp).
+constexpr const char* kJobEnding = "cannot join: the job is ending (";
 // A worker's SIGTERM is a drain unless the head itself is stopped within this long (a stop of
 // the whole job signals every instance at about the same time).
 

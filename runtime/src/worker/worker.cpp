@@ -75,10 +75,10 @@ class Worker::Impl {
   // so its job has ended; there is no partition to wait out.
   unsigned refusedLimitMs() const { return std::min(2000u, node_.options().headTimeoutMs); }
 
-  // The job's exit code in a refusal that says the job is ending ("cannot join: the job is
-  // ending (OK: ...)", head.cpp), or -1.
+  // The job's exit code in a refusal that says the job is ending (kJobEnding, then "OK: ...)"),
+  // or -1.
   static int endingJobCode(const std::string& text) {
-    static const std::string ending = "cannot join: the job is ending (";
+    static const std::string ending = kJobEnding;
     auto at = text.find(ending);
     if (at == std::string::npos) return -1;
     auto name = text.substr(at + ending.size(), text.find(':', at + ending.size()) - at -
