@@ -12,7 +12,6 @@
 #include <deque>
 #include <cmath>
 #include <filesystem>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -23,6 +22,7 @@
 #include "augmenter_actor.h"
 #include "augmenter_spawn.h"
 #include "checkpoint.h"
+#include "end_report.h"
 #include "advise.h"
 #include "prices.h"
 #include "trainer_actor.h"
@@ -228,13 +228,7 @@ Settings parseSettings(int argc, char* argv[]) {
   return s;
 }
 
-// "0x" and 16 hex digits: a 64-bit value JSON readers keep exactly (a number above 2^53 loses
-// its low bits in many of them).
-std::string hex(uint64_t v) {
-  char text[24];
-  snprintf(text, sizeof(text), "0x%016llx", (unsigned long long)v);
-  return text;
-}
+using hetero_train::hex;
 
 std::string fmt(const char* format, double v) {
   char buf[64];
@@ -314,6 +308,7 @@ class Job {
       placed_.push_back({a.address().name, "train.Augmenter", a.address().host, a.address().group});
     }
     printPlacements();
+    reportOnEveryEnd();
     augmenters_.assign(augmenters.begin(), augmenters.end());
     // A data node that joins the running job (a late host, one started again after a crash or a
     // partition) gets augmenters of its own, which take shards from the trainer's queue at once.
@@ -322,6 +317,10 @@ class Job {
         [this](const std::string& host, kj::ArrayPtr<troupe::Ref<hetero::Augmenter>> added) {
           for (auto& a : added) {
             placed_.push_back({a.address().name, "train.Augmenter", host, a.address().group});
+            end_->placements.push_back({{"actor", a.address().name},
+                                        {"type", "train.Augmenter"},
+                                        {"host", host},
+                                        {"group", a.address().group}});
             augmenters_.emplace_back(a);
           }
         });
@@ -340,6 +339,31 @@ class Job {
               .then([this, results = kj::mv(results)](AugmentStats st) mutable { report(*results, st); });
         });
     return done.exclusiveJoin(progressLoop(trainer)).attach(kj::mv(augmenters));
+  }
+
+  // A job that ends before report() (SIGTERM, a failed actor, a lost node) still says what it
+  // trained, and writes report.json with it (end_report.h): after the cascade, so the trainer's
+  // checkpoint written as it stopped is the one read.
+  void reportOnEveryEnd() {
+    end_->reportPath = s_.report;
+    end_->checkpointDir = s_.checkpointDir;
+    end_->identity = jobIdentity(s_);
+    end_->epochs = s_.epochs;
+    for (auto& p : placed_) {
+      end_->placements.push_back(
+          {{"actor", p.actor}, {"type", p.type}, {"host", p.host}, {"group", p.group}});
+    }
+    job_.onJobEnd([state = end_, &job = job_](const troupe::JobEnd& end) {
+      if (state->reported) return;
+      nlohmann::json instances = nlohmann::json::array();
+      for (auto& n : job.nodes()) {
+        instances.push_back({{"host", n.host().cStr()},
+                             {"group", n.group().cStr()},
+                             {"instance_type", n.instanceType().cStr()},
+                             {"vcpus", n.vcpus()}});
+      }
+      hetero_train::reportEnd(*state, end, kj::mv(instances), job.membershipChanges());
+    });
   }
 
   // What hetero_train's augmenters are (augmenter_spawn.h).
@@ -369,14 +393,21 @@ class Job {
   troupe::Co<void> progressLoop(troupe::Ref<hetero::Trainer> trainer) {
     // Runs until the training call returns, which drops (cancels) it. On a terminal the line is
     // redrawn in place twice a second; otherwise (troupe sim, a log file) a new line each time.
+    // The trainer is asked every second at most, for what a job that ends early reports.
     double seconds = live_ ? std::min(s_.progressEvery, 0.5) : s_.progressEvery;
     auto every = static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS;
+    auto poll = std::min(every, 1000 * kj::MILLISECONDS);
+    auto nextLine = job_.timer().now() + every;
     for (;;) {
-      co_await job_.timer().afterDelay(every);
+      co_await job_.timer().afterDelay(poll);
       auto p = co_await trainer.progressRequest().send();
       double secs = p.getSeconds();
       uint64_t steps = p.getSteps();
       uint64_t total = p.getPlannedSteps();
+      end_->progress = {true, p.getEpoch(), steps, total, p.getSamples(), secs,
+                        std::chrono::steady_clock::now()};
+      if (job_.timer().now() < nextLine) continue;
+      nextLine = job_.timer().now() + every;
       // This run's pace: a resumed run did not do the steps the checkpoint brought.
       uint64_t mine = steps - std::min(steps, p.getResumedSteps());
       double rate = secs > 0 ? (p.getSamples() - p.getResumedSamples()) / secs : 0;
@@ -606,6 +637,8 @@ class Job {
       for (auto& m : changes) printf("  %s\n", m.c_str());
     }
     fflush(stdout);
+    end_->reported = true;  // the end callback has nothing to add (a report that cannot be
+                            // written fails the job, and says so)
     if (!s_.report.empty()) {
       nlohmann::json placements = nlohmann::json::array();
       for (auto& p : placed_) {
@@ -638,7 +671,7 @@ class Job {
                           {"advice", advice},
                           {"membership", changes},
                           {"exit_status", 0}};
-      writeReport(s_.report, j.dump(2) + "\n");
+      hetero_train::writeReport(s_.report, j.dump(2) + "\n");
     }
   }
 
@@ -652,41 +685,12 @@ class Job {
     return *end == '\0' && scale > 0 && scale <= 64 ? scale : 1;
   }
 
-  // The report's folder is made if missing (SageMaker's output/data/ need not exist); the file
-  // is written whole or not at all, and a report that cannot be written fails the job, naming
-  // the path, rather than vanishing.
-  static void writeReport(const std::string& path, const std::string& text) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::path file(path);
-    if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
-    if (ec) {
-      kj::throwFatalException(KJ_EXCEPTION(
-          FAILED, kj::str("cannot write the report (--report ", path, "): cannot create the folder ",
-                          file.parent_path().string(), ": ", ec.message())));
-    }
-    auto temp = path + ".tmp";
-    {
-      std::ofstream out(temp, std::ios::trunc);
-      out << text;
-      out.flush();
-      if (!out) {
-        int error = errno;
-        kj::throwFatalException(KJ_EXCEPTION(
-            FAILED, kj::str("cannot write the report (--report ", path, "): ", strerror(error))));
-      }
-    }
-    fs::rename(temp, file, ec);
-    if (ec) {
-      kj::throwFatalException(KJ_EXCEPTION(
-          FAILED, kj::str("cannot write the report (--report ", path, "): ", ec.message())));
-    }
-  }
-
   troupe::Driver& job_;
   Settings s_;
   uint64_t samples_ = 0;
   std::vector<Placed> placed_;
+  // What the job's end reports when the job ends before report() (a stop, a failure).
+  std::shared_ptr<hetero_train::EndState> end_ = std::make_shared<hetero_train::EndState>();
   std::deque<troupe::Ref<hetero::Augmenter>> augmenters_;  // every one, joined nodes' too
   struct Quiet : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override {

@@ -125,9 +125,11 @@ TEST_CASE("checkpoints on a full disk - the job fails naming the folder and the 
   SmallDisk disk("checkpoints", 256);
   SKIP_UNLESS_MOUNTED(disk);
   CHECK(disk.fill() == 0);
+  auto report = "/tmp/troupe-disk-test-" + std::to_string(getpid()) + "-failed.json";
   Run run(harness::sim(
       kCluster, train({"--epochs", "2", "--train-samples", "8000", "--checkpoint-dir", disk.dir(),
-                       "--checkpoint-every", "10", "--progress-every", "0.2"})));
+                       "--checkpoint-every", "10", "--progress-every", "0.2", "--report",
+                       report})));
   int code = run.wait(180s);
   auto out = run.output();
   INFO(out);
@@ -140,6 +142,23 @@ TEST_CASE("checkpoints on a full disk - the job fails naming the folder and the 
     CHECK(f.path().filename() == "filler");  // no partial checkpoint
   }
   CHECK(run.leftovers().empty());
+  // A failed job's report (docs/hetero_train.md, "Reports"): its code and reason, how far it
+  // trained (the trainer failed at its second checkpoint), and no checkpoint to resume.
+  std::ifstream in(report);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  INFO(j.dump(2));
+  CHECK(j["exit_status"] == 1);
+  CHECK(j["exit_code_name"] == "JOB_FAILED");
+  CHECK(j["finished"] == false);
+  CHECK(j["reason"].get<std::string>().find("checkpoints cannot be written") != std::string::npos);
+  CHECK(j["checkpoint"]["path"].is_null());
+  CHECK(j["checkpoint"]["why"] == "no checkpoint was written");
+  CHECK(j["epochs"].empty());
+  REQUIRE(j["progress"].is_object());
+  CHECK(j["progress"]["epoch"] == 1);
+  CHECK(j["progress"]["step"].get<uint64_t>() > 0);
+  unlink(report.c_str());
 }
 
 TEST_CASE("the report on a full disk - exit 1 naming the report's path", "[train][disk]") {

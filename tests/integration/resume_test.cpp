@@ -134,9 +134,10 @@ TEST_CASE(
   // the head's own SIGTERM does. Within the drain window (docs/lifecycle.md) that SIGTERM is then
   // the head's first, a stop of the whole job, not a second one and not a drain.
   Folder checkpoints("sigterm-order");
+  auto report = tempPath("stopped.json");
   Run run(harness::sim({"--group", "data_group=2:ml.c5.xlarge", "--group",
                         "dnn_group=1:ml.p3.2xlarge", "--checkpoints", checkpoints.path.string()},
-                       job({})));
+                       job({"--report", report})));
   REQUIRE_OUTPUT(run, "progress: epoch 2/3", 90s);
   pid_t head = 0, worker = 0;
   for (auto& [host, i] : run.instances()) {
@@ -155,12 +156,45 @@ TEST_CASE(
   // docs/exit-codes.md: only a second signal to the same process cuts the cascade short.
   CHECK(out.find("second SIGTERM") == std::string::npos);
   // docs/lifecycle.md: the trainer writes its checkpoint in the cascade of an early end.
+  std::smatch stop;
   CHECK(std::regex_search(
-      out, std::regex(R"(checkpoint-\d+\.troupe written \(on stop, before training ended\))")));
+      out, stop, std::regex(R"((checkpoint-\d+)\.troupe written \(on stop, before training ended\))")));
   CHECK(code == 6);  // INTERRUPTED
   CHECK(out.find("job failed (INTERRUPTED): SIGTERM on") != std::string::npos);
   CHECK(out.find("): drained") == std::string::npos);  // no drain: a stop of the whole job
   CHECK(run.leftovers().empty());
+
+  // docs/hetero_train.md, "Reports": a stopped job's report says what it trained. The first
+  // epoch is whole in the checkpoint written as it stopped (every sample once, by its digest),
+  // the second is where it stopped, and the trainer's last progress is at most that far.
+  REQUIRE(stop.size() == 2);
+  std::ifstream in(report);
+  REQUIRE(in.good());
+  auto j = nlohmann::json::parse(in);
+  INFO(j.dump(2));
+  CHECK(j["exit_status"] == 6);
+  CHECK(j["exit_code_name"] == "INTERRUPTED");
+  CHECK(j["finished"] == false);
+  CHECK(j["reason"].get<std::string>().find("SIGTERM on") == 0);
+  REQUIRE(j["checkpoint"].is_object());
+  CHECK(fs::path(j["checkpoint"]["path"].get<std::string>()).filename() ==
+        stop[1].str() + ".troupe");
+  CHECK(j["checkpoint"]["epoch"] == 2);
+  uint64_t checkpointStep = j["checkpoint"]["step"];
+  CHECK(stop[1].str() == "checkpoint-" + std::string(10 - std::to_string(checkpointStep).size(),
+                                                     '0') + std::to_string(checkpointStep));
+  REQUIRE(j["epochs"].size() == 1);
+  CHECK(j["epochs"][0]["samples"] == 12000);
+  CHECK(j["epochs"][0]["digest"] == test_digest::everyIdOnce(12000));
+  REQUIRE(j["progress"].is_object());
+  CHECK(j["progress"]["epoch"] == 2);
+  CHECK(j["progress"]["step"].get<uint64_t>() > 0);
+  CHECK(j["progress"]["step"].get<uint64_t>() <= checkpointStep);
+  CHECK(j["instances"].size() == 3);
+  CHECK(j["placements"].size() == 3);  // the trainer and one augmenter per data instance
+  CHECK(out.find("the job ended before its report (INTERRUPTED): trained to epoch 2/3") !=
+        std::string::npos);
+  unlink(report.c_str());
 }
 
 TEST_CASE(

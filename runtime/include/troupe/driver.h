@@ -21,6 +21,13 @@ namespace troupe {
 
 class Head;
 
+struct JobEnd {
+  // How the job ended (Driver::onJobEnd): its exit code (troupe/exit_codes.h: OK, JOB_FAILED,
+  // INTERRUPTED, ...), which every node exits with, and the one line the head logged for it.
+  int code = 0;
+  std::string reason;
+};
+
 struct GangMember {
   // One actor of a gang (Driver::spawnGang): a single-instance placement.
   std::string typeName;
@@ -160,6 +167,14 @@ class Driver {
   // What changed since the driver started, one line each: "algo-3 (data_group) joined the
   // running job ...", "... rejoined (incarnation 1)", "... left (SIGTERM ...): drained",
   // "... was lost: ...".  The head logs the same at the job's end.
+  void onJobEnd(kj::Function<void(const JobEnd& end)> callback);
+  // Called once on the head's event loop as the job ends, on every end the head's process lives
+  // through (the driver finished or failed, a stop, an actor's or a node's failure): after the
+  // cascade (the actors have stopped; what they write as they stop, a checkpoint, is written),
+  // before the other nodes are told to exit. The driver's own promise is gone by then (resolved
+  // or cancelled), and with it what it owned: the callback keeps what it needs itself. What it
+  // throws is logged and changes nothing. Erlang's terminate/2 for a whole job: a report of what
+  // was done, whatever ended it.
   EventLoop& loop();
   kj::Timer& timer() { return loop().timer(); }
 

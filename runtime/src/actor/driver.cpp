@@ -111,6 +111,10 @@ void Driver::onNodeJoined(kj::Function<void(const NodeInfo&)> callback) {
   head_.onNodeJoined(kj::mv(callback));
 }
 
+void Driver::onJobEnd(kj::Function<void(const JobEnd&)> callback) {
+  head_.onJobEnd(kj::mv(callback));
+}
+
 std::vector<std::string> Driver::membershipChanges() const {
   return head_.membershipChanges();
 }

@@ -88,6 +88,8 @@ class Head final : private kj::TaskSet::ErrorHandler {
   void onNodeJoined(kj::Function<void(const NodeInfo&)> callback);
   // Called for every node that joins once the driver runs: a late host, a scale-up, a process
   // started again in place of a lost one (Driver::onNodeJoined).
+  void onJobEnd(kj::Function<void(const JobEnd&)> callback);
+  // Called once as the job ends, after the cascade (Driver::onJobEnd).
   std::vector<NodeInfo> nodes() const;
   const std::vector<std::string>& membershipChanges() const { return membership_; }
   proto::Node::Client nodeAt(const std::string& address, kj::Maybe<proto::Node::Client> otherwise);
@@ -161,6 +163,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> checkHeartbeats(kj::TimePoint due);
   void startDriver();
   kj::Promise<void> endJob();
+  void callEndCallbacks();
   kj::Promise<void> collectTrace();
   // With --trace: gathers every node's spans and writes the file. Never fails, bounded in time.
 
@@ -216,6 +219,7 @@ class Head final : private kj::TaskSet::ErrorHandler {
   bool signalled_ = false;  // this process got SIGTERM or SIGINT
   std::map<std::string, unsigned> startWith_;  // --start-with: group -> nodes to start with
   std::vector<kj::Function<void(const NodeInfo&)>> joinedCallbacks_;
+  std::vector<kj::Function<void(const JobEnd&)>> endCallbacks_;
   std::vector<std::string> membership_;  // joined late, rejoined, left: for the summary
   int code_ = 0;
   std::string reason_;

@@ -36,6 +36,22 @@ void Head::finish(int code, std::string reason) {
   }));
 }
 
+void Head::onJobEnd(kj::Function<void(const JobEnd&)> callback) {
+  endCallbacks_.push_back(kj::mv(callback));
+}
+
+// The driver's end callbacks, once, in the order they were added; one that throws is logged and
+// the next still runs.
+void Head::callEndCallbacks() {
+  auto callbacks = kj::mv(endCallbacks_);
+  JobEnd end{code_, reason_};
+  for (auto& callback : callbacks) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { callback(end); })) {
+      spdlog::error("a job-end callback (Driver::onJobEnd) failed: {}", e->getDescription().cStr());
+    }
+  }
+}
+
 kj::Promise<void> Head::endJob() {
   // 1. The cascade: stop the driver's actors, newest first, each with its subtree.
   std::vector<uint64_t> roots(rootChildren_.rbegin(), rootChildren_.rend());
@@ -44,9 +60,12 @@ kj::Promise<void> Head::endJob() {
     chain = chain.then(
         [this, id]() { return terminate(id, Exit::shutdown("the job is ending"), false, false); });
   }
-  // 2. With --trace, the spans of every node, while they all still run (troupe/trace.h).
-  // 3. Every other node stops what it still hosts and exits with the job's status.
-  return chain.then([this]() { return collectTrace(); })
+  // 2. The driver's end callbacks (Driver::onJobEnd): what its actors wrote as they stopped is
+  //    there to read.
+  // 3. With --trace, the spans of every node, while they all still run (troupe/trace.h).
+  // 4. Every other node stops what it still hosts and exits with the job's status.
+  return chain.then([this]() { callEndCallbacks(); })
+      .then([this]() { return collectTrace(); })
       .then([this]() {
         auto exits = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
         for (auto& [id, n] : nodes_) {
@@ -61,7 +80,7 @@ kj::Promise<void> Head::endJob() {
         }
         return kj::joinPromises(exits.finish());
       })
-      // 4. The head exits last.
+      // 5. The head exits last.
       .then([this]() { return node_.stopAll(Exit::shutdown("the job is ending")); })
       .then([this]() {
         node_.requestExit(code_, reason_);
