@@ -502,30 +502,37 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "256 instances in 4 groups form on loopback: 256 distinct ports, every node counted alive, "
+    "512 instances in 8 groups form on loopback: 512 distinct ports, every node counted alive, "
     "every process exits 0",
     "[cluster][control][whole-machine]") {
-  int perGroup = 64;
+  // 512 processes on 2 cores: the head takes about 500 joins at once, its loop never running dry
+  // for seconds. Seen before the coalescing stream's flush deadline: every join reply held until
+  // the last node had joined (13 s), and the first nodes to join fenced for no heartbeat within
+  // 12 s of joining (2 runs of 5).
+  int groups = 8, perGroup = 64;
 #if defined(__SANITIZE_ADDRESS__)
   // 256 instrumented processes hold about 13 GB of shadow memory and quarantine on a 24 GiB VM.
+  groups = 4;
   perGroup = 16;
-  WARN("under ASan: 4 groups of 16 instances, not 64 (memory); the plain build runs 256");
+  WARN("under ASan: 4 groups of 16 instances, not 8 of 64 (memory); the plain build runs 512");
 #endif
-  auto group = [&](const std::string& name, const std::string& type) {
-    return name + "=" + std::to_string(perGroup) + ":" + type;
-  };
-  Run run(harness::sim({"--group", group("g1", "ml.c5.xlarge"), "--group",
-                        group("g2", "ml.c5.xlarge"), "--group", group("g3", "ml.m5.xlarge"),
-                        "--group", group("dnn_group", "ml.p3.2xlarge")},
-                       probe("normal")));
-  auto n = std::to_string(4 * perGroup);
-  CHECK(run.wait(180s) == 0);
+  std::vector<std::string> args;
+  for (int g = 1; g <= groups; ++g) {
+    args.push_back("--group");
+    args.push_back((g == groups ? std::string("dnn_group") : "g" + std::to_string(g)) + "=" +
+                   std::to_string(perGroup) + ":" +
+                   (g == groups ? "ml.p3.2xlarge" : g % 2 ? "ml.c5.xlarge" : "ml.m5.xlarge"));
+  }
+  Run run(harness::sim(args, probe("normal")));
+  size_t total = size_t(groups * perGroup);
+  auto n = std::to_string(total);
+  CHECK(run.wait(240s) == 0);
   auto out = run.output();
   INFO(out.substr(out.size() > 6000 ? out.size() - 6000 : 0));
   std::set<std::string> addresses;
   for (auto& [host, i] : run.instances()) addresses.insert(i.address);
-  CHECK(run.instances().size() == size_t(4 * perGroup));
-  CHECK(addresses.size() == size_t(4 * perGroup));
+  CHECK(run.instances().size() == total);
+  CHECK(addresses.size() == total);
   // The head's control port is none of them (troupe sim reserves it with the others).
   const std::string listening = "control path listening on port ";
   auto at = out.find(listening);
@@ -533,7 +540,7 @@ TEST_CASE(
   auto control = "127.0.0.1:" + std::to_string(std::stoi(out.substr(at + listening.size())));
   CHECK(addresses.count(control) == 0);
   CHECK(out.find("cluster formed: " + n + " nodes; starting the driver") != std::string::npos);
-  CHECK(harness::count(out, "PING ") == size_t(4 * perGroup));
+  CHECK(harness::count(out, "PING ") == total);
   CHECK(out.find("troupe sim: all " + n + " instances exited 0") != std::string::npos);
   CHECK(out.find("was lost") == std::string::npos);
   CHECK(run.leftovers().empty());
@@ -823,7 +830,7 @@ TEST_CASE("a node whose log nobody reads does not block on it: lines are dropped
   INFO(out.substr(out.size() > 3000 ? out.size() - 3000 : 0));
   std::smatch m;
   REQUIRE(std::regex_search(out, m, std::regex(R"(\.\.\. (\d+) log line\(s\) dropped here: )"
-                                               R"(nothing read this process's log)")));
+                                               R"(the log's reader fell behind or stopped)")));
   auto written = harness::count(out, "] flood line ");
   CHECK(std::stoul(m[1]) > 1000);
   CHECK(written + std::stoul(m[1]) >= 4000);  // every flood line written or counted

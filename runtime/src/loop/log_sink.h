@@ -29,7 +29,7 @@ class NonBlockingSink final : public spdlog::sinks::base_sink<std::mutex> {
     if (dropped_ > 0) {
       std::string note = (partial_ ? "\n" : "") + std::string("... ") +
                          std::to_string(dropped_) +
-                         " log line(s) dropped here: nothing read this process's log\n";
+                         " log line(s) dropped here: the log's reader fell behind or stopped\n";
       if (!writeNow(note.data(), note.size())) {
         ++dropped_;
         return;

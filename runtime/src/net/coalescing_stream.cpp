@@ -18,8 +18,9 @@ size_t totalSize(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
 
 }  // namespace
 
-CoalescingStream::CoalescingStream(kj::Own<kj::AsyncIoStream> inner)
+CoalescingStream::CoalescingStream(kj::Own<kj::AsyncIoStream> inner, kj::Timer* timer)
     : ForwardingStream(kj::mv(inner)),
+      timer_(timer),
       readBuffer(kj::heapArray<kj::byte>(kReadAheadBytes)),
       tasks(*this) {}
 
@@ -148,12 +149,27 @@ void CoalescingStream::scheduleFlush() {
   flushScheduled = true;
   // evalLast, not evalLater: the RPC layer chains each message write onto the previous one, so
   // the messages of one burst arrive over several queued events; evalLater would run before them.
-  tasks.add(kj::evalLast([this]() {
-    flushScheduled = false;
-    sealAccumulator();
-    startWrite();
-    maybeFinishDrain();
-  }));
+  tasks.add(kj::evalLast([this]() { flushNow(); }));
+  // An evalLast event runs only once nothing else is queued. A loop that never runs dry (a head
+  // taking 500 joins at once: every poll queues more) would hold the buffer for as long as that
+  // lasts - seen: every join reply held 13 s, until the last node joined, and the first ones
+  // declared lost for no heartbeat. The deadline bounds it: the timer's event is queued at the
+  // next poll like any I/O, ahead of the evalLast. Armed at most once per deadline per stream.
+  if (timer_ != nullptr && !deadlineArmed) {
+    deadlineArmed = true;
+    tasks.add(timer_->afterDelay(kFlushDeadline).then([this]() {
+      deadlineArmed = false;
+      flushNow();
+    }));
+  }
+}
+
+void CoalescingStream::flushNow() {
+  if (!flushScheduled) return;
+  flushScheduled = false;
+  sealAccumulator();
+  startWrite();
+  maybeFinishDrain();
 }
 
 void CoalescingStream::sealAccumulator() {

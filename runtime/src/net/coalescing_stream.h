@@ -45,7 +45,8 @@ class CoalescingStream final : public ForwardingStream, private kj::TaskSet::Err
   // `shutdownWrite()` followed by `flush()`) first if they matter.
 
  public:
-  explicit CoalescingStream(kj::Own<kj::AsyncIoStream> inner);
+  explicit CoalescingStream(kj::Own<kj::AsyncIoStream> inner, kj::Timer* timer = nullptr);
+  // With `timer`, buffered bytes wait at most kFlushDeadline for the end of the turn (below).
   ~CoalescingStream() noexcept(false);
   KJ_DISALLOW_COPY(CoalescingStream);
 
@@ -56,6 +57,10 @@ class CoalescingStream final : public ForwardingStream, private kj::TaskSet::Err
 
   static constexpr size_t kDirectWriteBytes = 8 * 1024;
   // Writes of at least this many bytes are not copied; they go to the socket as they are.
+
+  static constexpr kj::Duration kFlushDeadline = 2 * kj::MILLISECONDS;
+  // The longest a buffer waits for its end-of-turn flush where a loop never runs dry (given a
+  // timer): past it, it is flushed at the loop's next poll.
 
   static constexpr size_t kMaxPendingBytes = 4 * 1024 * 1024;
   // Back-pressure threshold for copied-but-unsent bytes.
@@ -113,6 +118,8 @@ class CoalescingStream final : public ForwardingStream, private kj::TaskSet::Err
   size_t pendingBytes = 0;  // Copied bytes not yet written (accumulator, queue, inFlight).
   bool writing = false;
   bool flushScheduled = false;
+  kj::Timer* timer_;          // for the flush deadline; null: none
+  bool deadlineArmed = false;  // a deadline timer is pending
   bool shutdownRequested = false;
   bool shutdownDone = false;
   kj::Maybe<kj::Exception> failure;
@@ -133,7 +140,10 @@ class CoalescingStream final : public ForwardingStream, private kj::TaskSet::Err
   // The two write paths; `write()` picks one by total size.
 
   void scheduleFlush();
-  // Arranges for `sealAccumulator()` + `startWrite()` at the end of the current turn.
+  // Arranges for flushNow() at the end of the current turn, or at the deadline.
+
+  void flushNow();
+  // `sealAccumulator()` + `startWrite()`, when a flush is still scheduled.
 
   void sealAccumulator();
   // Moves the accumulator into the send queue.

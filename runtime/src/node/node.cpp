@@ -415,7 +415,7 @@ void NodeRuntime::adopt(kj::Own<kj::AsyncIoStream> stream, std::string peer,
   auto connSlot = kj::heap<Connection*>(nullptr);
   auto gate = kj::heap<GateServer>(*this, *connSlot, peer);
   auto conn =
-      kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream)),
+      kj::heap<Connection>(kj::heap<CoalescingStream>(kj::mv(stream), &loop_.timer()),
                            capnp::rpc::twoparty::Side::SERVER, kj::mv(gate), readerOptions(), peer);
   *connSlot = conn.get();
   conn->awaitLogin(loop_.timer().atTime(deadline).then([this, id, peer]() {
@@ -472,7 +472,8 @@ kj::Promise<kj::Own<Connection>> NodeRuntime::connect(const std::string& address
       })
       .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
         auto connection = kj::heap<Connection>(
-            kj::heap<CoalescingStream>(kj::mv(stream)), capnp::rpc::twoparty::Side::CLIENT,
+            kj::heap<CoalescingStream>(kj::mv(stream), &loop_.timer()),
+            capnp::rpc::twoparty::Side::CLIENT,
             capnp::Capability::Client(nullptr), readerOptions(), address);
         connection->describePeer(describeAddress(address));
         return connection;
