@@ -1,0 +1,124 @@
+// Decoding image files (troupe/images/transforms.h): JPEG through libjpeg-turbo's TurboJPEG API,
+// with its DCT scaling; everything else OpenCV reads (PNG, BMP, PPM/PGM, TIFF, WebP) through
+// cv::imdecode.
+
+#include <turbojpeg.h>
+
+#include <cstring>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "troupe/images/transforms.h"
+
+namespace troupe::images {
+
+namespace {
+
+bool isJpeg(std::span<const uint8_t> b) { return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
+
+// One TurboJPEG decompressor per thread (a handle is not safe to share).
+tjhandle decompressor() {
+  struct Handle {
+    tjhandle h = tjInitDecompress();
+    ~Handle() {
+      if (h) tjDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  return handle.h;
+}
+
+// What libjpeg calls a warning but is a file cut short or damaged: the decoder fills the rest
+// with grey and goes on, which would train on a half-grey image.
+bool damaged(const char* message) {
+  return strstr(message, "Premature end") != nullptr || strstr(message, "Corrupt JPEG") != nullptr ||
+         strstr(message, "Bogus") != nullptr || strstr(message, "Invalid") != nullptr;
+}
+
+Image fromMat(const cv::Mat& m) {
+  Image out;
+  out.height = m.rows;
+  out.width = m.cols;
+  out.channels = m.channels();
+  out.pixels.resize(size_t(m.rows) * m.cols * m.channels());
+  for (int r = 0; r < m.rows; ++r) {
+    memcpy(out.pixels.data() + size_t(r) * m.cols * m.channels(), m.ptr(r),
+           size_t(m.cols) * m.channels());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string& name) {
+  if (isJpeg(bytes)) {
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(decompressor(), bytes.data(), (unsigned long)bytes.size(), &w, &h,
+                            &subsamp, &colorspace) != 0) {
+      throw data::SampleError(name, std::string("not a JPEG this can read: ") +
+                                        tjGetErrorStr2(decompressor()));
+    }
+    return {w, h};
+  }
+  // PNG: the IHDR chunk's width and height, big-endian, at bytes 16..23.
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (bytes.size() >= 24 && memcmp(bytes.data(), kPng, 8) == 0) {
+    auto be = [&](size_t at) {
+      return int(uint32_t(bytes[at]) << 24 | uint32_t(bytes[at + 1]) << 16 |
+                 uint32_t(bytes[at + 2]) << 8 | bytes[at + 3]);
+    };
+    return {be(16), be(20)};
+  }
+  auto image = decode(bytes, name, 1);  // the other formats: decode to learn it
+  return {image.width, image.height};
+}
+
+Image decode(std::span<const uint8_t> bytes, const std::string& name, int channels,
+             int scaleDenominator) {
+  if (channels != 1 && channels != 3) {
+    throw std::invalid_argument("decode: channels must be 1 or 3, not " + std::to_string(channels));
+  }
+  if (bytes.empty()) throw data::SampleError(name, "the file is empty (0 bytes)");
+  if (isJpeg(bytes)) {
+    auto tj = decompressor();
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(tj, bytes.data(), (unsigned long)bytes.size(), &w, &h, &subsamp,
+                            &colorspace) != 0) {
+      throw data::SampleError(name, std::string("a damaged JPEG header: ") + tjGetErrorStr2(tj));
+    }
+    tjscalingfactor factor{1, std::max(1, scaleDenominator)};
+    int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
+    // CMYK JPEGs: TurboJPEG cannot convert them to RGB; OpenCV can.
+    if (colorspace != TJCS_CMYK && colorspace != TJCS_YCCK) {
+      Image out;
+      out.width = sw;
+      out.height = sh;
+      out.channels = channels;
+      out.pixels.resize(size_t(sw) * sh * channels);
+      int rc = tjDecompress2(tj, bytes.data(), (unsigned long)bytes.size(), out.pixels.data(), sw,
+                             0, sh, channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
+      if (rc != 0) {
+        const char* why = tjGetErrorStr2(tj);
+        if (tjGetErrorCode(tj) != TJERR_WARNING || damaged(why)) {
+          throw data::SampleError(name, std::string("a corrupt or truncated JPEG: ") + why);
+        }
+      }
+      return out;
+    }
+  }
+  cv::Mat m;
+  try {
+    m = cv::imdecode(cv::Mat(1, int(bytes.size()), CV_8U, const_cast<uint8_t*>(bytes.data())),
+                     channels == 3 ? cv::IMREAD_COLOR : cv::IMREAD_GRAYSCALE);
+  } catch (const cv::Exception& e) {
+    throw data::SampleError(name, std::string("cannot decode: ") + e.what());
+  }
+  if (m.empty()) {
+    throw data::SampleError(name, "not an image this can decode (a corrupt or truncated file, or "
+                                  "not JPEG, PNG, BMP, PPM/PGM, TIFF or WebP)");
+  }
+  if (channels == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
+  return fromMat(m);
+}
+
+}  // namespace troupe::images

@@ -1,0 +1,131 @@
+// File: troupe/images/transforms.h
+//
+// The data group's image pipeline: decode a sample (JPEG through libjpeg-turbo, PNG and the rest
+// through OpenCV, or raw grey pixels) and apply transforms with torchvision's names and
+// semantics, written as a spec:
+//
+//     auto p = Pipeline::parse("RandomResizedCrop(224),RandomHorizontalFlip(),"
+//                              "ColorJitter(0.4,0.4,0.4),Normalize(imagenet)");
+//     p.run(sample, seed, out);   // 3 x 224 x 224 float32, CHW
+//
+// Transforms (arguments as torchvision's, positional or by name):
+//   Resize(size)                  int: the shorter side becomes size; (h, w): exactly that
+//   CenterCrop(size)              int or (h, w); zero padding where the image is smaller
+//   RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(0.75, 1.3333))
+//   RandomHorizontalFlip(p=0.5), RandomVerticalFlip(p=0.5)
+//   ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)   each a number or (min, max)
+//   RandomAffine(degrees, translate=None, scale=None, shear=None)
+//   GaussianBlur(kernel_size, sigma=(0.1, 2.0))
+//   Grayscale(num_output_channels=1)
+//   ToTensor()                    float32 in [0, 1], channels first
+//   Normalize(mean, std), or Normalize(imagenet)   implies ToTensor()
+//   ToDtype(float16 | float32)    after ToTensor/Normalize
+//   ChannelsLast()                float output as H x W x C
+// Without ToTensor or Normalize the output is uint8, H x W x C: a quarter of float32's bytes on
+// the wire, normalised on the trainer (as DALI and FFCV send it).
+//
+// Images are decoded as RGB (torchvision's ImageFolder loader converts every file to RGB); raw
+// grey sources stay one channel. Where the first transform is RandomResizedCrop or Resize and its
+// output is at most half, a quarter or an eighth of the part of a JPEG it uses, the JPEG is
+// decoded at that scale (libjpeg-turbo's DCT scaling, as FFCV and DALI do): the crop is drawn on
+// the full image's size, then read from the smaller decode.
+//
+// Reproducible: every random choice comes from `seed` (derive it from the run's seed, the epoch
+// and the sample): same seed, same sample, same pixels, on any thread or instance.
+
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "troupe/dataset/source.h"
+
+namespace troupe::images {
+
+/// A transform spec that cannot be used: names the transform, the argument, the value and what
+/// is allowed (a configuration error: exit 2 at start).
+class SpecError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// An 8-bit image, rows of width x channels bytes.
+struct Image {
+  int height = 0, width = 0, channels = 0;
+  std::vector<uint8_t> pixels;
+};
+
+enum class Dtype : uint8_t { kUint8, kFloat16, kFloat32 };
+const char* dtypeName(Dtype d);  // "uint8"
+size_t dtypeBytes(Dtype d);
+
+/// One sample's output: its shape in `layout` order.
+struct Shape {
+  int channels = 0, height = 0, width = 0;
+  bool channelsFirst = false;  ///< C x H x W; else H x W x C.
+  size_t elements() const { return size_t(channels) * height * width; }
+};
+
+/// The JPEG's or PNG's size without decoding it: (width, height). SampleError naming `name`
+/// when it is not an image this can read.
+std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string& name);
+
+/// Decodes an image file to `channels` (1 or 3) channels. `scaleDenominator` (1, 2, 4 or 8):
+/// a JPEG is decoded at that fraction of its size; other formats at full size. SampleError
+/// naming `name` for a corrupt, truncated or unknown file.
+Image decode(std::span<const uint8_t> bytes, const std::string& name, int channels,
+             int scaleDenominator = 1);
+
+struct Op;  // one transform with its arguments (transforms.cpp)
+
+class Pipeline {
+ public:
+  /// Parses `spec`. Throws SpecError naming the transform or argument, the value and what is
+  /// allowed (with the closest name for a misspelt transform).
+  static Pipeline parse(const std::string& spec);
+
+  Pipeline(Pipeline&&) noexcept;
+  Pipeline& operator=(Pipeline&&) noexcept;
+  ~Pipeline();
+
+  /// The spec in canonical form, every argument named.
+  std::string describe() const;
+
+  /// What run() writes for a source whose images have `inputChannels` channels (3 for image
+  /// files, 1 for raw grey). Throws SpecError when the pipeline does not fix the output's height
+  /// and width (a final Resize, CenterCrop or RandomResizedCrop does), or when Normalize's means
+  /// do not match the channels.
+  Shape outputShape(int inputChannels) const;
+  Dtype dtype() const;
+
+  /// Decodes and transforms one sample into `out` (outputShape().elements() x dtypeBytes()).
+  /// Raw grey samples need `rawShape` (rows, cols). SampleError naming the file when it cannot
+  /// be decoded.
+  void run(const data::Encoded& sample, data::Encoding encoding, std::pair<int, int> rawShape,
+           uint64_t seed, std::span<uint8_t> out) const;
+
+  /// The transforms only, on an image already decoded (tests, and a caller that decodes itself).
+  Image transform(Image image, uint64_t seed) const;
+
+  /// The JPEG scale run() decodes an image of `width` x `height` at, for `seed` (1, 2, 4 or 8).
+  int decodeScale(int width, int height, uint64_t seed) const;
+
+ private:
+  Pipeline();
+  std::vector<std::unique_ptr<Op>> ops_;
+  Dtype dtype_ = Dtype::kUint8;
+  bool tensor_ = false;         // ToTensor or Normalize: float, channels first
+  bool channelsLast_ = false;   // ChannelsLast
+  std::vector<float> mean_, std_;  // Normalize; empty: [0, 1] only
+
+  void finish(const Image& image, std::span<uint8_t> out) const;
+  // transform() on an image decoded at 1/scale of its full size, `full` (height, width): the
+  // first RandomResizedCrop draws its box on the full size and reads it from the smaller image.
+  Image transformScaled(Image image, uint64_t seed, int scale, std::pair<int, int> full) const;
+};
+
+}  // namespace troupe::images
