@@ -356,10 +356,16 @@ Op bind(const Call& c, const std::vector<std::string>& names, Kind kind) {
         op.hue = v->type == Value::kNumber ? Range{-a.number("hue", *v, 0, 0.5), v->number, true}
                                            : a.range("hue", 0, -0.5, 0.5, false);
       }
-      op.text = "ColorJitter(brightness=(" + fmt(op.brightness.min) + ", " + fmt(op.brightness.max) +
-                "), contrast=(" + fmt(op.contrast.min) + ", " + fmt(op.contrast.max) +
-                "), saturation=(" + fmt(op.saturation.min) + ", " + fmt(op.saturation.max) +
-                "), hue=(" + fmt(op.hue.min) + ", " + fmt(op.hue.max) + "))";
+      op.text = "ColorJitter(";
+      for (auto [name, r] : {std::pair<const char*, Range>{"brightness", op.brightness},
+                             {"contrast", op.contrast},
+                             {"saturation", op.saturation},
+                             {"hue", op.hue}}) {
+        if (!r.set) continue;
+        op.text += std::string(op.text.back() == '(' ? "" : ", ") + name + "=(" + fmt(r.min) +
+                   ", " + fmt(r.max) + ")";
+      }
+      op.text += ")";
       break;
     case Kind::kRandomAffine: {
       auto& d = a.require("degrees");

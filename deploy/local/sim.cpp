@@ -159,7 +159,7 @@ struct Options {
   std::string cpuScale = "auto";
   unsigned nodeRestarts = 2;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
-      interruptWhen, out;
+      interruptWhen, out, startLateAfter;
   EnvOptions envOptions;
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000, interruptSeed = 0, restarts = 0;
   int64_t interruptAfterMs = -1;
@@ -247,6 +247,11 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
                   "HOST=MS or GROUP[:N]=MS: start that instance (or the group's first N "
                   "instances, all without N) MS milliseconds after the others (repeatable); with "
                   "the app's --start-with they join the running job")
+      ->group(membership);
+  sim->add_option("--start-late-after", o.startLateAfter,
+                  "TEXT: the delays of --start-late and --scale-up count from the first output "
+                  "line of any instance that contains TEXT (e.g. a step of training), not from "
+                  "the start; an instance whose moment never comes is never started")
       ->group(membership);
   sim->add_option("--scale-up", o.scaleUpArgs,
                   "GROUP=N@MS: start N more instances of GROUP, hosts the cluster description "
@@ -454,6 +459,7 @@ sim::JobSpec jobSpec(Options& o) {
     }
     spec.startLate.emplace_back(host, static_cast<unsigned>(ms));
   }
+  spec.startLateAfter = o.startLateAfter;
   for (auto& item : o.scaleUpArgs) {
     auto [group, rest] = sim::splitPair(item, '=', "--scale-up", "GROUP=N@MS");
     auto at = rest.find('@');

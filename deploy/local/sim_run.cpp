@@ -679,6 +679,17 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       }
     }
   }
+  // The late starts' clock (--start-late, --scale-up): now, or at the first line that names its
+  // moment (--start-late-after); also when the job ends or is stopped first, so that an instance
+  // whose moment never came is reported as never started, never waited for.
+  auto late = kj::newPromiseAndFulfiller<void>();
+  auto lateClock = late.promise.fork();
+  auto releaseLate = [&, fulfiller = late.fulfiller.get()](const std::string& why) {
+    if (!fulfiller->isWaiting()) return;
+    if (!why.empty()) printf("troupe sim: %s: the late starts' clock starts\n", why.c_str());
+    fflush(stdout);
+    fulfiller->fulfill();
+  };
   auto startProcess = [&](Instance& in) {
     troupe::ChildProcess::Options opts;
     opts.args = spec_.app;
@@ -692,10 +703,13 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     opts.env.push_back("TROUPE_INCARNATION=" + std::to_string(in.incarnation));
     std::string prefix = "[" + in.host + "] ";
     auto after = interruption ? interruption->after : std::string();
-    opts.onLine = [prefix, after, &startClock](kj::StringPtr line, bool err) {
+    opts.onLine = [prefix, after, &startClock, &releaseLate, this](kj::StringPtr line, bool err) {
       fprintf(err ? stderr : stdout, "%s%s\n", prefix.c_str(), line.cStr());
       fflush(err ? stderr : stdout);
       if (!after.empty() && strstr(line.cStr(), after.c_str()) != nullptr) startClock();
+      if (!spec_.startLateAfter.empty() && strstr(line.cStr(), spec_.startLateAfter.c_str())) {
+        releaseLate("--start-late-after: '" + spec_.startLateAfter + "' seen");
+      }
     };
     in.process = kj::heap<troupe::ChildProcess>(loop_, kj::mv(opts));
     printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s%s\n", in.host.c_str(), in.group.c_str(),
@@ -709,17 +723,22 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     if (in.startDelayMs == 0) {
       startProcess(in);
     } else {
-      printf("troupe sim: %-8s %-12s %-16s %-16s starts in %u ms (%s)\n", in.host.c_str(),
+      printf("troupe sim: %-8s %-12s %-16s %-16s starts in %u ms%s (%s)\n", in.host.c_str(),
              in.group.c_str(), in.instanceType.c_str(), in.address.c_str(), in.startDelayMs,
+             spec_.startLateAfter.empty()
+                 ? ""
+                 : (" after a line with '" + spec_.startLateAfter + "'").c_str(),
              in.hostMap.empty() ? "--start-late" : "--scale-up: not in the cluster description");
     }
   }
   fflush(stdout);
   if (interruption && interruption->after.empty()) startClock();
+  if (spec_.startLateAfter.empty()) releaseLate("");
 
   int signals = 0;
   onSignal_ = [&](int sig) {
     ++signals;
+    releaseLate("");
     if (signals == 1) {
       fprintf(stderr, "troupe sim: %s: forwarding SIGTERM to every instance\n", strsignal(sig));
       killAll(SIGTERM);
@@ -762,7 +781,9 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   for (auto& in : instances) {
     auto started = in.startDelayMs == 0
                        ? kj::Promise<void>(kj::READY_NOW)
-                       : loop_.timer().afterDelay(in.startDelayMs * kj::MILLISECONDS);
+                       : lateClock.addBranch().then([&]() {
+                           return loop_.timer().afterDelay(in.startDelayMs * kj::MILLISECONDS);
+                         });
     exits.add(
         started
             .then([&]() -> kj::Promise<troupe::ChildExit> {
@@ -789,6 +810,7 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
               if (lingering || !in.wasHead) return;
               lingering = true;
               ended = true;
+              releaseLate("");
               tasks.add(loop_.timer().afterDelay(spec_.lingerMs * kj::MILLISECONDS).then([&]() {
                 bool any = false;
                 for (auto& other : instances) any = any || other.exit == nullptr;

@@ -48,6 +48,9 @@ struct JobSpec {
   unsigned graceMs = 10000, lingerMs = 15000;
   unsigned nodeRestarts = 2;  // --node-restarts: per host, as the per-instance entry point does
   std::vector<std::pair<std::string, unsigned>> startLate;  // --start-late HOST=MS
+  // --start-late-after TEXT: the late starts' delays count from the first output line of any
+  // instance that contains TEXT (a moment in training), not from the run's start.
+  std::string startLateAfter;
   struct ScaleUp {
     std::string group;
     unsigned count = 0, afterMs = 0;

@@ -1,4 +1,5 @@
-// The benches no other test runs (bench_scheduler, bench_rpc, bench_cluster, bench_membership),
+// The benches no other test runs (bench_scheduler, bench_rpc, bench_cluster, bench_membership,
+// bench_images),
 // each run small as docs/benchmarks.md runs it, with loose floors: a regression of 10x or more
 // fails (ctest label `bench`), while a loaded machine (every CPU busy 3x over) stays above them.
 // The floors sit about 10x under this 2-core VM's figures (docs/benchmarks.md); they judge that the
@@ -97,4 +98,20 @@ TEST_CASE("bench_membership: a rejoin joins within 10 s and feeds within 20 s (m
       CHECK(scenario == "baseline");
     }
   }
+}
+
+TEST_CASE("bench_images runs every mode, the pipeline above a tenth of a bare decode (measured "
+          "~0.45)",
+          "[bench]") {
+  // Against the decode in the same run: a figure of this machine's, whatever its speed. torchvision
+  // is left out here (its import alone takes seconds): the bench's own table compares with it.
+  Run bench({BENCH_IMAGES, "--json", "--images", "60", "--no-torchvision"});
+  REQUIRE(bench.wait(120s) == 0);
+  auto j = jsonOf(bench);
+  INFO(j.dump());
+  REQUIRE(j["modes"].size() == 5);
+  double decode = j["modes"][0]["images_per_s"], pipeline = j["modes"][3]["images_per_s"];
+  CHECK(decode > 0);
+  CHECK(pipeline > 0.1 * decode);
+  CHECK(j["torchvision_skipped"] == "--no-torchvision");
 }

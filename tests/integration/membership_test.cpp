@@ -21,13 +21,15 @@ using harness::Run;
 using train_job::tempPath;
 using train_job::train;
 
-TEST_CASE("a data instance that starts 5 s late joins the running job and gets augmenters",
+TEST_CASE("a data instance that starts late joins the running job and gets augmenters",
           "[train][membership]") {
   // Seed 5 deals algo-1 and algo-3 to data_group and algo-2 to dnn_group (checked below).
   auto report = tempPath("late.json");
   auto samples = train_job::longJobSamples();
   Run run(harness::sim({"--seed", "5", "--group", "data_group=2:ml.c5.xlarge", "--group",
-                        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=5000"},
+                        "dnn_group=1:ml.p3.2xlarge", "--start-late", "algo-3=2000",
+                        // counted from the first progress line: inside training on any machine
+                        "--start-late-after", "progress: epoch 1/5"},
                        train({"--start-with", "data_group=1", "--progress-every", "0.5",
                               "--train-samples", std::to_string(samples), "--report", report})));
   int code = run.wait(300s);
@@ -103,6 +105,44 @@ TEST_CASE("bad membership settings are refused, naming the setting and the value
     CHECK(run.output().find("--scale-up 'b=1@100': no group 'b' in this cluster") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("troupe sim --start-late-after counts the delay from a line, and a moment that never "
+          "comes starts nothing",
+          "[train][membership]") {
+  // algo-1 says it is the head (its role file), prints the moment after 1.5 s and ends 1 s
+  // later; algo-2 starts 300 ms after the moment. Then the same with a moment never printed.
+  auto app = [](const std::string& moment) -> std::vector<std::string> {
+    return {"/bin/sh", "-c",
+            "if [ \"$(basename \"$TROUPE_SM_ROOT\")\" = algo-1 ]; then echo head > "
+            "\"$TROUPE_ROLE_FILE\"; sleep 1.5; echo " + moment + "; sleep 1; else echo "
+            "LATE-STARTED; fi"};
+  };
+  std::vector<std::string> late = {"--group",      "a=2",        "--linger-ms",
+                                   "500",          "--start-late", "algo-2=300",
+                                   "--start-late-after", "THE-MOMENT"};
+  Run run(harness::sim(late, app("THE-MOMENT")));
+  CHECK(run.wait(30s) == 0);
+  auto out = run.output();
+  INFO(out);
+  auto moment = out.find("[algo-1] THE-MOMENT");
+  auto started = out.find("troupe sim: starting algo-2 (a), 300 ms late (--start-late)");
+  auto seen = out.find("--start-late-after: 'THE-MOMENT' seen: the late starts' clock starts");
+  auto said = out.find("[algo-2] LATE-STARTED");
+  REQUIRE(moment != std::string::npos);
+  REQUIRE(started != std::string::npos);
+  CHECK(out.find("starts in 300 ms after a line with 'THE-MOMENT'") < moment);
+  CHECK((seen != std::string::npos && seen > moment));
+  CHECK(started > moment);
+  CHECK((said != std::string::npos && said > started));
+
+  Run never(harness::sim(late, app("SOMETHING-ELSE")));
+  CHECK(never.wait(30s) == 0);
+  auto text = never.output();
+  INFO(text);
+  CHECK(text.find("troupe sim: algo-2 (a) was never started: the job ended first") !=
+        std::string::npos);
+  CHECK(text.find("LATE-STARTED") == std::string::npos);
 }
 
 namespace {

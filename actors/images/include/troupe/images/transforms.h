@@ -114,12 +114,17 @@ class Pipeline {
   /// The JPEG scale run() decodes an image of `width` x `height` at, for `seed` (1, 2, 4 or 8).
   int decodeScale(int width, int height, uint64_t seed) const;
 
+  /// Off: run() decodes every JPEG at full size (what DCT scaling saves, measured by
+  /// apps/bench/images). On by default.
+  void setDecodeScaling(bool on) { decodeScaling_ = on; }
+
  private:
   Pipeline();
   std::vector<std::unique_ptr<Op>> ops_;
   Dtype dtype_ = Dtype::kUint8;
   bool tensor_ = false;         // ToTensor or Normalize: float, channels first
   bool channelsLast_ = false;   // ChannelsLast
+  bool decodeScaling_ = true;
   std::vector<float> mean_, std_;  // Normalize; empty: [0, 1] only
 
   void finish(const Image& image, std::span<uint8_t> out) const;
