@@ -17,6 +17,8 @@ packages=(
   patchelf xz-utils
   # The Python package troupe.data (docs/pytorch.md) and its tests; the C++ build never needs them.
   python3-dev pybind11-dev python3-numpy python3-torch
+  # tests/python/transforms_check.py and bench_images compare troupe's image pipeline with these.
+  python3-torchvision python3-pil
 )
 if [ "${1:-}" = "--plots" ]; then
   packages=(python3 python3-matplotlib)
@@ -25,7 +27,10 @@ elif [ "${1:-}" = "--grpc" ]; then
 elif [ "${1:-}" = "--no-python" ]; then
   kept=()
   for p in "${packages[@]}"; do
-    case "$p" in python3-dev|pybind11-dev|python3-numpy|python3-torch) ;; *) kept+=("$p") ;; esac
+    case "$p" in
+      python3-dev|pybind11-dev|python3-numpy|python3-torch|python3-torchvision|python3-pil) ;;
+      *) kept+=("$p") ;;
+    esac
   done
   packages=("${kept[@]}")
 fi

@@ -59,6 +59,10 @@ std::pair<int, int> shorterSideTo(int height, int width, int size) {
   return {int(double(size) * height / width), size};
 }
 
+// Python's round(): halves to the even neighbour (round(36.5) == 36), as torchvision computes its
+// boxes; std::lround would take 37.
+int pyRound(double x) { return int(std::nearbyint(x)); }
+
 struct Box {
   int top = 0, left = 0, height = 0, width = 0;
 };
@@ -70,8 +74,8 @@ Box resizedCropBox(const Op& op, int height, int width, Rng& rng) {
   for (int attempt = 0; attempt < 10; ++attempt) {
     double target = area * rng.uniform(op.scale.min, op.scale.max);
     double aspect = std::exp(rng.uniform(logMin, logMax));
-    int w = int(std::lround(std::sqrt(target * aspect)));
-    int h = int(std::lround(std::sqrt(target / aspect)));
+    int w = int(pyRound(std::sqrt(target * aspect)));
+    int h = int(pyRound(std::sqrt(target / aspect)));
     if (0 < w && w <= width && 0 < h && h <= height) {
       int top = rng.randint(0, height - h + 1), left = rng.randint(0, width - w + 1);
       return {top, left, h, w};
@@ -80,9 +84,9 @@ Box resizedCropBox(const Op& op, int height, int width, Rng& rng) {
   double inRatio = double(width) / height;
   int w = width, h = height;
   if (inRatio < op.ratio.min) {
-    h = int(std::lround(w / op.ratio.min));
+    h = int(pyRound(w / op.ratio.min));
   } else if (inRatio > op.ratio.max) {
-    w = int(std::lround(h * op.ratio.max));
+    w = int(pyRound(h * op.ratio.max));
   }
   return {(height - h) / 2, (width - w) / 2, h, w};
 }
@@ -95,8 +99,8 @@ cv::Mat centerCrop(const cv::Mat& m, int height, int width) {
     cv::copyMakeBorder(m, src, padH / 2, padH - padH / 2, padW / 2, padW - padW / 2,
                        cv::BORDER_CONSTANT, cv::Scalar::all(0));
   }
-  int top = int(std::lround((src.rows - height) / 2.0));
-  int left = int(std::lround((src.cols - width) / 2.0));
+  int top = int(pyRound((src.rows - height) / 2.0));
+  int left = int(pyRound((src.cols - width) / 2.0));
   return src(cv::Rect(left, top, width, height)).clone();
 }
 
@@ -157,8 +161,8 @@ cv::Mat affine(const cv::Mat& m, const Op& op, Rng& rng) {
   double tx = 0, ty = 0;
   if (op.translate.set) {
     double maxX = op.translate.min * m.cols, maxY = op.translate.max * m.rows;
-    tx = std::lround(rng.uniform(-maxX, maxX));
-    ty = std::lround(rng.uniform(-maxY, maxY));
+    tx = pyRound(rng.uniform(-maxX, maxX));
+    ty = pyRound(rng.uniform(-maxY, maxY));
   }
   double scale = op.affineScale.set ? rng.uniform(op.affineScale.min, op.affineScale.max) : 1;
   double shear = op.shear.set ? rng.uniform(op.shear.min, op.shear.max) : 0;

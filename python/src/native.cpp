@@ -248,7 +248,10 @@ const char* kindName(ScriptLearner::Item::Kind k) {
 
 }  // namespace
 
+void bindImages(py::module_& m);  // images.cpp
+
 PYBIND11_MODULE(_native, m) {
+  bindImages(m);
   m.doc() = "troupe's runtime and data plane for the Python package (troupe.data)";
   // As troupe::run() does from a program's first instruction: a SIGTERM before the node is up
   // is recorded and handed to it, not the default action (threads started from here on inherit

@@ -439,3 +439,21 @@ print("mine: epochs", [e["samples"] for e in stream.report()["epochs"]], flush=T
   fs::remove_all(dir);
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("troupe's image transforms give torchvision's pixels where they are deterministic, and "
+          "a dataset on disk reads in ImageFolder's order",
+          "[pytorch][images]") {
+  // tests/python/transforms_check.py: it skips (saying why) only where torch, torchvision or PIL
+  // cannot be imported; a troupe package that does not import fails.
+  Run check({PYTHON3, TRANSFORMS_CHECK}, pythonEnv());
+  int code = check.wait(120s);
+  auto out = check.output();
+  INFO(out);
+  if (out.find("skipping: ") == 0 || out.find("\nskipping: ") != std::string::npos) {
+    WARN(out.substr(out.find("skipping: ")));
+    return;
+  }
+  CHECK(code == 0);
+  CHECK(out.find("0 comparison(s) off") != std::string::npos);
+  CHECK(harness::count(out, "ok  ") >= 25);
+}

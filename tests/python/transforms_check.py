@@ -1,0 +1,142 @@
+"""troupe's image pipeline (troupe._native.Transform, docs/data.md) against torchvision 0.14 on the
+same images, for the transforms that are deterministic: Resize (the shorter side, and an exact
+size), CenterCrop (smaller and larger than the image), a flip with p=1, ToTensor and Normalize.
+Then a dataset on disk through troupe._native.open_dataset, in torchvision's ImageFolder order.
+
+Images: PNGs made here with PIL, so both sides decode the same pixels; a JPEG's decoders may
+round differently. Prints one line per comparison and exits 1 on the first that is off.
+Exits 0 with "skipping: ..." where torch, torchvision or PIL cannot be imported.
+
+Usage: python3 transforms_check.py   (with troupe's build/python on PYTHONPATH)
+"""
+import io
+import os
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torchvision
+    import torchvision.transforms as T
+    from PIL import Image
+except Exception as e:  # noqa: BLE001 - any import failure is a skip, said with its reason
+    print(f"skipping: cannot import numpy, torch, torchvision and PIL: {e}")
+    sys.exit(0)
+
+from troupe import _native  # a broken package is a failure, never a skip
+
+failures = 0
+
+
+def picture(w, h, seed):
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([x * 255 // max(1, w - 1), y * 255 // max(1, h - 1), (x + y) % 256], axis=-1)
+    img = (img + rng.integers(0, 40, size=img.shape)).clip(0, 255).astype(np.uint8)
+    return Image.fromarray(img, "RGB")
+
+
+def png(img):
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def compare(what, ours, theirs, max_abs, mean_abs):
+    global failures
+    ours = np.asarray(ours, dtype=np.float64)
+    theirs = np.asarray(theirs, dtype=np.float64)
+    if ours.shape != theirs.shape:
+        print(f"FAIL {what}: shape {ours.shape}, torchvision {theirs.shape}")
+        failures += 1
+        return
+    diff = np.abs(ours - theirs)
+    ok = diff.max() <= max_abs and diff.mean() <= mean_abs
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: shape {ours.shape}, max |diff| {diff.max():.4g} "
+          f"(allowed {max_abs}), mean {diff.mean():.4g} (allowed {mean_abs})")
+    failures += 0 if ok else 1
+
+
+def hwc(tensor_chw):
+    return (tensor_chw.permute(1, 2, 0).numpy() * 255).round()
+
+
+print(f"torchvision {torchvision.__version__}, torch {torch.__version__}")
+for (w, h) in [(500, 375), (97, 131), (40, 30)]:
+    img = picture(w, h, w)
+    data = png(img)
+    size = f"{w}x{h}"
+    # Exact: crops and flips move pixels; ToTensor and Normalize are arithmetic.
+    for crop in [(24, 24), (min(h, 64), min(w, 48)), (h + 6, w + 5)]:
+        spec = f"CenterCrop(({crop[0]}, {crop[1]}))"
+        ours = _native.Transform(spec)(data)
+        theirs = np.asarray(T.CenterCrop(crop)(img))
+        compare(f"{size} {spec}", ours, theirs, 0, 0)
+    spec = "CenterCrop((20, 30)),RandomHorizontalFlip(p=1),RandomVerticalFlip(p=1)"
+    ours = _native.Transform(spec)(data)
+    theirs = np.asarray(T.Compose([T.CenterCrop((20, 30)), T.RandomHorizontalFlip(p=1),
+                                   T.RandomVerticalFlip(p=1)])(img))
+    compare(f"{size} {spec}", ours, theirs, 0, 0)
+    spec = "CenterCrop(16),Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))"
+    ours = _native.Transform(spec)(data)
+    theirs = T.Compose([T.CenterCrop(16), T.ToTensor(),
+                        T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])(img).numpy()
+    compare(f"{size} {spec}", ours, theirs, 1e-5, 1e-6)
+    # Resampling: OpenCV's area and bilinear filters against PIL's antialiased bilinear. The
+    # same size exactly; the pixels within a level on average (measured: mean 0.09-1.02, max 1-24
+    # on this noisy picture; the filters' weights differ).
+    for spec, tv in [("Resize(24),CenterCrop(24)", T.Compose([T.Resize(24), T.CenterCrop(24)])),
+                     ("Resize((32, 40))", T.Resize((32, 40))),
+                     ("Resize((2 * h, 2 * w))".replace("2 * h", str(2 * h)).replace("2 * w", str(2 * w)),
+                      T.Resize((2 * h, 2 * w)))]:
+        ours = _native.Transform(spec)(data)
+        theirs = np.asarray(tv(img))
+        compare(f"{size} {spec}", ours, theirs, 32, 1.5)
+    # Resize(int) keeps the aspect ratio as torchvision computes it.
+    ours = _native.Transform("Resize(20),ToTensor()")
+    try:
+        ours.shape(3)
+        print("FAIL Resize(20) alone should not fix the output's size")
+        failures += 1
+    except ValueError:
+        pass
+    want = T.Resize(20)(img).size  # (w, h)
+    got = _native.Transform("Resize(20)").image(np.asarray(img), 0).shape  # (h, w, c)
+    ok = (got[1], got[0]) == want
+    print(f"{'ok  ' if ok else 'FAIL'} {size} Resize(20): {got[1]}x{got[0]}, torchvision {want[0]}x{want[1]}")
+    failures += 0 if ok else 1
+
+# The same seed, the same pixels; a spec with a typo names what is allowed.
+t = _native.Transform("RandomResizedCrop(32),ColorJitter(0.4, 0.4, 0.4),Normalize(imagenet)")
+data = png(picture(120, 90, 1))
+same = np.array_equal(t(data, 7), t(data, 7)) and not np.array_equal(t(data, 7), t(data, 8))
+print(f"{'ok  ' if same else 'FAIL'} same seed, same pixels; another seed, others")
+failures += 0 if same else 1
+try:
+    _native.Transform("RandomResizeCrop(224)")
+    print("FAIL a misspelt transform was accepted")
+    failures += 1
+except ValueError as e:
+    ok = "did you mean RandomResizedCrop?" in str(e)
+    print(f"{'ok  ' if ok else 'FAIL'} a typo: {e}")
+    failures += 0 if ok else 1
+
+# A dataset on disk in torchvision's ImageFolder order, targets and bytes.
+with tempfile.TemporaryDirectory() as root:
+    for cls, names in {"zebra": ["b.png", "a.png"], "ant": ["c.png"], "moth": ["d.png", "e.png"]}.items():
+        os.makedirs(os.path.join(root, cls, "sub"), exist_ok=True)
+        for i, n in enumerate(names):
+            picture(20 + i, 10 + i, i).save(os.path.join(root, cls, n))
+    picture(8, 8, 9).save(os.path.join(root, "moth", "sub", "f.png"))
+    ours = _native.open_dataset(root)
+    theirs = torchvision.datasets.ImageFolder(root)
+    ok = (ours.kind == "ImageFolder" and list(ours.classes) == theirs.classes and len(ours) == len(theirs)
+          and all(ours.name(i) == theirs.samples[i][0] and ours.read(i)[1] == theirs.samples[i][1]
+                  for i in range(len(ours))))
+    print(f"{'ok  ' if ok else 'FAIL'} ImageFolder: {len(ours)} samples, classes {list(ours.classes)}, "
+          f"order and targets as torchvision's")
+    failures += 0 if ok else 1
+
+print(f"{failures} comparison(s) off")
+sys.exit(1 if failures else 0)
