@@ -99,10 +99,26 @@ namespace {
 
 using files::isImage;
 
+// A list of files, each read whole: what an ImageFolder and a manifest both are once opened.
+class FileList : public Source {
+ public:
+  size_t size() const override { return paths_.size(); }
+  Encoded read(size_t i) const override {
+    return Encoded{files::readWhole(paths_.at(i)), targets_.at(i), paths_[i]};
+  }
+  std::string nameOf(size_t i) const override { return paths_.at(i); }
+  const std::vector<std::string>& classes() const override { return classes_; }
+
+ protected:
+  std::vector<std::string> classes_;
+  std::vector<std::string> paths_;
+  std::vector<int64_t> targets_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // ImageFolder
 
-class ImageFolder final : public Source {
+class ImageFolder final : public FileList {
  public:
   explicit ImageFolder(const fs::path& root) : root_(root) {
     std::error_code ec;
@@ -165,26 +181,17 @@ class ImageFolder final : public Source {
     }
   }
 
-  size_t size() const override { return paths_.size(); }
-  Encoded read(size_t i) const override {
-    return Encoded{files::readWhole(paths_.at(i)), targets_.at(i), paths_[i]};
-  }
-  std::string nameOf(size_t i) const override { return paths_.at(i); }
-  const std::vector<std::string>& classes() const override { return classes_; }
   std::string kind() const override { return "ImageFolder"; }
   std::string where() const override { return root_.string(); }
 
  private:
   fs::path root_;
-  std::vector<std::string> classes_;
-  std::vector<std::string> paths_;
-  std::vector<int64_t> targets_;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Manifest: CSV (path,label) or JSON lines ({"path": ..., "label": ...})
 
-class Manifest final : public Source {
+class Manifest final : public FileList {
  public:
   explicit Manifest(const fs::path& file) : file_(file) {
     std::ifstream in(file);
@@ -243,20 +250,11 @@ class Manifest final : public Source {
     classes_ = files::numberedClasses(maxLabel);
   }
 
-  size_t size() const override { return paths_.size(); }
-  Encoded read(size_t i) const override {
-    return Encoded{files::readWhole(paths_.at(i)), targets_.at(i), paths_[i]};
-  }
-  std::string nameOf(size_t i) const override { return paths_.at(i); }
-  const std::vector<std::string>& classes() const override { return classes_; }
   std::string kind() const override { return "manifest"; }
   std::string where() const override { return file_.string(); }
 
  private:
   fs::path file_;
-  std::vector<std::string> classes_;
-  std::vector<std::string> paths_;
-  std::vector<int64_t> targets_;
 };
 
 // ---------------------------------------------------------------------------------------------

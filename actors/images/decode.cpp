@@ -8,6 +8,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "cv_image.h"
 #include "troupe/images/transforms.h"
 
 namespace troupe::images {
@@ -33,19 +34,6 @@ tjhandle decompressor() {
 bool damaged(const char* message) {
   return strstr(message, "Premature end") != nullptr || strstr(message, "Corrupt JPEG") != nullptr ||
          strstr(message, "Bogus") != nullptr || strstr(message, "Invalid") != nullptr;
-}
-
-Image fromMat(const cv::Mat& m) {
-  Image out;
-  out.height = m.rows;
-  out.width = m.cols;
-  out.channels = m.channels();
-  out.pixels.resize(size_t(m.rows) * m.cols * m.channels());
-  for (int r = 0; r < m.rows; ++r) {
-    memcpy(out.pixels.data() + size_t(r) * m.cols * m.channels(), m.ptr(r),
-           size_t(m.cols) * m.channels());
-  }
-  return out;
 }
 
 }  // namespace
@@ -118,7 +106,7 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
                                   "not JPEG, PNG, BMP, PPM/PGM, TIFF or WebP)");
   }
   if (channels == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
-  return fromMat(m);
+  return imageOf(m);
 }
 
 }  // namespace troupe::images

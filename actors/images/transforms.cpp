@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cv_image.h"
 #include "ops.h"
 
 namespace troupe::images {
@@ -30,17 +31,6 @@ namespace {
 
 cv::Mat view(Image& im) {
   return cv::Mat(im.height, im.width, CV_8UC(im.channels), im.pixels.data());
-}
-
-Image own(const cv::Mat& m) {
-  Image out;
-  out.height = m.rows;
-  out.width = m.cols;
-  out.channels = m.channels();
-  out.pixels.resize(size_t(m.rows) * m.cols * m.channels());
-  cv::Mat dst(m.rows, m.cols, m.type(), out.pixels.data());
-  m.copyTo(dst);
-  return out;
 }
 
 // PIL's bilinear resize is antialiased when shrinking; OpenCV's INTER_AREA averages the same
@@ -397,7 +387,7 @@ Image Pipeline::transformScaled(Image image, uint64_t seed, int scale,
         break;
     }
   }
-  return own(m);
+  return imageOf(m);
 }
 
 void Pipeline::finish(const Image& image, std::span<uint8_t> out) const {
