@@ -138,5 +138,27 @@ with tempfile.TemporaryDirectory() as root:
           f"order and targets as torchvision's")
     failures += 0 if ok else 1
 
+    # The same folder as a torch dataset through troupe.data (the C++ pipeline in this process).
+    import troupe.data
+    ds = troupe.data.ImageDataset(root, "Resize((12, 16)),RandomHorizontalFlip(),ToTensor()", seed=3)
+    batches = list(torch.utils.data.DataLoader(ds, batch_size=4))
+    again = list(torch.utils.data.DataLoader(ds, batch_size=4))
+    ds.set_epoch(1)
+    other = list(torch.utils.data.DataLoader(ds, batch_size=4))
+    ok = (len(ds) == 6 and ds.classes == theirs.classes and batches[0][0].shape == (4, 3, 12, 16)
+          and batches[0][0].dtype == torch.float32 and batches[1][0].shape == (2, 3, 12, 16)
+          and batches[0][1].tolist() == [t for _, t in theirs.samples[:4]]
+          and all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
+          and not all(torch.equal(a[0], b[0]) for a, b in zip(batches, other)))
+    print(f"{'ok  ' if ok else 'FAIL'} troupe.data.ImageDataset in a DataLoader: shapes, targets, "
+          f"the same seed and epoch the same tensors, another epoch others")
+    failures += 0 if ok else 1
+    try:
+        troupe.data.ImageDataset(root, "Resize(12)")
+        print("FAIL ImageDataset took a spec that fixes no size")
+        failures += 1
+    except ValueError as e:
+        print(f"ok   ImageDataset refuses a spec that fixes no size: {str(e)[:80]}...")
+
 print(f"{failures} comparison(s) off")
 sys.exit(1 if failures else 0)
