@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Packs what it takes to build troupe's Python module (python/src/native.cpp) on another machine
+"""Packs what it takes to build troupe's Python module (python/src/*.cpp) on another machine
 whose Python is another version (scripts/gpu-check.sh prepare; the GPU machine's PyTorch runs
 under its own python3, not Debian's 3.11).
 
     scripts/gpu_pykit.py BUILD KIT LIBDIR
 
 A module compiled for one Python minor version loads only into that one, and no Python 3.12
-headers come with Debian 12, so native.cpp is compiled there, against that machine's Python and
-pybind11; everything else is this build's: its static libraries (debug info stripped), the headers
-native.cpp reads (found by the compiler's own dependency list, -M), and the shared libraries it
-links (already in LIBDIR, the bundle's). KIT/build-native.sh does the compile and the link there.
+headers come with Debian 12, so the module's sources are compiled there, against that machine's
+Python and pybind11; everything else is this build's: its static libraries (debug info stripped),
+the headers the sources read (found by the compiler's own dependency list, -M), and the shared
+libraries it links (already in LIBDIR, the bundle's). KIT/build-native.sh does the compiles and the
+link there.
 """
 import json
 import os
@@ -26,15 +27,16 @@ def main():
         return 2
     build, kit, libdir = (os.path.abspath(a) for a in sys.argv[1:])
     source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    entry = next((e for e in json.load(open(os.path.join(build, "compile_commands.json")))
-                  if e["file"].endswith("python/src/native.cpp")), None)
-    if entry is None:
+    entries = [e for e in json.load(open(os.path.join(build, "compile_commands.json")))
+               if "/python/src/" in e["file"] and e["file"].endswith(".cpp")]
+    if not any(e["file"].endswith("python/src/native.cpp") for e in entries):
         print("gpu_pykit: %s did not build python/src/native.cpp (pybind11-dev, python3-dev)" %
               build, file=sys.stderr)
         return 2
     shutil.rmtree(kit, ignore_errors=True)
     os.makedirs(kit)
-    argv = shlex.split(entry["command"])
+    # Every source of the module compiles with the same flags (one CMake target): the first's.
+    argv = shlex.split(entries[0]["command"])
     flags = []
     skip = False
     for a in argv[1:]:
@@ -49,31 +51,35 @@ def main():
             continue
         flags.append(a)
 
-    # The headers native.cpp reads: the repository's travel with it; the build's generated ones
+    # The headers the sources read: the repository's travel with it; the build's generated ones
     # and the system's (capnp, kj, spdlog, fmt, ...) are copied, keeping their paths.
-    compile_only = []
-    skip = False
-    for a in argv[1:]:
-        if skip or a == "-c":
-            skip = False
-            continue
-        if a == "-o":
-            skip = True
-            continue
-        compile_only.append(a)
-    deps = subprocess.run([argv[0], "-M"] + compile_only, capture_output=True, text=True,
-                          cwd=entry["directory"])
-    if deps.returncode != 0:
-        print(deps.stderr, file=sys.stderr)
-        return 1
-    headers = deps.stdout.replace("\\\n", " ").split(":", 1)[1].split()
+    headers = []
+    for entry in entries:
+        compile_only = []
+        skip = False
+        for a in shlex.split(entry["command"])[1:]:
+            if skip or a == "-c":
+                skip = False
+                continue
+            if a == "-o":
+                skip = True
+                continue
+            compile_only.append(a)
+        deps = subprocess.run([argv[0], "-M"] + compile_only, capture_output=True, text=True,
+                              cwd=entry["directory"])
+        if deps.returncode != 0:
+            print(deps.stderr, file=sys.stderr)
+            return 1
+        for h in deps.stdout.replace("\\\n", " ").split(":", 1)[1].split():
+            headers.append(os.path.normpath(os.path.join(entry["directory"], h)))
+    headers = list(dict.fromkeys(headers))
     system_prefixes = ("/usr/include/c++/", "/usr/include/x86_64-linux-gnu/", "/usr/lib/gcc/",
                        "/usr/include/python3", "/usr/include/pybind11/")
     own = ("capnp/", "kj/", "spdlog/", "fmt/", "nlohmann/", "CLI/", "uv", "opencv4/", "openssl/",
-           "thrust/", "cub/", "libcuckoo/", "zlib.h", "zconf.h", "uv.h", "cblas.h", "openblas")
+           "thrust/", "cub/", "libcuckoo/", "zlib.h", "zconf.h", "uv.h", "cblas.h", "openblas",
+           "turbojpeg.h")
     copied = 0
     for h in headers:
-        h = os.path.normpath(os.path.join(entry["directory"], h))
         if h.startswith(build + "/"):
             dest = os.path.join(kit, "gen", os.path.relpath(h, build))
         elif h.startswith("/usr/include/") and not h.startswith(system_prefixes):
@@ -148,9 +154,9 @@ def main():
             libs.append(w)
     libs = list(dict.fromkeys(libs))  # once each, in order
     script = """#!/bin/sh
-# Builds troupe._native for this machine's python3 (made by scripts/gpu_pykit.py): compiles
-# native.cpp against this Python's headers and pybind11, links the kit's static libraries and the
-# bundle's shared ones. Usage: build-native.sh REPO CUDA_LIB OUT_DIR
+# Builds troupe._native for this machine's python3 (made by scripts/gpu_pykit.py): compiles the
+# module's sources against this Python's headers and pybind11, links the kit's static libraries
+# and the bundle's shared ones. Usage: build-native.sh REPO CUDA_LIB OUT_DIR
 # DT_RPATH (--disable-new-dtags), not RUNPATH: it also finds what the bundle's libraries load
 # (OpenCV's libGLX), which a RUNPATH would leave to a system that may not have it.
 set -e
@@ -165,12 +171,17 @@ PY_INCLUDES=$("$PYTHON" -m pybind11 --includes 2>/dev/null) ||
   PY_INCLUDES="-I$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 SUFFIX=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 mkdir -p "$OUT/troupe"
-cp "$REPO/python/troupe/__init__.py" "$REPO/python/troupe/data.py" "$OUT/troupe/"
-c++ %(cflags)s $PY_INCLUDES -o "$OUT/native.o" -c "$REPO/python/src/native.cpp"
-c++ -fPIC -O2 -shared -o "$OUT/troupe/_native$SUFFIX" "$OUT/native.o" -L"$CUDA_LIB" \\
+cp "$REPO"/python/troupe/*.py "$OUT/troupe/"
+OBJECTS=
+for SRC in %(sources)s; do
+  c++ %(cflags)s $PY_INCLUDES -o "$OUT/$SRC.o" -c "$REPO/python/src/$SRC.cpp"
+  OBJECTS="$OBJECTS $OUT/$SRC.o"
+done
+c++ -fPIC -O2 -shared -o "$OUT/troupe/_native$SUFFIX" $OBJECTS -L"$CUDA_LIB" \\
   -Wl,--disable-new-dtags -Wl,-rpath,"$LIBDIR" -Wl,-rpath,"$CUDA_LIB" %(libs)s
 echo "build-native.sh: $OUT/troupe/_native$SUFFIX"
-""" % {"libdir": libdir, "cflags": " ".join(cflags), "libs": " ".join(libs)}
+""" % {"libdir": libdir, "cflags": " ".join(cflags), "libs": " ".join(libs),
+       "sources": " ".join(os.path.splitext(os.path.basename(e["file"]))[0] for e in entries)}
     with open(os.path.join(kit, "build-native.sh"), "w") as f:
         f.write(script)
     os.chmod(os.path.join(kit, "build-native.sh"), 0o755)
