@@ -27,6 +27,31 @@ const char* dtypeName(Dtype d) {
 
 size_t dtypeBytes(Dtype d) { return d == Dtype::kUint8 ? 1 : d == Dtype::kFloat16 ? 2 : 4; }
 
+void toFloat(std::span<const uint8_t> bytes, Dtype dtype, std::span<float> out, float mean,
+             float stddev) {
+  size_t n = bytes.size() / dtypeBytes(dtype);
+  if (n * dtypeBytes(dtype) != bytes.size() || out.size() != n) {
+    throw std::invalid_argument("toFloat: " + std::to_string(bytes.size()) + " bytes of " +
+                                dtypeName(dtype) + " into " + std::to_string(out.size()) +
+                                " floats");
+  }
+  if (n == 0) return;
+  cv::Mat dst(1, int(n), CV_32F, out.data());
+  auto* data = const_cast<uint8_t*>(bytes.data());
+  switch (dtype) {
+    case Dtype::kUint8:
+      cv::Mat(1, int(n), CV_8UC1, data).convertTo(dst, CV_32F, 1.0 / (255.0 * stddev),
+                                                  -mean / stddev);
+      break;
+    case Dtype::kFloat16:
+      cv::Mat(1, int(n), CV_16F, data).convertTo(dst, CV_32F);
+      break;
+    case Dtype::kFloat32:
+      std::memcpy(out.data(), data, bytes.size());
+      break;
+  }
+}
+
 namespace {
 
 cv::Mat view(Image& im) {
@@ -238,6 +263,27 @@ Pipeline Pipeline::parse(const std::string& spec) {
 std::string Pipeline::describe() const {
   std::string out;
   for (auto& op : ops_) out += (out.empty() ? "" : ",") + op->text;
+  return out + tail(!out.empty());
+}
+
+std::string Pipeline::evaluationSpec(int inputChannels) const {
+  // torchvision's ImageNet evaluation: the shorter side to 8/7 of the crop (256 for 224), then
+  // the centre crop; the training output's channels, layout and dtype.
+  auto shape = outputShape(inputChannels);
+  std::string size = shape.height == shape.width
+                         ? std::to_string(shape.height)
+                         : "(" + std::to_string(shape.height) + ", " +
+                               std::to_string(shape.width) + ")";
+  int shorter = std::min(shape.height, shape.width) * 8 / 7;
+  std::string out = "Resize(" + std::to_string(shorter) + "),CenterCrop(" + size + ")";
+  for (auto& op : ops_) {
+    if (op->text.rfind("Grayscale", 0) == 0) out += "," + op->text;
+  }
+  return out + tail(true);
+}
+
+std::string Pipeline::tail(bool after) const {
+  std::string out;
   if (tensor_) {
     std::string n = "ToTensor()";
     if (!mean_.empty()) {
@@ -254,7 +300,7 @@ std::string Pipeline::describe() const {
       }
       n += "))";
     }
-    out += (out.empty() ? "" : ",") + n;
+    out += (after ? "," : "") + n;
     if (dtype_ != Dtype::kFloat32) out += std::string(",ToDtype(dtype=") + dtypeName(dtype_) + ")";
     if (channelsLast_) out += ",ChannelsLast()";
   }

@@ -50,7 +50,14 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   batchSize_ = args.getBatchSize();
   seed_ = args.getSeed();
   dataDir_ = args.getDataDir();
-  augmenter_ = std::make_shared<const augment::Augmenter>(configFrom(args.getAugment()));
+  dataset_ = args.getDataset();
+  skipBad_ = args.getSkipBadSamples();
+  if (dataset_.empty()) {
+    augmenter_ = std::make_shared<const augment::Augmenter>(configFrom(args.getAugment()));
+  } else {
+    pipeline_ = std::make_shared<const images::Pipeline>(
+        images::Pipeline::parse(args.getTransform().cStr()));
+  }
   KJ_REQUIRE(batchSize_ > 0, "batch size must be at least 1");
 }
 
@@ -85,9 +92,42 @@ std::shared_ptr<const data::LabeledImages> trainingSet(const std::string& dir, u
 
 }  // namespace
 
+std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64_t samples) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<const data::Source>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[path];
+  auto source = slot.lock();
+  if (!source) {
+    source = std::shared_ptr<const data::Source>(data::openSource(path));
+    slot = source;
+  }
+  KJ_REQUIRE(samples <= source->size(), "more training samples asked for than the dataset has",
+             samples, source->size(), path);
+  return source;
+}
+
 kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(uint32_t shard,
                                                                                uint32_t shards) {
   KJ_REQUIRE(shard < shards, "no such shard", shard, shards);
+  if (!dataset_.empty()) {
+    if (source_ == nullptr) {
+      source_ = context()
+                    .offload([path = dataset_, samples = samples_, spent = loadSeconds_]() {
+                      auto cpu = threadCpuSeconds();
+                      KJ_DEFER(spent->fetch_add(threadCpuSeconds() - cpu));
+                      return sharedSource(path, samples);
+                    })
+                    .fork();
+    }
+    return KJ_ASSERT_NONNULL(source_).addBranch().then(
+        [this, shard, shards](std::shared_ptr<const data::Source> source) {
+          auto out = std::make_shared<Shard>();
+          out->ids = data::shardIndices(samples_ ? samples_ : source->size(), shard, shards);
+          out->source = kj::mv(source);
+          return std::shared_ptr<const Shard>(kj::mv(out));
+        });
+  }
   if (trainingSet_ == nullptr) {
     // Reading and unpacking the IDX files is CPU work: the pool, not the event loop.
     trainingSet_ = context()
@@ -194,6 +234,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
                                        uint64_t position, hetero::BatchSink::Client sink) {
   auto& stream = current(shard, session);
   if (position >= order->size()) return kj::READY_NOW;
+  if (data->source) return pumpDataset(shard, session, epoch, data, order, position, sink);
   return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
                                        sink]() mutable {
     --current(shard, session).credits;
@@ -255,6 +296,112 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           augmentSeconds_ += built.cpu + (threadCpuSeconds() - loopCpu);
           return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
             return pump(shard, session, epoch, data, order, end, sink);
+          });
+        });
+  });
+}
+
+kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,
+                                              std::shared_ptr<const Shard> data,
+                                              std::shared_ptr<std::vector<uint32_t>> order,
+                                              uint64_t position, hetero::BatchSink::Client sink) {
+  auto& stream = current(shard, session);
+  if (position >= order->size()) return kj::READY_NOW;
+  return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
+                                       sink]() mutable {
+    --current(shard, session).credits;
+    auto end = std::min<uint64_t>(position + batchSize_, order->size());
+    std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
+    auto& source = *data->source;
+    int channels = source.encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
+    auto shape = pipeline_->outputShape(channels);
+    size_t n = ids.size();
+    size_t sampleBytes = shape.elements() * images::dtypeBytes(pipeline_->dtype());
+    auto pixelsOut = SendBuffer::allocate(n * sampleBytes);
+    struct Built {
+      std::vector<uint32_t> ids;
+      std::vector<int64_t> targets;   // of the samples not skipped
+      std::vector<uint32_t> skipped;  // ids
+      std::vector<std::string> skippedFiles, failure;
+      double cpu;
+    };
+    auto work = [data, pipeline = pipeline_, ids = kj::mv(ids), seed = seed_, epoch, sampleBytes,
+                 skipBad = skipBad_, out = pixelsOut]() mutable {
+      trace::Span span("transform", "train");
+      auto cpu = threadCpuSeconds();
+      auto& source = *data->source;
+      Built built;
+      auto bytes = out.as<uint8_t>();
+      size_t kept = 0;
+      for (auto id : ids) {
+        try {
+          auto sample = source.read(id);
+          // Each sample's random choices from (seed, epoch, its id): the same pixels whichever
+          // augmenter, batch or position serves it.
+          pipeline->run(sample, source.encoding(), source.rawShape(),
+                        data::mixSeed(seed, epoch, id),
+                        bytes.subspan(kept * sampleBytes, sampleBytes));
+          built.targets.push_back(sample.target);
+          ++kept;
+        } catch (const data::SampleError& e) {
+          if (!skipBad) {
+            built.failure.push_back(std::string(e.what()) +
+                                    " (--skip-bad-samples trains on without it)");
+            break;
+          }
+          built.skipped.push_back(id);
+          built.skippedFiles.push_back(e.what());
+        }
+      }
+      built.ids = kj::mv(ids);
+      built.cpu = threadCpuSeconds() - cpu;
+      return built;
+    };
+    return context()
+        .offload(kj::mv(work))
+        .then([this, shard, session, epoch, data, order, position, end, sink, n, sampleBytes,
+               pixelsOut = kj::mv(pixelsOut)](Built built) mutable -> kj::Promise<void> {
+          auto loopCpu = threadCpuSeconds();
+          auto request = sink.pushRequest();
+          auto b = request.initBatch();
+          b.setSession(session);
+          b.setEpoch(epoch);
+          b.setShard(shard);
+          b.setBegin(position);
+          if (!built.failure.empty()) {
+            spdlog::error("augmenter {}: {}", shard_, built.failure.front());
+            b.setFailure(built.failure.front());
+            // The trainer fails the job with it: nothing more to send for this shard.
+            return request.send().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
+          }
+          auto list = b.initSampleIds(n);
+          for (size_t i = 0; i < n; ++i) list.set(i, built.ids[i]);
+          size_t kept = built.targets.size();
+          auto targets = b.initTargets(kept);
+          for (size_t i = 0; i < kept; ++i) targets.set(i, built.targets[i]);
+          b.setDtype(static_cast<uint8_t>(pipeline_->dtype()));
+          if (built.skipped.empty()) {
+            b.adoptPixels(pixelsOut.lend(b));
+          } else {
+            // Rare (a bad file): the kept samples' bytes, copied.
+            b.setPixels(kj::arrayPtr(pixelsOut.bytes().begin(), kept * sampleBytes));
+            auto skipped = b.initSkipped(built.skipped.size());
+            auto files = b.initSkippedFiles(built.skipped.size());
+            for (size_t i = 0; i < built.skipped.size(); ++i) {
+              skipped.set(i, built.skipped[i]);
+              files.set(i, built.skippedFiles[i]);
+              spdlog::warn("augmenter {}: skipped {}", shard_, built.skippedFiles[i]);
+            }
+          }
+          current(shard, session).produced += n;
+          images_ += kept;
+          batches_ += 1;
+          bytes_ += kept * sampleBytes;
+          auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
+                          .attach(kj::mv(pixelsOut));
+          augmentSeconds_ += built.cpu + (threadCpuSeconds() - loopCpu);
+          return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
+            return pumpDataset(shard, session, epoch, data, order, end, sink);
           });
         });
   });

@@ -3,6 +3,13 @@
 // batches ahead of what the trainer has consumed. Deterministic: the same (seed, epoch, position)
 // gives the same batch, so a restarted augmenter resumes from the trainer's acknowledged position
 // and the epoch still delivers every sample exactly once.
+//
+// Two kinds of data: Fashion-MNIST's IDX files augmented by troupe/augment (AugmenterArgs.dataDir
+// and .augment: hetero_train's presets), or any dataset (troupe/dataset/source.h) decoded and
+// transformed by a torchvision-style spec (troupe/images/transforms.h; AugmenterArgs.dataset and
+// .transform), each sample's random choices seeded by (seed, epoch, sample id). A sample of a
+// dataset that cannot be read ends the job naming its file (Batch.failure) or, with
+// skipBadSamples, is skipped and named in its batch (Batch.skipped).
 
 #pragma once
 
@@ -15,8 +22,16 @@
 #include "troupe/actor.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/dataset/source.h"
+#include "troupe/images/transforms.h"
 
 namespace troupe::train {
+
+// A dataset's file list, built once per process and shared by its augmenters (one per vCPU) and
+// the driver that checked it at start: listing an ImageNet folder or indexing its shards is
+// seconds of work and megabytes of paths. Kept while anyone holds it. Throws SourceError (at
+// open) and KJ's REQUIRE when `samples` exceeds the dataset.
+std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64_t samples = 0);
 
 class AugmenterActor final : public ActorBase<hetero::Augmenter> {
  public:
@@ -35,6 +50,7 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
  private:
   struct Shard {
     std::shared_ptr<const data::LabeledImages> all;  // the training set (trainingSet())
+    std::shared_ptr<const data::Source> source;      // or the dataset (AugmenterArgs.dataset)
     std::vector<uint32_t> ids;                       // sample ids of the shard, ascending
   };
   struct Stream {
@@ -60,6 +76,15 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   std::string dataDir_;
   std::shared_ptr<const augment::Augmenter> augmenter_;
   kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::LabeledImages>>> trainingSet_;
+  // A dataset: opened once per process (sharedSource()), its transform parsed here.
+  std::string dataset_;
+  bool skipBad_ = false;
+  std::shared_ptr<const images::Pipeline> pipeline_;
+  kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::Source>>> source_;
+  kj::Promise<void> pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,
+                                std::shared_ptr<const Shard> data,
+                                std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
+                                hetero::BatchSink::Client sink);
   std::map<uint32_t, Stream> streams_;  // by shard
   // For stats(): what this incarnation augmented and pushed.
   uint64_t images_ = 0, batches_ = 0, bytes_ = 0;

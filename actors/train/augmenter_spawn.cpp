@@ -19,6 +19,9 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setBatchSize(spec.batchSize);
         a.setDataDir(spec.dataDir);
         a.setSamples(spec.samples);
+        a.setDataset(spec.dataset);
+        a.setTransform(spec.transform);
+        a.setSkipBadSamples(spec.skipBadSamples);
         auto aug = a.initAugment();
         const auto& c = spec.augment;
         aug.setPadding(c.padding);

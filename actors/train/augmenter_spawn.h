@@ -27,6 +27,10 @@ struct AugmenterSpec {
   unsigned restarts = 3;
   unsigned perNode = 0;  // augmenters per data node; 0: one per vCPU
   std::string dataGroup = "data_group";
+  // A dataset of any kind and its transform spec (AugmenterArgs.dataset); empty: Fashion-MNIST
+  // from dataDir through `augment`.
+  std::string dataset, transform;
+  bool skipBadSamples = false;
 };
 
 Placement augmenterPlacement(const AugmenterSpec& spec);

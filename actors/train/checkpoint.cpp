@@ -86,7 +86,8 @@ json recordJson(const EpochRecord& r) {
           {"loss", r.loss},
           {"accuracy", r.accuracy},
           {"from_checkpoint", r.fromCheckpoint},
-          {"digest", r.digest}};
+          {"digest", r.digest},
+          {"skipped", r.skipped}};
 }
 
 EpochRecord recordFrom(const json& j) {
@@ -95,6 +96,7 @@ EpochRecord recordFrom(const json& j) {
   r.duplicates = j.at("duplicates");
   r.missing = j.at("missing");
   r.rejected = j.at("rejected");
+  r.skipped = j.value("skipped", uint64_t(0));  // absent in older checkpoints
   r.steps = j.at("steps");
   r.stepSeconds = j.at("step_seconds");
   r.stepCpuSeconds = j.value("step_cpu_seconds", 0.0);  // absent in older checkpoints

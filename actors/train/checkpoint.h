@@ -77,6 +77,9 @@ struct EpochRecord {
   /// checker that knows the epoch's ids computes what it must be (exactly once), without trusting
   /// the counters above (docs/hetero_train.md, "the report").
   uint64_t digest = 0;
+  /// Samples that could not be read and were skipped (--skip-bad-samples): neither trained on
+  /// nor missing.
+  uint64_t skipped = 0;
 };
 
 /// splitmix64's finaliser of a sample id: the term of EpochRecord::digest.

@@ -32,9 +32,13 @@ struct StepBatch {
   std::vector<uint32_t> ids;
   std::vector<uint8_t> labels;
   // The received message's bytes, not a copy: ids.size() x 784 float32 (normalised) or, with
-  // `bytes`, uint8 pixels (x 255) not yet normalised.
+  // `bytes`, uint8 pixels (x 255) not yet normalised. With a dataset (TrainerArgs.sample): each
+  // sample as SampleFormat says, in `dtype`, and its class in `targets` (labels too where every
+  // class fits a byte).
   Received images;
   bool bytes = false;
+  uint8_t dtype = 0;  // troupe::images::Dtype, with a dataset
+  std::vector<int64_t> targets;
   float learningRate = 0;  // the trainer's schedule (the MLP follows it; a script has its own)
   // The trainer waited for data since the previous step: the time between the two steps is not
   // the learner's handoff (Handoffs).

@@ -7,6 +7,8 @@
 
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/dataset/source.h"
+#include "troupe/images/transforms.h"
 #include "troupe/trace.h"
 
 namespace troupe::train {
@@ -16,7 +18,44 @@ MlpLearner::MlpLearner(hetero::TrainerArgs::Reader args)
   config_.learningRate = args.getLearningRate();
   config_.momentum = args.getMomentum();
   config_.seed = args.getSeed();
+  if (args.hasSample()) {
+    auto f = args.getSample();
+    dataset_ = true;
+    dtype_ = f.getDtype();
+    config_.layerSizes.front() = int(f.getChannels() * f.getHeight() * f.getWidth());
+    config_.layerSizes.back() = int(f.getClasses());
+    testDataset_ = args.getTestDataset();
+    testTransform_ = args.getTestTransform();
+  }
 }
+
+namespace {
+
+// A dataset's test split as the model takes it: every sample through the test transform (no
+// random op, so seed 0 is as good as any), as floats.
+std::vector<float> testInputs(const data::Source& source, const images::Pipeline& pipeline,
+                              size_t inputSize, std::vector<uint8_t>& labels) {
+  int channels = source.encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
+  auto shape = pipeline.outputShape(channels);
+  if (shape.elements() != inputSize) {
+    throw std::runtime_error("the test transform writes " + std::to_string(shape.elements()) +
+                             " values a sample, the training one " + std::to_string(inputSize) +
+                             ": give --test-transform the training transform's output size");
+  }
+  auto dtype = pipeline.dtype();
+  std::vector<uint8_t> bytes(inputSize * images::dtypeBytes(dtype));
+  std::vector<float> out(source.size() * inputSize);
+  labels.resize(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    auto sample = source.read(i);
+    pipeline.run(sample, source.encoding(), source.rawShape(), 0, bytes);
+    images::toFloat(bytes, dtype, std::span<float>(out.data() + i * inputSize, inputSize));
+    labels[i] = uint8_t(sample.target);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<int> MlpLearner::shape() const {
   return config_.layerSizes;
@@ -30,6 +69,21 @@ kj::Promise<void> MlpLearner::start(ActorContext& context) {
   deviceReason_ = selection.reason;
   spdlog::info("trainer on {}: {}", context.node().host(), deviceReason_);
   model_ = std::make_shared<trainer::Mlp>(config_, std::move(selection.device));
+  if (dataset_) {
+    if (testDataset_.empty()) return kj::READY_NOW;  // no test set: no accuracy
+    return context
+        .offload([path = testDataset_, spec = testTransform_, inputs = config_.layerSizes.front()]() {
+          auto source = data::openSource(path);
+          auto pipeline = images::Pipeline::parse(spec);
+          auto test = std::make_shared<Test>();
+          test->images = testInputs(*source, pipeline, size_t(inputs), test->labels);
+          return std::shared_ptr<const Test>(kj::mv(test));
+        })
+        .then([this](std::shared_ptr<const Test> test) {
+          spdlog::info("test set: {} samples from {}", test->labels.size(), testDataset_);
+          test_ = kj::mv(test);
+        });
+  }
   return context
       .offload([dir = dataDir_]() {
         auto set = data::loadFashionMnist(dir, data::Split::kTest);
@@ -56,7 +110,14 @@ kj::Promise<StepResult> MlpLearner::step(ActorContext& context, StepBatch b) {
     timespec before{}, after{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
     StepResult r;
-    if (b.bytes) {
+    if (!b.targets.empty() || b.dtype != 0) {
+      // A dataset's samples, in the transform's dtype.
+      thread_local std::vector<float> floats;
+      auto dtype = static_cast<images::Dtype>(b.dtype);
+      floats.resize(b.images.size() / images::dtypeBytes(dtype));
+      images::toFloat(b.images.as<uint8_t>(), dtype, floats);
+      r.loss = model->trainStep(floats, b.labels);
+    } else if (b.bytes) {
       // One buffer per pool thread: a batch's floats are 400 KB, an mmap and its page faults on
       // every step if allocated each time.
       thread_local std::vector<float> floats;
@@ -79,6 +140,7 @@ kj::Promise<StepResult> MlpLearner::step(ActorContext& context, StepBatch b) {
 }
 
 kj::Promise<double> MlpLearner::evaluate(ActorContext& context, uint32_t) {
+  if (!test_) return NAN;  // a dataset without a test set
   return context.offload([model = model_, test = test_]() {
     trace::Span span("eval", "train");
     return model->evaluate(test->images, test->labels);

@@ -2,7 +2,10 @@
 //
 // hetero_train's learner (learner.h): the MLP (troupe/trainer/mlp.h) on the node's device, CUDA
 // when built with it and a GPU is present, else Thrust's CPU back end. Each step runs on the
-// node's pool; the evaluation is on the Fashion-MNIST test set.
+// node's pool; the evaluation is on the Fashion-MNIST test set, or with a dataset
+// (TrainerArgs.sample) on its test dataset decoded once through the test transform (none: no
+// accuracy). The input layer takes a sample's values as the transform writes them, the output
+// layer one unit per class.
 
 #pragma once
 
@@ -36,6 +39,9 @@ class MlpLearner final : public Learner {
   };
   trainer::MlpConfig config_;
   std::string deviceName_, dataDir_, modelDir_;
+  bool dataset_ = false;  // TrainerArgs.sample: a dataset's samples, not Fashion-MNIST's
+  uint8_t dtype_ = 0;
+  std::string testDataset_, testTransform_;
   std::string deviceReason_;
   std::shared_ptr<trainer::Mlp> model_;
   std::shared_ptr<const Test> test_;

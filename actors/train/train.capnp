@@ -26,6 +26,12 @@ struct AugmenterArgs {
   dataDir @2 :Text;               # Fashion-MNIST IDX files (.gz or plain)
   augment @3 :AugmentSettings;
   samples @4 :UInt64;             # 0 = the whole training set
+  dataset @5 :Text;
+  # Nonempty: a dataset of any kind (troupe/dataset/source.h: an ImageFolder, a manifest,
+  # WebDataset shards, IDX files) decoded and transformed by `transform` (troupe/images/
+  # transforms.h) instead of the Fashion-MNIST augmenter over dataDir with `augment`.
+  transform @6 :Text;
+  skipBadSamples @7 :Bool;        # a sample that cannot be read is skipped, not the job's end
 }
 
 struct Batch {
@@ -38,6 +44,14 @@ struct Batch {
   images @6 :Data;                # float32, sampleIds.size() x 784, normalised; or empty, and:
   pixels @7 :Data;                # uint8, sampleIds.size() x 784: augmented [0, 1] pixels x 255,
                                   # not normalised (a quarter of the bytes; what augmenters send)
+  # A dataset (AugmenterArgs.dataset): `pixels` holds the transform's output of each sample not
+  # skipped, in `dtype` (troupe::images::Dtype: 0 uint8, 1 float16, 2 float32), the shape the
+  # trainer was given; targets instead of labels.
+  dtype @8 :UInt8;
+  targets @9 :List(Int64);        # one per sample not skipped
+  skipped @10 :List(UInt32);      # of sampleIds: could not be read (--skip-bad-samples)
+  skippedFiles @11 :List(Text);   # "file: why", one per skipped id
+  failure @12 :Text;              # nonempty: a sample could not be read and the job fails with this
 }
 
 interface BatchSink {
@@ -85,6 +99,20 @@ struct TrainerArgs {
   script @14 :UInt64;
   # Nonzero: the batches go to a training script in the trainer's own process (the Python package
   # troupe.data; script_learner.h), this one of its streams; zero: hetero_train's MLP.
+  sample @15 :SampleFormat;       # what a batch's pixels are: Fashion-MNIST's 784 bytes if unset
+  testDataset @16 :Text;          # the MLP's evaluation set (a dataset); empty: dataDir's test set,
+                                  # or none with `sample` set (accuracy NaN)
+  testTransform @17 :Text;
+}
+
+struct SampleFormat {
+  # One sample as the augmenters' transform writes it (troupe/images/transforms.h's Shape).
+  channels @0 :UInt32;
+  height @1 :UInt32;
+  width @2 :UInt32;
+  channelsFirst @3 :Bool;
+  dtype @4 :UInt8;                # troupe::images::Dtype
+  classes @5 :UInt32;             # targets are in [0, classes)
 }
 
 struct EpochReport {
@@ -103,6 +131,7 @@ struct EpochReport {
   stepCpuSeconds @12 :Float64;    # CPU time of the steps' pool thread (the CPU trainer's compute)
   fillSeconds @13 :Float64;       # of waitSeconds: waiting for the epoch's first batch
   digest @14 :UInt64;             # sum of sampleDigest(id) over every sample trained on (checkpoint.h)
+  skipped @15 :UInt64;            # samples that could not be read (--skip-bad-samples): not missing
 }
 
 struct TrainerCpu {
@@ -134,7 +163,8 @@ struct CheckpointReport {
 
 interface Trainer extends(Troupe.Actor) {
   train @0 (epochs :UInt32, sources :List(Troupe.ActorAddress), trainSamples :UInt64)
-      -> (epochs :List(EpochReport), device :Text, checkpoints :CheckpointReport, cpu :TrainerCpu);
+      -> (epochs :List(EpochReport), device :Text, checkpoints :CheckpointReport, cpu :TrainerCpu,
+          skippedFiles :List(Text));
   # A checkpoint in the trainer's folder of this job is resumed: the epochs it finished come back
   # in `epochs` as they were, and training continues the epoch in progress from each shard's
   # acknowledged position.

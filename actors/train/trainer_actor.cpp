@@ -190,7 +190,11 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
               e.setLoss(h.loss);
               e.setFromCheckpoint(h.fromCheckpoint);
               e.setDigest(h.digest);
+              e.setSkipped(h.skipped);
             }
+            auto skipped = r.initSkippedFiles(skippedFiles_.size());
+            size_t k = 0;
+            for (auto& f : skippedFiles_) skipped.set(k++, f);
             learner_->finished(history_);
           },
           [this](kj::Exception&& e) {
@@ -249,10 +253,12 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
       stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
       totalWait_ += stats_.waitSeconds - waitBefore_;
       spdlog::info(
-          "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}, "
+          "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}, "
           "{:.1f} s",
           epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected,
-          std::isnan(accuracy) ? std::string("evaluated by the script")
+          stats_.skipped ? fmt::format("{} skipped (unreadable), ", stats_.skipped) : "",
+          std::isnan(accuracy) ? std::string(args_.getScript() ? "evaluated by the script"
+                                                                : "no test set")
                                : fmt::format("test accuracy {:.4f}", accuracy),
           stats_.seconds);
       history_.push_back(stats_);
@@ -484,6 +490,20 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   p.labels.assign(labels.begin(), labels.end());
   p.bytes = batch.hasPixels() && batch.getPixels().size() > 0;
   p.images = Received::keep(p.bytes ? batch.getPixels() : batch.getImages());
+  if (args_.hasSample()) {
+    p.bytes = true;  // pixels (of any dtype), or none when every sample was skipped
+    p.dtype = batch.getDtype();
+    for (auto t : batch.getTargets()) p.targets.push_back(t);
+    for (auto id : batch.getSkipped()) p.skipped.push_back(id);
+    for (auto f : batch.getSkippedFiles()) p.skippedFiles.push_back(f.cStr());
+  }
+  if (batch.getFailure().size() > 0 && fatal_ == nullptr) {
+    // A sample that could not be read, without --skip-bad-samples: the job's end, naming it.
+    fatal_ = KJ_EXCEPTION(FAILED, kj::str("a training sample could not be read: ",
+                                          batch.getFailure()));
+    wake();
+    return;
+  }
   copiedBatches_ += p.images.copied();
   if (p.source < sources_.size() && sources_[p.source].session == p.session &&
       sources_[p.source].augmenter >= 0) {
@@ -526,12 +546,35 @@ void TrainerActor::grant(Source& s, uint32_t credits) {
   tasks_->add(req.send().ignoreResult());
 }
 
+size_t TrainerActor::sampleBytes(const Pending& b) const {
+  if (!args_.hasSample()) return b.bytes ? 784 : 784 * sizeof(float);
+  auto f = args_.getSample();
+  size_t valueSize = f.getDtype() == 2 ? 4 : f.getDtype() == 1 ? 2 : 1;
+  return size_t(f.getChannels()) * f.getHeight() * f.getWidth() * valueSize;
+}
+
 kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) const {
   size_t n = b.ids.size();
   if (n == 0 || n > batchSize_)
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
-  size_t valueSize = b.bytes ? 1 : sizeof(float);
-  if (b.labels.size() != n || b.images.size() != n * 784 * valueSize) {
+  if (args_.hasSample()) {
+    size_t kept = n - std::min(n, b.skipped.size());
+    if (b.dtype != args_.getSample().getDtype() || b.targets.size() != kept ||
+        b.skippedFiles.size() != b.skipped.size() || b.images.size() != kept * sampleBytes(b)) {
+      return kj::str("shape mismatch: ", n, " ids, ", b.skipped.size(), " skipped, ",
+                     b.targets.size(), " targets, ", b.images.size(), " bytes of dtype ",
+                     b.dtype, " (", sampleBytes(b), " bytes a sample)");
+    }
+    for (auto id : b.skipped) {
+      if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())
+        return kj::str("skipped sample ", id, " is not in the batch");
+    }
+    for (auto t : b.targets) {
+      if (t < 0 || uint64_t(t) >= args_.getSample().getClasses())
+        return kj::str("target ", t, " out of range (", args_.getSample().getClasses(),
+                       " classes)");
+    }
+  } else if (b.labels.size() != n || b.images.size() != n * sampleBytes(b)) {
     auto images = b.bytes ? kj::str(b.images.size(), " bytes of pixels")
                   : b.images.size() % sizeof(float) == 0
                       ? kj::str(b.images.size() / sizeof(float), " floats")
@@ -595,30 +638,53 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
     grant(s, 1);
     return consume(epoch);
   }
+  // Skipped samples (unreadable, --skip-bad-samples) are counted as seen, never missing, and
+  // not as trained: not in the samples, the digest or the step.
+  for (size_t k = 0; k < b.skipped.size(); ++k) {
+    if (seen_[b.skipped[k]]++) ++stats_.duplicates;
+    ++stats_.skipped;
+    skippedFiles_.insert(b.skippedFiles[k]);
+  }
+  if (!b.skipped.empty()) {
+    std::erase_if(b.ids, [&](uint32_t id) {
+      return std::find(b.skipped.begin(), b.skipped.end(), id) != b.skipped.end();
+    });
+  }
   for (auto id : b.ids) {
     if (seen_[id]++) ++stats_.duplicates;
     stats_.digest += sampleDigest(id);
   }
   stats_.samples += b.ids.size();
+  if (args_.hasSample()) {
+    // Targets as the MLP takes them (hetero_train checks at start that every class fits).
+    b.labels.resize(b.targets.size());
+    for (size_t k = 0; k < b.targets.size(); ++k) b.labels[k] = uint8_t(b.targets[k]);
+  }
   // Learning rate decays linearly to zero over the whole run.
   float lr = args_.getLearningRate() *
              (1.0f - static_cast<float>(totalSteps_) / std::max<uint64_t>(1, plannedSteps_));
   auto stepStart = context().timer().now();
-  auto end = b.begin + b.ids.size();
+  auto end = b.begin + b.ids.size() + b.skipped.size();
   grant(s, 1);  // room for the next batch while this one trains
+  if (b.ids.empty()) {
+    s.acked = end;  // every sample of it was skipped: nothing to step on
+    return consume(epoch);
+  }
   // The batch counts as trained from here on; a checkpoint taken while the step is on the pool
   // waits for it, or takes the batch back if the step never ran (takeBackUnappliedStep()).
   s.acked = end;
   ++stats_.steps;
   ++totalSteps_;
   auto done = std::make_shared<std::atomic<bool>>(false);
-  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done};
+  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done, b.skipped};
   StepBatch step;
   step.epoch = epoch;
   step.ids = b.ids;
   step.labels = kj::mv(b.labels);
   step.images = kj::mv(b.images);
   step.bytes = b.bytes;
+  step.dtype = b.dtype;
+  step.targets = kj::mv(b.targets);
   step.learningRate = lr;
   step.done = done;
   step.waited = waitedSinceStep_;

@@ -83,6 +83,13 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     // pixels (x 255) the step normalises; ids.size() x 784 either way.
     Received images;
     bool bytes = false;
+    // A dataset's batch (TrainerArgs.sample): its targets, the samples it skipped, and a sample
+    // that could not be read (the job fails with it).
+    uint8_t dtype = 0;
+    std::vector<int64_t> targets;
+    std::vector<uint32_t> skipped;
+    std::vector<std::string> skippedFiles;
+    std::string failure;
   };
   struct StepInFlight {
     // The batch a training step on the pool is applying. Its samples count as trained from the
@@ -92,6 +99,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint64_t begin;
     std::vector<uint32_t> ids;
     std::shared_ptr<std::atomic<bool>> done;  // set on the pool thread once the step applied
+    std::vector<uint32_t> skipped;            // of the batch's positions: unreadable, skipped
   };
 
   struct CpuTimes {
@@ -138,6 +146,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   bool epochDone() const;
   void grant(Source& s, uint32_t credits);
   kj::Maybe<kj::String> validate(const Pending& b, const Source& s) const;
+  size_t sampleBytes(const Pending& b) const;  // what one sample of `b` takes in its pixels
+  std::set<std::string> skippedFiles_;          // every file skipped, once
 
   // -- checkpoints (trainer_checkpoint.cpp) --
   JobIdentity identity() const;

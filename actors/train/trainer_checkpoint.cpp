@@ -207,6 +207,10 @@ void TrainerActor::takeBackUnappliedStep() {
         stats_.digest -= sampleDigest(id);
       }
       stats_.samples -= step->ids.size();
+      for (auto id : step->skipped) {
+        if (--seen_[id] > 0) --stats_.duplicates;
+        --stats_.skipped;
+      }
       --stats_.steps;
       --totalSteps_;
       spdlog::info("the step in flight did not run: shard {} resumes from sample {}",

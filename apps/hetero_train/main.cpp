@@ -29,6 +29,8 @@
 #include "troupe/trainer/mlp.h"
 #include "troupe/cli11.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/dataset/source.h"
+#include "troupe/images/transforms.h"
 #include "troupe/sagemaker.h"
 #include "troupe/sched/instance_types.h"
 #include "troupe/troupe.h"
@@ -40,7 +42,7 @@ using troupe::Placement;
 struct Settings {
   unsigned epochs = 5;
   unsigned batchSize = 128;
-  float learningRate = 0.05f;
+  float learningRate = 0;  // unset: 0.05 for Fashion-MNIST, 0.01 for a dataset (wider input)
   float momentum = 0.9f;
   unsigned prefetch = 4;
   std::string augment = "heavy";  // the AugmentConfig preset
@@ -65,7 +67,19 @@ struct Settings {
   std::string priceFile;
   std::string pricing = "on-demand";
   hetero_train::Prices prices;
+  // A dataset of any kind (--dataset), decoded and transformed on the data group by --transform;
+  // Fashion-MNIST's IDX files without --transform keep the augmenter of --augment instead.
+  std::string dataset, transform, testDataset, testTransform;
+  bool skipBadSamples = false;
+  std::shared_ptr<const troupe::data::Source> source;  // opened at start (sharedSource)
+  troupe::images::Shape shape;                         // a sample as the transform writes it
+  troupe::images::Dtype dtype = troupe::images::Dtype::kUint8;
+  uint32_t classes = 0;
 };
+
+// ImageNet's training recipe (torchvision's references): the default transform for images.
+constexpr const char* kImageTransform =
+    "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
 
 // What a checkpoint must share with this job to be resumed by it (checkpoint.h).
 troupe::train::JobIdentity jobIdentity(const Settings& s) {
@@ -73,6 +87,10 @@ troupe::train::JobIdentity jobIdentity(const Settings& s) {
   id.trainSamples = s.samples;
   id.batchSize = s.batchSize;
   id.layerSizes = troupe::trainer::MlpConfig().layerSizes;
+  if (s.source) {
+    id.layerSizes.front() = int(s.shape.elements());
+    id.layerSizes.back() = int(s.classes);
+  }
   id.seed = s.seed;
   id.epochs = s.epochs;
   id.learningRate = s.learningRate;
@@ -87,8 +105,9 @@ troupe::train::JobIdentity jobIdentity(const Settings& s) {
 // the image: a misnamed channel ("training") or a declared `train` whose folder is missing is a
 // configuration error naming what is there; with no channel at all the image's dataset is used,
 // with a warning that says so. An explicit --data-dir (flag or hyperparameter) is the user's.
-void checkNoTrainChannel(const troupe::SageMakerEnv& sm, const std::string& dataDir) {
-  if (dataDir != troupe::data::kDefaultFashionMnistDir) return;
+void checkNoTrainChannel(const troupe::SageMakerEnv& sm, const std::string& dataDir,
+                         const std::string& dataset) {
+  if (dataDir != troupe::data::kDefaultFashionMnistDir || !dataset.empty()) return;
   std::vector<std::string> declared;
   try {
     std::ifstream in(sm.path("input/config/inputdataconfig.json"));
@@ -118,12 +137,81 @@ void checkNoTrainChannel(const troupe::SageMakerEnv& sm, const std::string& data
   if (!sm.channels().empty() || !declared.empty()) {
     troupe::configError("no 'train' channel under " + sm.path("input/data") + " (channels: " +
                         list(sm.channels().empty() ? declared : sm.channels()) +
-                        "); hetero_train reads Fashion-MNIST from the channel named 'train': "
-                        "rename the channel, or give --data-dir (the data-dir hyperparameter)");
+                        "); hetero_train reads its dataset from the channel named 'train': "
+                        "rename the channel, or give --dataset (the dataset hyperparameter)");
   }
   spdlog::warn("no input channels under {}: training on the Fashion-MNIST installed here ({}, the "
                "image's copy on SageMaker); give a 'train' channel to train on your data",
                sm.path("input/data"), dataDir);
+}
+
+// --dataset: opened here, on every node before anything starts (the file list is kept for the
+// augmenters of this process: sharedSource), and the transform parsed against it. What cannot
+// be used is a configuration error (exit 2) naming it and what is allowed. Fashion-MNIST's IDX
+// files without --transform go to the --augment augmenter, as --data-dir does.
+void openDataset(Settings& s) {
+  namespace data = troupe::data;
+  namespace images = troupe::images;
+  if (s.dataset.empty()) {
+    if (!s.transform.empty() || !s.testDataset.empty() || !s.testTransform.empty()) {
+      throw troupe::ConfigError("--transform, --test-dataset and --test-transform need --dataset "
+                                "PATH (your dataset; docs/data.md)");
+    }
+    return;
+  }
+  std::shared_ptr<const data::Source> source;
+  try {
+    source = troupe::train::sharedSource(s.dataset);
+  } catch (const data::SourceError& e) {
+    throw troupe::ConfigError(std::string("--dataset: ") + e.what());
+  }
+  if (source->kind() == "IDX" && s.transform.empty()) {
+    s.dataDir = s.dataset;  // today's Fashion-MNIST path: the --augment preset
+    s.dataset.clear();
+    return;
+  }
+  if (s.transform.empty()) s.transform = kImageTransform;
+  int channels = source->encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
+  try {
+    auto pipeline = images::Pipeline::parse(s.transform);
+    s.shape = pipeline.outputShape(channels);
+    s.dtype = pipeline.dtype();
+    if (s.testTransform.empty()) s.testTransform = pipeline.evaluationSpec(channels);
+    s.transform = pipeline.describe();
+  } catch (const images::SpecError& e) {
+    throw troupe::ConfigError(std::string("--transform: ") + e.what());
+  }
+  s.classes = uint32_t(source->classes().size());
+  if (s.classes < 2 || s.classes > 256) {
+    throw troupe::ConfigError("--dataset " + s.dataset + " has " + std::to_string(s.classes) +
+                              " classes; hetero_train's MLP classifies 2 to 256 (a PyTorch "
+                              "model through troupe.data takes any number: docs/pytorch.md)");
+  }
+  if (!s.testDataset.empty()) {
+    try {
+      auto test = data::openSource(s.testDataset);
+      if (test->classes().size() > s.classes) {
+        throw troupe::ConfigError("--test-dataset " + s.testDataset + " has " +
+                                  std::to_string(test->classes().size()) + " classes, --dataset " +
+                                  std::to_string(s.classes) + ": give both the same classes");
+      }
+      auto pipeline = images::Pipeline::parse(s.testTransform);
+      int testChannels = test->encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
+      auto shape = pipeline.outputShape(testChannels);
+      if (shape.elements() != s.shape.elements() || pipeline.dtype() != s.dtype) {
+        throw troupe::ConfigError("--test-transform writes " + std::to_string(shape.elements()) +
+                                  " " + images::dtypeName(pipeline.dtype()) +
+                                  " values a sample, --transform " +
+                                  std::to_string(s.shape.elements()) + " " +
+                                  images::dtypeName(s.dtype) + ": give them the same output");
+      }
+    } catch (const data::SourceError& e) {
+      throw troupe::ConfigError(std::string("--test-dataset: ") + e.what());
+    } catch (const images::SpecError& e) {
+      throw troupe::ConfigError(std::string("--test-transform: ") + e.what());
+    }
+  }
+  s.source = kj::mv(source);
 }
 
 Settings parseSettings(int argc, char* argv[]) {
@@ -132,7 +220,8 @@ Settings parseSettings(int argc, char* argv[]) {
   cli.footer("troupe's own options (--cluster, --token-file, --head-group, ...): --troupe-help\n");
   cli.add_option("--epochs", s.epochs, "epochs")->check(CLI::Range(1u, 1000u));
   cli.add_option("--batch-size", s.batchSize, "samples per batch")->check(CLI::Range(1u, 8192u));
-  cli.add_option("--lr", s.learningRate, "learning rate (decays linearly to 0)")
+  cli.add_option("--lr", s.learningRate,
+                 "learning rate (decays linearly to 0; default 0.05, 0.01 with --dataset)")
       ->check(CLI::Range(1e-6f, 10.0f));
   cli.add_option("--momentum", s.momentum)->check(CLI::Range(0.0f, 0.999f));
   cli.add_option("--prefetch", s.prefetch, "batches in flight per augmenter")
@@ -152,6 +241,23 @@ Settings parseSettings(int argc, char* argv[]) {
   cli.add_option("--progress-every", s.progressEvery, "seconds between progress lines")
       ->check(CLI::Range(0.1, 3600.0));
   cli.add_option("--data-dir", s.dataDir, "Fashion-MNIST IDX files");
+  cli.add_option("--dataset", s.dataset,
+                 "your dataset: an ImageFolder, a manifest (.csv, .jsonl), WebDataset .tar shards "
+                 "or IDX files (docs/data.md; default on SageMaker: the 'train' channel)");
+  cli.add_option("--transform", s.transform,
+                 std::string("the data group's transforms, torchvision's names (docs/data.md); "
+                             "default for images: ") +
+                     kImageTransform + "; for IDX files: the --augment preset");
+  cli.add_option("--test-dataset", s.testDataset,
+                 "the dataset the trainer's accuracy is measured on (default on SageMaker: the "
+                 "'test' channel; none: no accuracy)");
+  cli.add_option("--test-transform", s.testTransform,
+                 "default: Resize to 8/7 and CenterCrop to --transform's output size, then its "
+                 "Normalize, dtype and layout");
+  cli.add_flag("--skip-bad-samples{true}", s.skipBadSamples,
+               "a training sample that cannot be read is skipped and listed in the report, "
+               "instead of failing the job")
+      ->expected(0, 1);
   cli.add_option("--model-dir", s.modelDir, "where to save the model (empty: don't)");
   cli.add_option("--report", s.report, "write the report as JSON to this path");
   cli.add_option("--device", s.device, "auto, cpu or cuda")
@@ -187,7 +293,9 @@ Settings parseSettings(int argc, char* argv[]) {
     auto sm = troupe::SageMakerEnv::detect();
     if (sm.active()) {
       if (sm.hasChannel("train"))
-        defaults.insert(defaults.end(), {"--data-dir", sm.channelDir("train")});
+        defaults.insert(defaults.end(), {"--dataset", sm.channelDir("train")});
+      if (sm.hasChannel("test"))
+        defaults.insert(defaults.end(), {"--test-dataset", sm.channelDir("test")});
       defaults.insert(defaults.end(), {"--model-dir", sm.modelDir()});
       // output/data is uploaded as output.tar.gz (and kept by `troupe sim`).
       defaults.insert(defaults.end(), {"--report", sm.outputDataDir() + "/report.json"});
@@ -196,7 +304,9 @@ Settings parseSettings(int argc, char* argv[]) {
         defaults.insert(defaults.end(), {"--checkpoint-dir", sm.checkpointDir()});
     }
     troupe::parseAppFlags(cli, argc, argv, defaults, sm);
-    if (sm.active() && !sm.hasChannel("train")) checkNoTrainChannel(sm, s.dataDir);
+    if (sm.active() && !sm.hasChannel("train")) checkNoTrainChannel(sm, s.dataDir, s.dataset);
+    openDataset(s);
+    if (s.learningRate == 0) s.learningRate = s.source ? 0.01f : 0.05f;
     s.augmentConfig = s.augment == "light" ? troupe::augment::AugmentConfig::light()
                                            : troupe::augment::AugmentConfig::heavy();
     if (s.blur >= 0) s.augmentConfig.blurKernel = s.blur;
@@ -247,12 +357,22 @@ class Job {
   troupe::Co<void> run() {
     // Check the dataset before any work starts, on the pool: unpacking it takes long enough to
     // starve the head's heartbeats if done on the event loop.
-    auto count = job_.loop().offload([dir = s_.dataDir]() {
+    auto count = job_.loop().offload([dir = s_.dataDir, source = s_.source]() {
+      if (source) return source->size();
       return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
     });
     size_t available = co_await kj::mv(count);  // (no lambda inside co_await: see troupe/co.h)
     KJ_REQUIRE(s_.samples <= available, "--train-samples is larger than the training set",
                s_.samples, available);
+    if (s_.source) {
+      printf("dataset: %s (%s), %zu samples, %u classes; transform %s -> %s %dx%dx%d\n",
+             s_.source->where().c_str(), s_.source->kind().c_str(), s_.source->size(),
+             s_.classes, s_.transform.c_str(), troupe::images::dtypeName(s_.dtype),
+             s_.shape.channelsFirst ? s_.shape.channels : s_.shape.height,
+             s_.shape.channelsFirst ? s_.shape.height : s_.shape.width,
+             s_.shape.channelsFirst ? s_.shape.width : s_.shape.channels);
+      fflush(stdout);
+    }
     samples_ = s_.samples ? s_.samples : available;
     co_await start();
   }
@@ -295,6 +415,17 @@ class Job {
               a.setFresh(s_.fresh);
               a.setSamplesSetting(s_.samples);
               a.setKillDuringCheckpoint(s_.killDuringCheckpoint);
+              if (s_.source) {
+                auto f = a.initSample();
+                f.setChannels(s_.shape.channels);
+                f.setHeight(s_.shape.height);
+                f.setWidth(s_.shape.width);
+                f.setChannelsFirst(s_.shape.channelsFirst);
+                f.setDtype(static_cast<uint8_t>(s_.dtype));
+                f.setClasses(s_.classes);
+                a.setTestDataset(s_.testDataset);
+                a.setTestTransform(s_.testTransform);
+              }
             })
             // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,
             // well within SageMaker's 120 s between SIGTERM and SIGKILL.
@@ -377,6 +508,9 @@ class Job {
     spec.restarts = s_.restarts;
     spec.perNode = s_.perNode;
     spec.dataGroup = s_.dataGroup;
+    spec.dataset = s_.dataset;
+    spec.transform = s_.transform;
+    spec.skipBadSamples = s_.skipBadSamples;
     return spec;
   }
 
@@ -473,17 +607,17 @@ class Job {
   void report(capnp::Response<hetero::Trainer::TrainResults>& r, const AugmentStats& st) {
     if (live_) printf("\n");  // end the live progress line
     printf("\ntrainer device: %s\n\n", r.getDevice().cStr());
-    printf("%5s %9s %10s %8s %9s %9s %8s\n", "epoch", "samples", "duplicates", "missing",
-           "rejected", "accuracy", "seconds");
+    printf("%5s %9s %10s %8s %9s %8s %9s %8s\n", "epoch", "samples", "duplicates", "missing",
+           "rejected", "skipped", "accuracy", "seconds");
     double seconds = 0, wait = 0, stepSeconds = 0, stepCpuSeconds = 0, fill = 0;
     unsigned epochCount = 0;
     uint64_t steps = 0, samples = 0;
     nlohmann::json epochs = nlohmann::json::array();
     for (auto e : r.getEpochs()) {
-      printf("%5u %9lu %10lu %8lu %9lu %9.4f %8.1f\n", e.getEpoch() + 1,
+      printf("%5u %9lu %10lu %8lu %9lu %8lu %9.4f %8.1f\n", e.getEpoch() + 1,
              (unsigned long)e.getSamples(), (unsigned long)e.getDuplicates(),
-             (unsigned long)e.getMissing(), (unsigned long)e.getRejected(), e.getTestAccuracy(),
-             e.getSeconds());
+             (unsigned long)e.getMissing(), (unsigned long)e.getRejected(),
+             (unsigned long)e.getSkipped(), e.getTestAccuracy(), e.getSeconds());
       seconds += e.getSeconds();
       wait += e.getWaitSeconds();
       stepSeconds += e.getStepSeconds();
@@ -500,7 +634,31 @@ class Job {
                         {"test_accuracy", e.getTestAccuracy()},
                         {"seconds", e.getSeconds()},
                         {"from_checkpoint", e.getFromCheckpoint()},
+                        {"skipped", e.getSkipped()},
                         {"digest", hex(e.getDigest())}});
+    }
+    nlohmann::json skippedFiles = nlohmann::json::array();
+    for (auto f : r.getSkippedFiles()) skippedFiles.push_back(f.cStr());
+    if (!skippedFiles.empty()) {
+      printf("\n%zu training samples could not be read and were skipped (--skip-bad-samples):\n",
+             skippedFiles.size());
+      for (auto& f : skippedFiles) printf("  %s\n", f.get<std::string>().c_str());
+    }
+    nlohmann::json dataset = nullptr;
+    if (s_.source) {
+      dataset = {{"path", s_.source->where()},
+                 {"kind", s_.source->kind()},
+                 {"samples", s_.source->size()},
+                 {"classes", s_.classes},
+                 {"transform", s_.transform},
+                 {"test_dataset", s_.testDataset},
+                 {"test_transform", s_.testTransform},
+                 {"sample_shape", s_.shape.channelsFirst
+                                      ? nlohmann::json::array({s_.shape.channels, s_.shape.height,
+                                                               s_.shape.width})
+                                      : nlohmann::json::array({s_.shape.height, s_.shape.width,
+                                                               s_.shape.channels})},
+                 {"dtype", troupe::images::dtypeName(s_.dtype)}};
     }
     auto c = r.getCheckpoints();
     nlohmann::json resumed = nullptr;
@@ -670,6 +828,8 @@ class Job {
                           {"rates", rates},
                           {"advice", advice},
                           {"membership", changes},
+                          {"dataset", dataset},
+                          {"skipped_files", skippedFiles},
                           {"exit_status", 0}};
       hetero_train::writeReport(s_.report, j.dump(2) + "\n");
     }

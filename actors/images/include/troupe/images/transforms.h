@@ -63,6 +63,12 @@ enum class Dtype : uint8_t { kUint8, kFloat16, kFloat32 };
 const char* dtypeName(Dtype d);  // "uint8"
 size_t dtypeBytes(Dtype d);
 
+/// A model's input from a pipeline's output: float32 as they are, float16 widened, uint8 scaled
+/// as (x / 255 - mean) / std (hetero_train's MLP takes uint8 pixels this way). `out` holds
+/// bytes.size() / dtypeBytes(dtype) floats.
+void toFloat(std::span<const uint8_t> bytes, Dtype dtype, std::span<float> out,
+             float mean = 0.5f, float stddev = 0.25f);
+
 /// One sample's output: its shape in `layout` order.
 struct Shape {
   int channels = 0, height = 0, width = 0;
@@ -94,6 +100,11 @@ class Pipeline {
 
   /// The spec in canonical form, every argument named.
   std::string describe() const;
+
+  /// The spec of an evaluation pipeline for this one, as torchvision's ImageNet recipe: Resize
+  /// the shorter side to 8/7 of the output, CenterCrop the output's size, then this pipeline's
+  /// Grayscale, ToTensor/Normalize, dtype and layout. Same output shape and dtype, no random op.
+  std::string evaluationSpec(int inputChannels) const;
 
   /// What run() writes for a source whose images have `inputChannels` channels (3 for image
   /// files, 1 for raw grey). Throws SpecError when the pipeline does not fix the output's height
@@ -128,6 +139,7 @@ class Pipeline {
   std::vector<float> mean_, std_;  // Normalize; empty: [0, 1] only
 
   void finish(const Image& image, std::span<uint8_t> out) const;
+  std::string tail(bool after) const;  // describe()'s ToTensor/Normalize/dtype/layout part
   // transform() on an image decoded at 1/scale of its full size, `full` (height, width): the
   // first RandomResizedCrop draws its box on the full size and reads it from the smaller image.
   Image transformScaled(Image image, uint64_t seed, int scale, std::pair<int, int> full) const;
