@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: run test build deps deps-run configure configure-run clean hello soak test-sanitize image \
-	test-image test-slurm compare scaling run-pytorch bench-pytorch
+	test-image test-slurm compare scaling run-pytorch bench-pytorch run-images
 
 deps:
 	@scripts/install-deps.sh
@@ -40,6 +40,18 @@ run: configure-run
 	cmake --build $(BUILD) -j $(JOBS) --target $(RUN_TARGETS)
 	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
 	  --channel train=/usr/share/datasets/fashion-mnist -- $(BUILD)/apps/hetero_train/hetero_train
+
+# Your data on the data group (docs/data.md): a JPEG ImageFolder made once from Fashion-MNIST
+# (images of many sizes, coloured, some PNG and grey; apps/hetero_train/make_images.cpp), as the
+# `train` and `test` channels of `make run`'s cluster, decoded and transformed by the augmenters.
+IMAGES ?= $(BUILD)/images-data
+IMAGES_TRANSFORM ?= RandomResizedCrop(32,scale=(0.5,1.0)),RandomHorizontalFlip(),ColorJitter(0.4,0.4,0.4),Normalize(imagenet)
+run-images: configure-run
+	cmake --build $(BUILD) -j $(JOBS) --target $(RUN_TARGETS) make_images
+	test -d $(IMAGES)/train || $(BUILD)/apps/hetero_train/make_images $(IMAGES)
+	$(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
+	  --channel train=$(IMAGES)/train --channel test=$(IMAGES)/test \
+	  -- $(BUILD)/apps/hetero_train/hetero_train --transform '$(IMAGES_TRANSFORM)'
 
 # The seeds' PyTorch example (examples/pytorch/train.py, docs/pytorch.md) on the same cluster: the
 # same command on every instance; the data instances run troupe's augmenters, the dnn instance the
