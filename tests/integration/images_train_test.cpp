@@ -1,0 +1,268 @@
+// hetero_train on the user's own images (docs/data.md): an ImageFolder of JPEGs and PNGs of many
+// sizes made here from Fashion-MNIST (make_images), the same as WebDataset shards and as a CSV
+// manifest; a data instance killed and one drained mid-epoch; a corrupt JPEG that fails the job
+// naming it, or is skipped and listed; a dataset or a transform that cannot be used, refused at
+// start. Every sample once is judged by the report's digest, computed here.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <kj/common.h>
+
+#include "harness.h"
+#include "train_job.h"
+
+using namespace std::chrono_literals;
+using harness::Run;
+using train_job::kCluster;
+using train_job::tempPath;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small transform (32x32 output): these tests judge the data plane, not the model's cost.
+const std::string kTransform =
+    "RandomResizedCrop(32,scale=(0.5,1.0)),RandomHorizontalFlip(),ColorJitter(0.4,0.4,0.4),"
+    "Normalize(imagenet)";
+
+// make_images into a folder of this test's; `extra` its flags. Returns the folder (train/, test/,
+// train.csv) and make_images' output (the corrupt files' lines).
+struct Made {
+  std::string dir, output;
+};
+Made makeImages(const std::string& name, std::vector<std::string> extra) {
+  auto dir = tempPath(name);
+  fs::remove_all(dir);
+  std::vector<std::string> argv = {MAKE_IMAGES, dir};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Run run(argv);
+  int code = run.wait(120s);
+  INFO(run.output());
+  REQUIRE(code == 0);
+  return {dir, run.output()};
+}
+
+std::vector<std::string> train(const std::string& dataset, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {HETERO_TRAIN, "--dataset", dataset, "--transform", kTransform};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The manifest's rows as WebDataset shards: each sample's image and its .cls under one basename,
+// `shards` tar files written by tar(1) (what `tar -cf` of a WebDataset folder makes).
+std::string makeShards(const std::string& dir, int shards) {
+  auto stage = dir + "/stage", out = dir + "/shards";
+  fs::create_directories(stage);
+  fs::create_directories(out);
+  std::ifstream csv(dir + "/train.csv");
+  std::string line;
+  std::getline(csv, line);  // the header
+  std::vector<std::string> names;
+  int i = 0;
+  while (std::getline(csv, line)) {
+    auto comma = line.rfind(',');
+    REQUIRE(comma != std::string::npos);
+    fs::path image = dir + "/" + line.substr(0, comma);
+    char base[32];
+    snprintf(base, sizeof(base), "%06d", i++);
+    fs::copy_file(image, stage + "/" + base + image.extension().string());
+    std::ofstream(stage + "/" + base + ".cls") << line.substr(comma + 1) << "\n";
+    names.push_back(std::string(base) + image.extension().string());
+    names.push_back(std::string(base) + ".cls");
+  }
+  size_t per = (names.size() / 2 + shards - 1) / shards * 2;
+  for (int s = 0; s < shards; ++s) {
+    auto list = dir + "/list-" + std::to_string(s);
+    std::ofstream l(list);
+    for (size_t k = s * per; k < std::min(names.size(), (s + 1) * per); ++k) l << names[k] << "\n";
+    l.close();
+    char tar[64];
+    snprintf(tar, sizeof(tar), "/shard-%06d.tar", s);
+    auto cmd = "tar -cf '" + out + tar + "' -C '" + stage + "' -T '" + list + "'";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  }
+  return out;
+}
+
+nlohmann::json runToEnd(Run& run, const std::string& report, size_t epochs, uint64_t samples) {
+  int code = run.wait(240s);
+  INFO(run.output());
+  REQUIRE(code == 0);
+  CHECK(run.leftovers().empty());
+  return train_job::checkEverySampleOnce(report, epochs, samples);
+}
+
+}  // namespace
+
+TEST_CASE("your images as an ImageFolder, WebDataset shards and a CSV manifest - each trains, "
+          "every sample once",
+          "[train][images]") {
+  auto made = makeImages("imgs-kinds", {"--samples", "1200", "--test-samples", "300"});
+  SECTION("ImageFolder, with a test set the model learns on") {
+    auto report = tempPath("folder.json");
+    Run run(harness::sim(kCluster,
+                         train(made.dir + "/train", {"--epochs", "3", "--test-dataset",
+                                                     made.dir + "/test", "--report", report})));
+    auto j = runToEnd(run, report, 3, 1200);
+    CHECK(j["dataset"]["kind"] == "ImageFolder");
+    CHECK(j["dataset"]["classes"] == 10);
+    CHECK(j["dataset"]["sample_shape"] == nlohmann::json::array({3, 32, 32}));
+    CHECK(j["dataset"]["test_transform"].get<std::string>().rfind("Resize(36),CenterCrop(32)", 0) ==
+          0);
+    // Chance is 0.1: the pixels and the labels the trainer got belong together.
+    CHECK(train_job::finalAccuracy(j) > 0.4);
+    CHECK(j["skipped_files"].empty());
+  }
+  SECTION("WebDataset shards") {
+    auto shards = makeShards(made.dir, 3);
+    auto report = tempPath("shards.json");
+    Run run(harness::sim(kCluster, train(shards, {"--epochs", "2", "--report", report})));
+    auto j = runToEnd(run, report, 2, 1200);
+    CHECK(j["dataset"]["kind"] == "WebDataset");
+    CHECK(j["dataset"]["classes"] == 10);
+  }
+  SECTION("a CSV manifest") {
+    auto report = tempPath("manifest.json");
+    Run run(harness::sim(kCluster,
+                         train(made.dir + "/train.csv", {"--epochs", "2", "--report", report})));
+    auto j = runToEnd(run, report, 2, 1200);
+    CHECK(j["dataset"]["kind"] == "manifest");
+  }
+  fs::remove_all(made.dir);
+}
+
+TEST_CASE("your images: a data instance killed mid-epoch, and one drained by SIGTERM - every "
+          "sample once",
+          "[train][images][fault]") {
+  auto made = makeImages("imgs-faults", {"--samples", "6000", "--test-samples", "0"});
+  // 64x64 and 3 epochs: an epoch lasts seconds here, the fault lands inside epoch 1.
+  auto transform = "RandomResizedCrop(64),RandomHorizontalFlip(),Normalize(imagenet)";
+  for (int sig : {SIGKILL, SIGTERM}) {
+    DYNAMIC_SECTION((sig == SIGKILL ? "SIGKILL" : "SIGTERM") << " to a data instance") {
+      auto report = tempPath("fault.json");
+      Run run(harness::sim(
+          kCluster, {HETERO_TRAIN, "--dataset", made.dir + "/train", "--transform", transform,
+                     "--epochs", "3", "--augmenters-per-node", "2", "--progress-every", "0.2",
+                     "--report", report}));
+      train_job::waitPastFirstStep(run, 3, 120s);
+      auto victim = harness::instanceIn(run, "data_group");
+      REQUIRE(kill(victim.pid, sig) == 0);
+      int code = run.wait(240s);
+      auto out = run.output();
+      INFO(out);
+      if (sig == SIGKILL) {
+        CHECK(harness::headDoneHostKilled(code, out));
+        CHECK(out.find("node " + victim.host + " (data_group) was lost") != std::string::npos);
+      } else {
+        CHECK(code == 0);  // a drained instance exits 0 (docs/lifecycle.md)
+      }
+      train_job::checkEverySampleOnce(report, 3, 6000);
+      CHECK(run.leftovers().empty());
+    }
+  }
+  fs::remove_all(made.dir);
+}
+
+TEST_CASE("a corrupt JPEG fails the job naming the file, or with --skip-bad-samples is skipped "
+          "and listed",
+          "[train][images][bad-input]") {
+  auto made = makeImages("imgs-corrupt", {"--samples", "600", "--test-samples", "0",
+                                          "--corrupt", "2"});
+  std::smatch m;
+  std::vector<std::string> corrupt;
+  std::regex line("corrupt: (\\S+) cut");
+  for (auto it = std::sregex_iterator(made.output.begin(), made.output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    corrupt.push_back((*it)[1]);
+  }
+  INFO(made.output);
+  REQUIRE(corrupt.size() == 2);
+  SECTION("without --skip-bad-samples: exit 1, the failure file names it") {
+    auto cluster = kCluster;
+    cluster.insert(cluster.begin(), "--keep");  // the roots stay, for output/failure
+    Run run(harness::sim(cluster, train(made.dir + "/train", {"--epochs", "1"})));
+    int code = run.wait(120s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 1);
+    auto roots = harness::rootsOf(run);
+    REQUIRE(!roots.empty());
+    KJ_DEFER(fs::remove_all(roots));
+    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
+    INFO("the head's output/failure: " << failure);
+    CHECK(failure.find("a training sample could not be read: ") != std::string::npos);
+    bool named = false;
+    for (auto& f : corrupt) named = named || failure.find(fs::path(f).filename()) != std::string::npos;
+    CHECK(named);
+    CHECK(failure.find("--skip-bad-samples") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("with --skip-bad-samples: trains on, both files listed, counted as skipped") {
+    auto report = tempPath("skip.json");
+    Run run(harness::sim(kCluster, train(made.dir + "/train", {"--epochs", "2",
+                                                              "--skip-bad-samples", "--report",
+                                                              report})));
+    int code = run.wait(120s);
+    INFO(run.output());
+    REQUIRE(code == 0);
+    std::ifstream in(report);
+    REQUIRE(in.good());
+    auto j = nlohmann::json::parse(in);
+    REQUIRE(j["epochs"].size() == 2);
+    for (auto& e : j["epochs"]) {
+      CHECK(e["samples"] == 598);
+      CHECK(e["skipped"] == 2);
+      CHECK(e["missing"] == 0);
+      CHECK(e["duplicates"] == 0);
+    }
+    auto files = j["skipped_files"].dump();
+    CHECK(j["skipped_files"].size() == 2);
+    for (auto& f : corrupt) CHECK(files.find(fs::path(f).filename()) != std::string::npos);
+    unlink(report.c_str());
+  }
+  fs::remove_all(made.dir);
+}
+
+TEST_CASE("a dataset or transform that cannot be used is refused at start, exit 2, naming it",
+          "[train][images][bad-input]") {
+  auto made = makeImages("imgs-bad", {"--samples", "100", "--test-samples", "0"});
+  auto refused = [](std::vector<std::string> argv, const std::string& says) {
+    Run run(harness::sim(kCluster, argv));
+    int code = run.wait(60s);
+    INFO(run.output());
+    CHECK(code == 2);
+    CHECK(run.output().find(says) != std::string::npos);
+    CHECK(run.leftovers().empty());
+  };
+  SECTION("a misspelt transform") {
+    refused({HETERO_TRAIN, "--dataset", made.dir + "/train", "--transform",
+             "RandomResizedCrop(32),RandomHorizontalFlp()"},
+            "RandomHorizontalFlip");
+  }
+  SECTION("an empty class folder") {
+    fs::create_directories(made.dir + "/train/99_empty");
+    refused(train(made.dir + "/train", {}), "99_empty");
+    fs::remove(made.dir + "/train/99_empty");
+  }
+  SECTION("a manifest label out of range") {
+    auto csv = made.dir + "/bad.csv";
+    std::ofstream(csv) << "path,label\ntrain/0_tshirt_top/000001.jpg,-3\n";
+    refused(train(csv, {}), "bad.csv");
+  }
+  SECTION("a path that holds no dataset") {
+    fs::create_directories(made.dir + "/nothing");
+    refused(train(made.dir + "/nothing", {}), made.dir + "/nothing");
+  }
+  SECTION("a test transform whose output is not the training one's") {
+    refused(train(made.dir + "/train", {"--test-dataset", made.dir + "/train", "--test-transform",
+                                        "Resize(40),CenterCrop(40),Normalize(imagenet)"}),
+            "--test-transform writes 4800");
+  }
+  fs::remove_all(made.dir);
+}
