@@ -25,6 +25,7 @@
 #include "trainer_actor.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/images/transforms.h"
 #include "troupe/loop.h"
 #include "troupe/troupe.h"
 
@@ -52,6 +53,17 @@ struct Settings {
   unsigned stopTimeoutSeconds = 30;
   std::string dataDir = troupe::data::kDefaultFashionMnistDir;
   std::string dataGroup = "data_group";
+  // A dataset of any kind and its transform (docs/data.md); empty: Fashion-MNIST from dataDir.
+  std::string dataset, transform;
+  bool skipBadSamples = false;
+};
+
+// A dataset's samples as the transform writes them (set by start() before the runtime runs).
+struct Format {
+  std::shared_ptr<const troupe::data::Source> source;
+  troupe::images::Shape shape;
+  troupe::images::Dtype dtype = troupe::images::Dtype::kUint8;
+  uint32_t classes = 0;
 };
 
 class Job {
@@ -71,6 +83,7 @@ class Job {
       started_ = true;
     }
     settings_ = std::move(settings);
+    if (!settings_.dataset.empty()) open();
     learner_ = ScriptLearner::create();
     argv_ = std::move(argv);
     for (auto& a : argv_) args_.push_back(a.data());
@@ -86,16 +99,32 @@ class Job {
   }
 
   std::shared_ptr<ScriptLearner> learner() const { return learner_; }
+  const Format& format() const { return format_; }
   std::string placements() const {
     std::lock_guard lock(mutex_);
     return placements_;
   }
 
  private:
+  // The dataset, opened on every instance before the runtime starts (the file list is shared
+  // with this process's augmenters), and the transform parsed against it: what cannot be used
+  // raises in the script, naming it (SourceError, SpecError: RuntimeError, ValueError).
+  void open() {
+    auto& s = settings_;
+    format_.source = troupe::train::sharedSource(s.dataset);
+    if (s.transform.empty()) s.transform = "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
+    auto pipeline = troupe::images::Pipeline::parse(s.transform);
+    bool grey = format_.source->encoding() == troupe::data::Encoding::kRawGrey8;
+    format_.shape = pipeline.outputShape(grey ? 1 : 3);
+    format_.dtype = pipeline.dtype();
+    format_.classes = uint32_t(format_.source->classes().size());
+  }
+
   kj::Promise<void> drive(troupe::Driver& job) {
     // The dataset's size, on the pool (unpacking it on the event loop starves heartbeats).
     return job.loop()
-        .offload([dir = settings_.dataDir]() {
+        .offload([dir = settings_.dataDir, source = format_.source]() {
+          if (source) return source->size();
           return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
         })
         .then([this, &job](size_t available) { return place(job, available); });
@@ -118,6 +147,9 @@ class Job {
     spec.restarts = s.restarts;
     spec.perNode = s.perNode;
     spec.dataGroup = s.dataGroup;
+    spec.dataset = s.dataset;
+    spec.transform = s.transform;
+    spec.skipBadSamples = s.skipBadSamples;
     auto augmenters = job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
                                                        troupe::train::augmenterOptions(spec, "augmenter"));
     // The trainer runs here, in the script's process: its batches go to the script.
@@ -131,6 +163,15 @@ class Job {
               a.setPrefetch(s.prefetch);
               a.setSamplesSetting(s.samples);
               a.setScript(learner_->id());
+              if (format_.source) {
+                auto f = a.initSample();
+                f.setChannels(format_.shape.channels);
+                f.setHeight(format_.shape.height);
+                f.setWidth(format_.shape.width);
+                f.setChannelsFirst(format_.shape.channelsFirst);
+                f.setDtype(static_cast<uint8_t>(format_.dtype));
+                f.setClasses(format_.classes);
+              }
             })
             // Stopped early (SIGTERM), it waits for the script to save its state and end.
             .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS));
@@ -180,6 +221,7 @@ class Job {
   std::condition_variable running_;
   bool started_ = false, driving_ = false;
   Settings settings_;
+  Format format_;
   uint64_t samples_ = 0;
   std::string placements_;
   std::shared_ptr<ScriptLearner> learner_;
@@ -197,7 +239,33 @@ class Job {
 
 // A received batch as arrays: images (N, 1, 28, 28), float32 normalised or uint8 as sent,
 // labels and sample ids as int64.
+// A dataset's batch: the transform's output as it came (no copy), (N, C, H, W) or (N, H, W, C)
+// in its dtype; targets as int64.
+py::tuple datasetArrays(ScriptLearner::Item& item, const Format& f) {
+  auto& b = item.batch;
+  auto n = static_cast<py::ssize_t>(b.ids.size());
+  auto& s = f.shape;
+  std::vector<py::ssize_t> shape = s.channelsFirst
+                                       ? std::vector<py::ssize_t>{n, s.channels, s.height, s.width}
+                                       : std::vector<py::ssize_t>{n, s.height, s.width, s.channels};
+  auto* held = new troupe::Received(std::move(b.images));
+  py::capsule owner(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
+  const char* format = f.dtype == troupe::images::Dtype::kFloat32   ? "f"
+                       : f.dtype == troupe::images::Dtype::kFloat16 ? "e"
+                                                                    : "B";
+  py::array images(py::dtype(format), shape, held->as<uint8_t>().data(), owner);
+  py::array_t<int64_t> targets(n), ids(n);
+  auto* t = targets.mutable_data();
+  auto* d = ids.mutable_data();
+  for (py::ssize_t i = 0; i < n; ++i) {
+    t[i] = b.targets[i];
+    d[i] = b.ids[i];
+  }
+  return py::make_tuple(images, targets, ids);
+}
+
 py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
+  if (Job::get().format().source) return datasetArrays(item, Job::get().format());
   auto& b = item.batch;
   auto n = static_cast<py::ssize_t>(b.ids.size());
   std::vector<py::ssize_t> shape{n, 1, 28, 28};
@@ -277,6 +345,9 @@ PYBIND11_MODULE(_native, m) {
         get("stop_timeout", s.stopTimeoutSeconds);
         get("data_dir", s.dataDir);
         get("data_group", s.dataGroup);
+        get("dataset", s.dataset);
+        get("transform", s.transform);
+        get("skip_bad_samples", s.skipBadSamples);
         py::gil_scoped_release release;
         Job::get().start(std::move(argv), std::move(s));
       },

@@ -54,7 +54,8 @@ def _torch():
 
 
 _OPTIONS = ("prefetch", "seed", "train_samples", "augment", "blur", "augmenters_per_node",
-            "restarts", "stop_timeout", "data_dir", "data_group")
+            "restarts", "stop_timeout", "data_dir", "data_group", "dataset", "transform",
+            "skip_bad_samples")
 
 
 class _Ending:
@@ -122,7 +123,15 @@ class AugmentedBatches:
     ("heavy" or "light"), ``blur``, ``prefetch`` (batches in flight per augmenter),
     ``augmenters_per_node`` (0: one per vCPU), ``restarts``, ``data_dir``, ``data_group`` and
     ``stop_timeout`` (seconds the script has to save after a stop) mean what hetero_train's flags
-    of those names mean (docs/hetero_train.md). ``on_stop``: called when the job is stopping,
+    of those names mean (docs/hetero_train.md).
+
+    Your own data (docs/data.md): ``dataset`` (an ImageFolder, a CSV or JSON-lines manifest,
+    WebDataset ``.tar`` shards, or IDX files), ``transform`` (a torchvision-style spec such as
+    ``"RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)"``, the default) and
+    ``skip_bad_samples``. The data group decodes and transforms it; ``images`` come as the
+    transform writes them - float32 ``(N, C, H, W)`` after Normalize, uint8 ``(N, H, W, C)``
+    without, float16 with ``ToDtype(float16)`` - and ``labels`` are the dataset's targets (int64).
+    ``normalize`` applies to Fashion-MNIST only. ``on_stop``: called when the job is stopping,
     before :class:`Stopped` is raised (save the model and ``state_dict()`` there). ``pin_memory``
     (default: whether CUDA is available) returns page-locked tensors, a copy of each batch.
     """

@@ -440,6 +440,61 @@ print("mine: epochs", [e["samples"] for e in stream.report()["epochs"]], flush=T
   CHECK(run.leftovers().empty());
 }
 
+TEST_CASE("a script outside the tree trains a CNN on its own ImageFolder through troupe.data, "
+          "decoded and transformed on the data group",
+          "[pytorch][images]") {
+  SKIP_WITHOUT_TORCH();
+  // A user's folder: their images (JPEGs and PNGs of many sizes, some grey), their script
+  // written from docs/data.md and docs/pytorch.md, the package on PYTHONPATH.
+  auto dir = tempPath("pytorch-images");
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/app");
+  Run made({MAKE_IMAGES, dir + "/data", "--samples", "1500", "--test-samples", "0"});
+  REQUIRE(made.wait(60s) == 0);
+  std::ofstream(dir + "/app/mine.py") << R"py(import sys
+import torch
+import troupe.data
+
+stream = troupe.data.AugmentedBatches(
+    batch_size=64, epochs=3, dataset=sys.argv[1],
+    transform="RandomResizedCrop(32, scale=(0.5, 1.0)),RandomHorizontalFlip(),Normalize(imagenet)")
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+    torch.nn.MaxPool2d(2), torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+for epoch in stream.epochs():
+    correct = seen = 0
+    for images, labels in epoch:
+        assert images.shape[1:] == (3, 32, 32) and images.dtype == torch.float32, images.shape
+        assert labels.dtype == torch.int64 and 0 <= labels.min() and labels.max() < 10
+        logits = model(images)
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        correct += (logits.argmax(1) == labels).sum().item()
+        seen += len(labels)
+    print(f"mine: epoch {epoch} train accuracy {correct / seen:.3f}", flush=True)
+print("mine: epochs", [e["samples"] for e in stream.report()["epochs"]], flush=True)
+)py";
+  Run run(harness::sim(kCluster, {PYTHON3, dir + "/app/mine.py", dir + "/data/train"}),
+          pythonEnv());
+  int code = run.wait(300s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("mine: epochs [1500, 1500, 1500]") != std::string::npos);
+  // The labels belong to the pixels: better than chance (0.1) by the last epoch.
+  std::smatch m;
+  std::regex last("mine: epoch 2 train accuracy ([0-9.]+)");
+  REQUIRE(std::regex_search(out, m, last));
+  CHECK(std::stod(m[1]) > 0.3);
+  fs::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("troupe's image transforms give torchvision's pixels where they are deterministic, and "
           "a dataset on disk reads in ImageFolder's order",
           "[pytorch][images]") {
