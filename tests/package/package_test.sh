@@ -6,7 +6,9 @@
 #   3. examples/greeter, copied out of the tree, configures with find_package(troupe) and the
 #      prefix only, and builds (one job);
 #   4. the same app configures with add_subdirectory(troupe) instead (a subproject);
-#   5. the installed `troupe sim` runs it: exit 0 and one greeting from each of the 3 instances.
+#   5. the installed `troupe sim` runs it: exit 0 and one greeting from each of the 3 instances;
+#   6. examples/images (the data plane: troupe::dataset, troupe::images) builds the same way and
+#      trains on an ImageFolder made by make_images: every sample once, better than chance.
 # The temporary folder is removed on every exit.
 #
 # usage: package_test.sh BUILD_DIR SOURCE_DIR CXX_COMPILER [COMPILER_LAUNCHER]
@@ -85,3 +87,27 @@ greetings=$(grep -c "greeter: hello, package from algo-" "$tmp/run.log" || true)
 grep -q "greeter: 3 greeter.Greeter actors answered" "$tmp/run.log" ||
   fail "the driver did not report 3 greeter.Greeter actors (the typed registration's name)"
 echo "ok: the installed troupe sim ran greeter: exit 0, 3 greetings"
+
+# The data plane from outside (docs/data.md): examples/images, copied out of the tree, links
+# troupe::dataset and troupe::images and reads an ImageFolder made here on the data group.
+cp -r "$source/examples/images" "$tmp/images-src"
+cmake -S "$tmp/images-src" -B "$tmp/images" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
+  ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER="$launcher"} > "$tmp/images-configure.log" 2>&1 ||
+  { cat "$tmp/images-configure.log"; fail "examples/images does not configure with find_package(troupe)"; }
+cmake --build "$tmp/images" -j 1 > "$tmp/images-build.log" 2>&1 ||
+  { cat "$tmp/images-build.log"; fail "examples/images does not build against the installed troupe"; }
+"$build/apps/hetero_train/make_images" "$tmp/data" --samples 1000 --test-samples 200 > /dev/null ||
+  fail "make_images could not make the ImageFolder"
+status=0
+"$prefix/bin/troupe" sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
+  -- "$tmp/images/centroids" "$tmp/data/train" "$tmp/data/test" > "$tmp/images.log" 2>&1 ||
+  status=$?
+grep "centroids:\|troupe sim:" "$tmp/images.log"
+[[ $status == 0 ]] || { cat "$tmp/images.log"; fail "the installed troupe sim ran centroids with exit $status, not 0"; }
+grep -q "centroids: 1000 of 1000 training samples, every one once: yes" "$tmp/images.log" ||
+  fail "centroids did not read every training sample once"
+accuracy=$(sed -n 's/.*test accuracy \([0-9.]*\) on 200 samples.*/\1/p' "$tmp/images.log")
+[[ -n $accuracy ]] && awk "BEGIN { exit !($accuracy > 0.3) }" ||
+  fail "centroids' test accuracy is '$accuracy', not above 0.3 (chance is 0.1)"
+echo "ok: examples/images built out of tree and trained on an ImageFolder: accuracy $accuracy"
