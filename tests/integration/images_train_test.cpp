@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 
@@ -264,5 +265,41 @@ TEST_CASE("a dataset or transform that cannot be used is refused at start, exit 
                                         "Resize(40),CenterCrop(40),Normalize(imagenet)"}),
             "--test-transform writes 4800");
   }
+  fs::remove_all(made.dir);
+}
+
+TEST_CASE("your images: interrupted as a spot reclaim mid-epoch and started again from the "
+          "checkpoint - every sample once across both runs",
+          "[train][images][resume]") {
+  auto made = makeImages("imgs-resume", {"--samples", "6000", "--test-samples", "0"});
+  auto checkpoints = tempPath("imgs-checkpoints");
+  fs::remove_all(checkpoints);
+  auto report = tempPath("imgs-resumed.json");
+  auto* fixed = getenv("TROUPE_TEST_SEED");
+  unsigned seed = fixed && *fixed ? unsigned(std::stoul(fixed)) : std::random_device()();
+  WARN("interrupt seed " << seed << " (TROUPE_TEST_SEED=" << seed << " replays it)");
+  Run run(harness::sim(
+      {"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+       "--checkpoints", checkpoints, "--interrupt-random-ms", "0:250", "--interrupt-when",
+       "progress: epoch 2/3", "--interrupt-seed", std::to_string(seed), "--restarts-on-interrupt",
+       "1", "--hp", "checkpoint_every=10"},
+      {HETERO_TRAIN, "--dataset", made.dir + "/train", "--transform",
+       "RandomResizedCrop(64),RandomHorizontalFlip(),Normalize(imagenet)", "--epochs", "3",
+       "--augmenters-per-node", "1", "--progress-every", "0.2", "--report", report}));
+  int code = run.wait(240s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(out.find("troupe sim: interrupting the job as a spot reclaim does") != std::string::npos);
+  CHECK(out.find("run 1 ended with 6 (INTERRUPTED) after the interruption") != std::string::npos);
+  CHECK(code == 0);
+  auto j = train_job::checkEverySampleOnce(report, 3, 6000);
+  REQUIRE(j["resumed_from"].is_object());
+  auto epoch = j["resumed_from"]["epoch"].get<int>();
+  auto carried = j["epochs"][epoch - 1]["from_checkpoint"].get<uint64_t>();
+  INFO("resumed epoch " << epoch << " from sample " << carried);
+  CHECK(carried > 0);
+  CHECK(carried < 6000);
+  CHECK(run.leftovers().empty());
+  fs::remove_all(checkpoints);
   fs::remove_all(made.dir);
 }
