@@ -8,17 +8,10 @@
 
 #include "troupe/dataset/epoch.h"
 #include "troupe/log.h"
+#include "clock.h"
 #include "trainer_actor.h"
 
 namespace troupe::train {
-
-namespace {
-
-double secondsOf(kj::Duration d) {
-  return d / kj::NANOSECONDS / 1e9;
-}
-
-}  // namespace
 
 JobIdentity TrainerActor::identity() const {
   JobIdentity id;
@@ -179,7 +172,7 @@ TrainingState TrainerActor::snapshot() {
   for (auto& src : sources_) s.acked.push_back(src.acked);  // sources_[i] serves shard i
   s.seen = seen_;
   s.current = stats_;
-  s.current.seconds = epochSecondsBefore_ + secondsOf(context().timer().now() - epochStarted_);
+  s.current.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
   s.history = history_;
   KJ_IF_MAYBE(step, stepInFlight_) {
     if (!step->done->load()) {
@@ -234,7 +227,7 @@ kj::Promise<void> TrainerActor::checkpoint(std::string why) {
       })
       .then(
           [this, start, steps, epoch, samples, why](std::string path) {
-            double took = secondsOf(context().timer().now() - start);
+            double took = seconds(context().timer().now() - start);
             savedSteps_ = steps;
             ++written_;
             writeSeconds_ += took;

@@ -150,7 +150,7 @@ TEST_CASE("hetero_train under a SageMaker root refuses a misnamed or missing tra
   INFO(r.output);
   CHECK(r.code == 2);
   CHECK(r.failure.find("no 'train' channel under " + root + "/input/data (channels: training); "
-                       "hetero_train reads Fashion-MNIST from the channel named 'train'") !=
+                       "hetero_train reads its dataset from the channel named 'train'") !=
         std::string::npos);
 
   auto root2 = roots::makeRoot(dir / "algo-2", kOne, hyperparameters(R"("epochs": "1")"));

@@ -1,0 +1,243 @@
+// The trainer's batches (trainer_actor.h): each one received from a stream, checked against its
+// shard's order and the sample format, counted (exactly once, skipped samples apart) and handed
+// to the learner for its step, one at a time.
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "clock.h"
+#include "troupe/log.h"
+#include "trainer_actor.h"
+#include "troupe/trace.h"
+
+namespace troupe::train {
+
+TrainerActor::CpuTimes TrainerActor::CpuTimes::now() {
+  return {cpuSeconds(CLOCK_THREAD_CPUTIME_ID), cpuSeconds(CLOCK_PROCESS_CPUTIME_ID)};
+}
+
+void TrainerActor::deliver(hetero::Batch::Reader batch) {
+  Pending p;
+  p.session = batch.getSession();
+  p.epoch = batch.getEpoch();
+  p.begin = batch.getBegin();
+  p.source = batch.getShard();
+  for (auto id : batch.getSampleIds()) p.ids.push_back(id);
+  auto labels = batch.getLabels();
+  p.labels.assign(labels.begin(), labels.end());
+  p.bytes = batch.hasPixels() && batch.getPixels().size() > 0;
+  p.images = Received::keep(p.bytes ? batch.getPixels() : batch.getImages());
+  if (args_.hasSample()) {
+    p.bytes = true;  // pixels (of any dtype), or none when every sample was skipped
+    p.dtype = batch.getDtype();
+    for (auto t : batch.getTargets()) p.targets.push_back(t);
+    for (auto id : batch.getSkipped()) p.skipped.push_back(id);
+    for (auto f : batch.getSkippedFiles()) p.skippedFiles.push_back(f.cStr());
+  }
+  if (batch.getFailure().size() > 0 && fatal_ == nullptr) {
+    // A sample that could not be read, without --skip-bad-samples: the job's end, naming it.
+    fatal_ = KJ_EXCEPTION(FAILED, kj::str("a training sample could not be read: ",
+                                          batch.getFailure()));
+    wake();
+    return;
+  }
+  copiedBatches_ += p.images.copied();
+  if (p.source < sources_.size() && sources_[p.source].session == p.session &&
+      sources_[p.source].augmenter >= 0) {
+    auto& a = augmenters_[sources_[p.source].augmenter];
+    if (a.added) {
+      a.added = false;
+      spdlog::info("first batch from '{}' on {}, added as its node joined", a.address.name,
+                   a.address.host);
+    }
+  }
+  queue_.push_back(kj::mv(p));
+  wake();
+}
+
+void TrainerActor::wake() {
+  KJ_IF_MAYBE(w, waiter_) {
+    (*w)->fulfill();
+    waiter_ = nullptr;
+  }
+}
+
+kj::Promise<void> TrainerActor::dataReady() {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiter_ = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+bool TrainerActor::epochDone() const {
+  for (auto& s : sources_) {
+    if (s.acked < s.expected.size()) return false;
+  }
+  return true;
+}
+
+void TrainerActor::grant(Source& s, uint32_t credits) {
+  if (s.augmenter < 0) return;  // its stream has ended (or broke)
+  auto req = augmenters_[s.augmenter].client.grantRequest();
+  req.setSession(s.session);
+  req.setCredits(credits);
+  tasks_->add(req.send().ignoreResult());
+}
+
+size_t TrainerActor::sampleBytes(const Pending& b) const {
+  if (!args_.hasSample()) return b.bytes ? 784 : 784 * sizeof(float);
+  auto f = args_.getSample();
+  size_t valueSize = f.getDtype() == 2 ? 4 : f.getDtype() == 1 ? 2 : 1;
+  return size_t(f.getChannels()) * f.getHeight() * f.getWidth() * valueSize;
+}
+
+kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) const {
+  size_t n = b.ids.size();
+  if (n == 0 || n > batchSize_)
+    return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
+  if (args_.hasSample()) {
+    size_t kept = n - std::min(n, b.skipped.size());
+    if (b.dtype != args_.getSample().getDtype() || b.targets.size() != kept ||
+        b.skippedFiles.size() != b.skipped.size() || b.images.size() != kept * sampleBytes(b)) {
+      return kj::str("shape mismatch: ", n, " ids, ", b.skipped.size(), " skipped, ",
+                     b.targets.size(), " targets, ", b.images.size(), " bytes of dtype ",
+                     b.dtype, " (", sampleBytes(b), " bytes a sample)");
+    }
+    for (auto id : b.skipped) {
+      if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())
+        return kj::str("skipped sample ", id, " is not in the batch");
+    }
+    for (auto t : b.targets) {
+      if (t < 0 || uint64_t(t) >= args_.getSample().getClasses())
+        return kj::str("target ", t, " out of range (", args_.getSample().getClasses(),
+                       " classes)");
+    }
+  } else if (b.labels.size() != n || b.images.size() != n * sampleBytes(b)) {
+    auto images = b.bytes ? kj::str(b.images.size(), " bytes of pixels")
+                  : b.images.size() % sizeof(float) == 0
+                      ? kj::str(b.images.size() / sizeof(float), " floats")
+                      : kj::str(b.images.size(), " bytes of images");
+    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ", images);
+  }
+  if (b.begin + n > s.expected.size() ||
+      !std::equal(b.ids.begin(), b.ids.end(), s.expected.begin() + b.begin)) {
+    return kj::str("sample ids at position ", b.begin, " are not the shard's");
+  }
+  for (auto id : b.ids) {
+    if (id >= trainSamples_) return kj::str("sample id ", id, " out of range");
+  }
+  return nullptr;
+}
+
+kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
+  if (stopping_) return kj::NEVER_DONE;  // onStop() owns the model now
+  KJ_IF_MAYBE(e, fatal_) {
+    return kj::cp(*e);
+  }
+  if (queue_.empty()) {
+    if (epochDone()) return kj::READY_NOW;
+    auto waitStart = context().timer().now();
+    return trace::around(dataReady(), "wait", "train", trace::actorRow(self().id))
+        .then([this, epoch, waitStart]() {
+          waitedSinceStep_ = true;
+          auto waited = seconds(context().timer().now() - waitStart);
+          stats_.waitSeconds += waited;
+          if (stats_.steps == 0) stats_.fillSeconds += waited;  // the pipeline filling
+          return consume(epoch);
+        });
+  }
+  if (steadyFrom_ == nullptr) steadyFrom_ = CpuTimes::now().process;  // the epoch's first batch
+  auto b = kj::mv(queue_.front());
+  queue_.pop_front();
+  if (b.source >= sources_.size()) {
+    ++stats_.rejected;
+    spdlog::warn("rejected a batch from unknown shard {}", b.source);
+    return consume(epoch);
+  }
+  auto& s = sources_[b.source];
+  if (b.session != s.session || b.epoch != epoch || b.begin != s.acked) {
+    // Stale (from before a restart) or out of order: the current stream resends it. Logged once
+    // per stream (after a restart a few are expected); the report counts every one.
+    ++stats_.rejected;
+    if (s.staleLogged != s.session) {
+      s.staleLogged = s.session;
+      spdlog::info(
+          "rejected a batch of shard {} from stream {} at position {} of epoch {} (expected "
+          "stream {} at {}, epoch {}): from before a restart or out of order, it is resent; "
+          "the report counts every rejected batch",
+          s.shard, b.session, b.begin, b.epoch + 1, s.session, s.acked, epoch + 1);
+    }
+    if (b.session == s.session) grant(s, 1);
+    return consume(epoch);
+  }
+  KJ_IF_MAYBE(problem, validate(b, s)) {
+    ++stats_.rejected;
+    spdlog::warn("rejected a batch of shard {} at position {}: {}", s.shard, b.begin, *problem);
+    grant(s, 1);
+    return consume(epoch);
+  }
+  // Skipped samples (unreadable, --skip-bad-samples) are counted as seen, never missing, and
+  // not as trained: not in the samples, the digest or the step.
+  for (size_t k = 0; k < b.skipped.size(); ++k) {
+    if (seen_[b.skipped[k]]++) ++stats_.duplicates;
+    ++stats_.skipped;
+    skippedFiles_.insert(b.skippedFiles[k]);
+  }
+  if (!b.skipped.empty()) {
+    std::erase_if(b.ids, [&](uint32_t id) {
+      return std::find(b.skipped.begin(), b.skipped.end(), id) != b.skipped.end();
+    });
+  }
+  for (auto id : b.ids) {
+    if (seen_[id]++) ++stats_.duplicates;
+    stats_.digest += sampleDigest(id);
+  }
+  stats_.samples += b.ids.size();
+  if (args_.hasSample()) {
+    // Targets as the MLP takes them (hetero_train checks at start that every class fits).
+    b.labels.resize(b.targets.size());
+    for (size_t k = 0; k < b.targets.size(); ++k) b.labels[k] = uint8_t(b.targets[k]);
+  }
+  // Learning rate decays linearly to zero over the whole run.
+  float lr = args_.getLearningRate() *
+             (1.0f - static_cast<float>(totalSteps_) / std::max<uint64_t>(1, plannedSteps_));
+  auto stepStart = context().timer().now();
+  auto end = b.begin + b.ids.size() + b.skipped.size();
+  grant(s, 1);  // room for the next batch while this one trains
+  if (b.ids.empty()) {
+    s.acked = end;  // every sample of it was skipped: nothing to step on
+    return consume(epoch);
+  }
+  // The batch counts as trained from here on; a checkpoint taken while the step is on the pool
+  // waits for it, or takes the batch back if the step never ran (takeBackUnappliedStep()).
+  s.acked = end;
+  ++stats_.steps;
+  ++totalSteps_;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done, b.skipped};
+  StepBatch step;
+  step.epoch = epoch;
+  step.ids = b.ids;
+  step.labels = kj::mv(b.labels);
+  step.images = kj::mv(b.images);
+  step.bytes = b.bytes;
+  step.dtype = b.dtype;
+  step.targets = kj::mv(b.targets);
+  step.learningRate = lr;
+  step.done = done;
+  step.waited = waitedSinceStep_;
+  waitedSinceStep_ = false;
+  return learner_->step(context(), kj::mv(step)).then([this, epoch, stepStart](StepResult result) {
+    stats_.stepSeconds += seconds(context().timer().now() - stepStart);
+    stats_.stepCpuSeconds += result.cpuSeconds;
+    stats_.loss = result.loss;
+    stepInFlight_ = nullptr;
+    if (due())
+      return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")
+          .then([this, epoch]() { return consume(epoch); });
+    return consume(epoch);
+  });
+}
+
+}  // namespace troupe::train
