@@ -72,13 +72,14 @@ kj::Promise<void> MlpLearner::start(ActorContext& context) {
   if (dataset_) {
     if (testDataset_.empty()) return kj::READY_NOW;  // no test set: no accuracy
     return context
-        .offload([path = testDataset_, spec = testTransform_, inputs = config_.layerSizes.front()]() {
-          auto source = data::openSource(path);
-          auto pipeline = images::Pipeline::parse(spec);
-          auto test = std::make_shared<Test>();
-          test->images = testInputs(*source, pipeline, size_t(inputs), test->labels);
-          return std::shared_ptr<const Test>(kj::mv(test));
-        })
+        .offload(
+            [path = testDataset_, spec = testTransform_, inputs = config_.layerSizes.front()]() {
+              auto source = data::openSource(path);
+              auto pipeline = images::Pipeline::parse(spec);
+              auto test = std::make_shared<Test>();
+              test->images = testInputs(*source, pipeline, size_t(inputs), test->labels);
+              return std::shared_ptr<const Test>(kj::mv(test));
+            })
         .then([this](std::shared_ptr<const Test> test) {
           spdlog::info("test set: {} samples from {}", test->labels.size(), testDataset_);
           test_ = kj::mv(test);

@@ -52,9 +52,9 @@ cv::Mat render(std::span<const uint8_t> grey, int label, std::mt19937_64& rng, i
     for (int x = 0; x < w; ++x) {
       float a = big.at<uint8_t>(y, x) / 255.0f;
       cv::Vec3f v = a * fg + (1 - a) * bg;
-      out.at<cv::Vec3b>(y, x) = cv::Vec3b(cv::saturate_cast<uint8_t>(v[0]),
-                                          cv::saturate_cast<uint8_t>(v[1]),
-                                          cv::saturate_cast<uint8_t>(v[2]));
+      out.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(cv::saturate_cast<uint8_t>(v[0]), cv::saturate_cast<uint8_t>(v[1]),
+                    cv::saturate_cast<uint8_t>(v[2]));
     }
   }
   return out;
@@ -124,8 +124,8 @@ int main(int argc, char* argv[]) {
     std::ofstream csv(out / "train.csv");
     csv << "path,label\n";
     for (auto& [path, label] : files) {
-      csv << fs::relative(path, out / "train.partial").string().insert(0, "train/") << ","
-          << label << "\n";
+      csv << fs::relative(path, out / "train.partial").string().insert(0, "train/") << "," << label
+          << "\n";
     }
     unsigned cut = 0;
     for (size_t i = 0; i < files.size() && cut < o.corrupt; i += 97) {
@@ -134,15 +134,16 @@ int main(int argc, char* argv[]) {
       auto size = fs::file_size(path);
       fs::resize_file(path, size / 2);
       printf("corrupt: %s cut from %ju to %ju bytes\n",
-             (out / "train" / fs::relative(path, out / "train.partial")).c_str(),
-             uintmax_t(size), uintmax_t(size / 2));
+             (out / "train" / fs::relative(path, out / "train.partial")).c_str(), uintmax_t(size),
+             uintmax_t(size / 2));
       ++cut;
     }
     // Complete, or not there: a make_images stopped halfway leaves only train.partial.
     fs::rename(out / "train.partial", out / "train");
-    printf("make_images: %s: %u training and %u test images (%u..%u px, PNG every %u, grey every "
-           "%u), 10 classes\n",
-           out.c_str(), o.samples, o.testSamples, o.minSize, o.maxSize, o.pngEvery, o.greyEvery);
+    printf(
+        "make_images: %s: %u training and %u test images (%u..%u px, PNG every %u, grey every "
+        "%u), 10 classes\n",
+        out.c_str(), o.samples, o.testSamples, o.minSize, o.maxSize, o.pngEvery, o.greyEvery);
   } catch (const std::exception& e) {
     fprintf(stderr, "make_images: %s\n", e.what());
     return 1;

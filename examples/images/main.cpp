@@ -108,8 +108,8 @@ int main(int argc, char* argv[]) {
     std::string train = args[0], test = args[1];
     std::string spec = args.size() > 2 ? args[2] : kTransform;
     // One per data node (the driver runs on the head, in the dnn group).
-    auto actors = job.spawnMany<images::Centroids>(
-        troupe::Placement::prefer("data_group").perNode(1));
+    auto actors =
+        job.spawnMany<images::Centroids>(troupe::Placement::prefer("data_group").perNode(1));
     uint32_t shards = actors.size();
     std::vector<capnp::RemotePromise<images::Centroids::SumResults>> calls;
     for (uint32_t i = 0; i < shards; ++i) {
@@ -142,8 +142,8 @@ int main(int argc, char* argv[]) {
     auto source = troupe::data::openSource(train);
     uint64_t expected = 0;
     for (size_t id = 0; id < source->size(); ++id) expected += mix(id);
-    printf("centroids: %lu of %zu training samples, every one once: %s\n",
-           (unsigned long)samples, source->size(), digest == expected ? "yes" : "NO");
+    printf("centroids: %lu of %zu training samples, every one once: %s\n", (unsigned long)samples,
+           source->size(), digest == expected ? "yes" : "NO");
     KJ_REQUIRE(digest == expected, "a training sample was read twice or not at all");
     size_t classes = counts.size(), dims = sums.size() / classes;
     for (size_t c = 0; c < classes; ++c) {

@@ -41,23 +41,29 @@ void bindImages(py::module_& m) {
       .def(
           "read",
           [](const troupe::data::Source& s, size_t i) {
-            if (i >= s.size()) throw py::index_error("sample " + std::to_string(i) + " of " + std::to_string(s.size()));
+            if (i >= s.size())
+              throw py::index_error("sample " + std::to_string(i) + " of " +
+                                    std::to_string(s.size()));
             auto e = s.read(i);
-            return py::make_tuple(py::bytes(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size()),
-                                  e.target);
+            return py::make_tuple(
+                py::bytes(reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size()), e.target);
           },
           py::arg("index"), "The sample's encoded bytes and its target.");
   m.def(
       "open_dataset",
-      [](std::string path) { return std::shared_ptr<troupe::data::Source>(troupe::data::openSource(path)); },
+      [](std::string path) {
+        return std::shared_ptr<troupe::data::Source>(troupe::data::openSource(path));
+      },
       py::arg("path"),
-      "An ImageFolder, a manifest, WebDataset shards or Fashion-MNIST's IDX files, found from what is "
+      "An ImageFolder, a manifest, WebDataset shards or Fashion-MNIST's IDX files, found from what "
+      "is "
       "at the path (docs/data.md).");
 
   py::class_<Pipeline>(m, "Transform")
       .def(py::init([](std::string spec) { return Pipeline::parse(spec); }), py::arg("spec"))
       .def("__repr__", [](const Pipeline& p) { return "Transform('" + p.describe() + "')"; })
-      .def_property_readonly("dtype", [](const Pipeline& p) { return troupe::images::dtypeName(p.dtype()); })
+      .def_property_readonly("dtype",
+                             [](const Pipeline& p) { return troupe::images::dtypeName(p.dtype()); })
       .def(
           "shape",
           [](const Pipeline& p, int channels) {
@@ -93,7 +99,8 @@ void bindImages(py::module_& m) {
             im.channels = int(hwc.shape(2));
             im.pixels.assign(hwc.data(), hwc.data() + hwc.size());
             auto done = p.transform(std::move(im), seed);
-            py::array_t<uint8_t> out(std::vector<py::ssize_t>{done.height, done.width, done.channels});
+            py::array_t<uint8_t> out(
+                std::vector<py::ssize_t>{done.height, done.width, done.channels});
             std::copy(done.pixels.begin(), done.pixels.end(), out.mutable_data());
             return out;
           },

@@ -92,7 +92,7 @@ class Job {
     types_.add<troupe::train::TrainerActor>();
     std::thread([this]() {
       troupe::run(static_cast<int>(argv_.size()), args_.data(), types_,
-                   [this](troupe::Driver& job) { return drive(job); });
+                  [this](troupe::Driver& job) { return drive(job); });
     }).detach();
     std::unique_lock lock(mutex_);
     running_.wait(lock, [this] { return driving_; });
@@ -112,7 +112,8 @@ class Job {
   void open() {
     auto& s = settings_;
     format_.source = troupe::train::sharedSource(s.dataset);
-    if (s.transform.empty()) s.transform = "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
+    if (s.transform.empty())
+      s.transform = "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
     auto pipeline = troupe::images::Pipeline::parse(s.transform);
     bool grey = format_.source->encoding() == troupe::data::Encoding::kRawGrey8;
     format_.shape = pipeline.outputShape(grey ? 1 : 3);
@@ -132,8 +133,8 @@ class Job {
 
   kj::Promise<void> place(troupe::Driver& job, size_t available) {
     auto& s = settings_;
-    KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set",
-               s.samples, available);
+    KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set", s.samples,
+               available);
     samples_ = s.samples ? s.samples : available;
     troupe::train::AugmenterSpec spec;
     spec.seed = s.seed;
@@ -150,8 +151,9 @@ class Job {
     spec.dataset = s.dataset;
     spec.transform = s.transform;
     spec.skipBadSamples = s.skipBadSamples;
-    auto augmenters = job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
-                                                       troupe::train::augmenterOptions(spec, "augmenter"));
+    auto augmenters =
+        job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
+                                         troupe::train::augmenterOptions(spec, "augmenter"));
     // The trainer runs here, in the script's process: its batches go to the script.
     auto trainer = job.spawn<hetero::Trainer>(
         troupe::Placement::any().labels(std::string("host=") + job.node().host().cStr()),
@@ -194,19 +196,19 @@ class Job {
     // A data node that joins the running job gets augmenters, which the trainer takes at once.
     troupe::train::growOnJoin(job, spec, trainer, tasks_);
 
-    auto train = learner_->begun().then([this, trainer, sources = KJ_MAP(a, augmenters) {
-                                           return a.address();
-                                         }]() mutable {
-      auto req = trainer.trainRequest();
-      req.setEpochs(settings_.epochs);
-      req.setTrainSamples(samples_);
-      auto list = req.initSources(sources.size());
-      for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
-      return req.send().ignoreResult().catch_([this](kj::Exception&& e) {
-        // The trainer itself failed (not only its train()): the script hears it at its next batch.
-        learner_->failed(e);
-      });
-    });
+    auto train = learner_->begun().then(
+        [this, trainer, sources = KJ_MAP(a, augmenters) { return a.address(); }]() mutable {
+          auto req = trainer.trainRequest();
+          req.setEpochs(settings_.epochs);
+          req.setTrainSamples(samples_);
+          auto list = req.initSources(sources.size());
+          for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
+          return req.send().ignoreResult().catch_([this](kj::Exception&& e) {
+            // The trainer itself failed (not only its train()): the script hears it at its next
+            // batch.
+            learner_->failed(e);
+          });
+        });
     // The job ends when the script does: its failure is the job's.
     auto ended = learner_->whenEnded().then([](std::string failure) {
       if (!failure.empty()) {
@@ -305,11 +307,16 @@ py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
 
 const char* kindName(ScriptLearner::Item::Kind k) {
   switch (k) {
-    case ScriptLearner::Item::kBatch: return "batch";
-    case ScriptLearner::Item::kEpochEnd: return "epoch_end";
-    case ScriptLearner::Item::kFinished: return "finished";
-    case ScriptLearner::Item::kStopped: return "stopped";
-    case ScriptLearner::Item::kFailed: return "failed";
+    case ScriptLearner::Item::kBatch:
+      return "batch";
+    case ScriptLearner::Item::kEpochEnd:
+      return "epoch_end";
+    case ScriptLearner::Item::kFinished:
+      return "finished";
+    case ScriptLearner::Item::kStopped:
+      return "stopped";
+    case ScriptLearner::Item::kFailed:
+      return "failed";
   }
   return "?";
 }
@@ -368,9 +375,8 @@ PYBIND11_MODULE(_native, m) {
           bool waited = item.batch.waited;
           auto arrays = batchArrays(item, normalize);
           if (!waited) {
-            Job::get().learner()->handedOver(std::chrono::duration<double>(
-                                                 std::chrono::steady_clock::now() - asked)
-                                                 .count());
+            Job::get().learner()->handedOver(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
           }
           return py::make_tuple(kindName(item.kind), item.epoch, arrays[0], arrays[1], arrays[2]);
         }
