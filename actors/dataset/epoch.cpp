@@ -62,6 +62,24 @@ std::vector<uint32_t> epochOrder(std::span<const uint32_t> shard, uint64_t seed,
   return out;
 }
 
+std::pair<uint64_t, uint64_t> BatchedEpoch::shardPositions(uint32_t shard, uint32_t shards) const {
+  auto n = batches();
+  if (shards == 0 || shard >= shards || shards > n) {
+    throw DatasetError("shard " + std::to_string(shard) + " of " + std::to_string(shards) +
+                       " over " + std::to_string(n) + " batches of " + std::to_string(batchSize) +
+                       ": every shard needs a batch");
+  }
+  uint64_t first = n * shard / shards * batchSize;
+  uint64_t last = std::min(used(), n * (shard + 1) / shards * batchSize);
+  return {first, last};
+}
+
+std::vector<uint32_t> BatchedEpoch::order(uint64_t seed, uint64_t epoch) const {
+  std::vector<uint32_t> all(samples);
+  for (uint64_t i = 0; i < samples; ++i) all[i] = uint32_t(i);
+  return shuffle ? epochOrder(all, seed, epoch) : all;
+}
+
 EpochCursor::EpochCursor(std::vector<uint32_t> shard, uint64_t seed, CursorState state)
     : shard_(std::move(shard)),
       seed_(seed),

@@ -52,6 +52,10 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   dataDir_ = args.getDataDir();
   dataset_ = args.getDataset();
   skipBad_ = args.getSkipBadSamples();
+  batched_ = args.getOrder().getBatched();
+  shuffle_ = args.getOrder().getShuffle();
+  dropLast_ = args.getOrder().getDropLast();
+  KJ_REQUIRE(!batched_ || !dataset_.empty(), "a batched order needs a dataset");
   if (dataset_.empty()) {
     augmenter_ = std::make_shared<const augment::Augmenter>(configFrom(args.getAugment()));
   } else {
@@ -176,12 +180,18 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   }
   auto sink = p.getSink();
   return load(shard, shards)
+      .then([this, shard, shards, epoch](std::shared_ptr<const Shard> data) {
+        return orderOf(data, shard, shards, epoch).then([data](auto order) {
+          return std::make_pair(data, kj::mv(order));
+        });
+      })
       .then([this, call, shard, session, epoch, from,
-             sink](std::shared_ptr<const Shard> data) mutable {
-        KJ_REQUIRE(from <= data->ids.size(), "resume position beyond the shard", from,
-                   data->ids.size());
-        auto order =
-            std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
+             sink](std::pair<std::shared_ptr<const Shard>,
+                             std::shared_ptr<std::vector<uint32_t>>> loaded) mutable {
+        auto data = loaded.first;
+        auto order = loaded.second;
+        KJ_REQUIRE(from <= order->size(), "resume position beyond the shard", from,
+                   order->size());
         return pump(shard, session, epoch, data, order, from, sink)
             .then([this, call, shard, session, order]() mutable {
               auto r = call.getResults();
@@ -189,6 +199,48 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
               r.setSamples(current(shard, session).produced);
             });
       });
+}
+
+namespace {
+
+// An epoch's order of every sample (BatchedEpoch::order), computed once per process and epoch
+// for its augmenters (one per vCPU, each serving shards of the same epoch): an ImageNet epoch's
+// order is 5 MB and milliseconds of work. The newest few epochs are kept.
+std::shared_ptr<const std::vector<uint32_t>> epochOrderOf(const data::BatchedEpoch& plan,
+                                                          uint64_t seed, uint64_t epoch) {
+  using Key = std::tuple<uint64_t, uint64_t, uint64_t, bool>;
+  static std::mutex mutex;
+  static std::map<Key, std::shared_ptr<const std::vector<uint32_t>>> cache;
+  Key key{plan.samples, seed, epoch, plan.shuffle};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto order = std::make_shared<const std::vector<uint32_t>>(plan.order(seed, epoch));
+  cache[key] = order;
+  while (cache.size() > 3) {
+    // The oldest epoch goes (a resumed or late stream of it computes it again).
+    auto oldest = std::min_element(cache.begin(), cache.end(), [](auto& a, auto& b) {
+      return std::get<2>(a.first) < std::get<2>(b.first);
+    });
+    cache.erase(oldest);
+  }
+  return order;
+}
+
+}  // namespace
+
+kj::Promise<std::shared_ptr<std::vector<uint32_t>>> AugmenterActor::orderOf(
+    std::shared_ptr<const Shard> data, uint32_t shard, uint32_t shards, uint32_t epoch) {
+  if (!batched_) {
+    return std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
+  }
+  data::BatchedEpoch plan{samples_ ? samples_ : data->source->size(), batchSize_, shuffle_,
+                          dropLast_};
+  return context().offload([plan, seed = seed_, shard, shards, epoch]() {
+    auto all = epochOrderOf(plan, seed, epoch);
+    auto [first, last] = plan.shardPositions(shard, shards);
+    return std::make_shared<std::vector<uint32_t>>(all->begin() + first, all->begin() + last);
+  });
 }
 
 bool AugmenterActor::failsActor(kj::StringPtr method, const kj::Exception& error) const {

@@ -79,6 +79,11 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   // A dataset: opened once per process (sharedSource()), its transform parsed here.
   std::string dataset_;
   bool skipBad_ = false;
+  // AugmenterArgs.order: shards as runs of whole batches of the epoch's order (BatchedEpoch).
+  bool batched_ = false, shuffle_ = true, dropLast_ = false;
+  kj::Promise<std::shared_ptr<std::vector<uint32_t>>> orderOf(std::shared_ptr<const Shard> data,
+                                                              uint32_t shard, uint32_t shards,
+                                                              uint32_t epoch);
   std::shared_ptr<const images::Pipeline> pipeline_;
   kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::Source>>> source_;
   kj::Promise<void> pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,

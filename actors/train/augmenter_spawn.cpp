@@ -22,6 +22,10 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setDataset(spec.dataset);
         a.setTransform(spec.transform);
         a.setSkipBadSamples(spec.skipBadSamples);
+        auto order = a.initOrder();
+        order.setBatched(spec.batched);
+        order.setShuffle(spec.shuffle);
+        order.setDropLast(spec.dropLast);
         auto aug = a.initAugment();
         const auto& c = spec.augment;
         aug.setPadding(c.padding);

@@ -31,6 +31,8 @@ struct AugmenterSpec {
   // from dataDir through `augment`.
   std::string dataset, transform;
   bool skipBadSamples = false;
+  // The epoch cut as torch's DataLoader cuts it (AugmenterArgs.order; needs a dataset).
+  bool batched = false, shuffle = true, dropLast = false;
 };
 
 Placement augmenterPlacement(const AugmenterSpec& spec);

@@ -32,6 +32,16 @@ struct AugmenterArgs {
   # transforms.h) instead of the Fashion-MNIST augmenter over dataDir with `augment`.
   transform @6 :Text;
   skipBadSamples @7 :Bool;        # a sample that cannot be read is skipped, not the job's end
+  order @8 :BatchOrder;
+}
+
+struct BatchOrder {
+  # batched: the epoch is cut as torch's DataLoader cuts it (troupe/dataset/epoch.h,
+  # BatchedEpoch): every batch whole but the epoch's last, batch k the same samples whoever
+  # serves it. Unset: hetero_train's Fashion-MNIST order, per shard.
+  batched @0 :Bool;
+  shuffle @1 :Bool = true;
+  dropLast @2 :Bool;
 }
 
 struct Batch {
@@ -103,6 +113,7 @@ struct TrainerArgs {
   testDataset @16 :Text;          # the MLP's evaluation set (a dataset); empty: dataDir's test set,
                                   # or none with `sample` set (accuracy NaN)
   testTransform @17 :Text;
+  order @18 :BatchOrder;          # as the augmenters' (AugmenterArgs.order)
 }
 
 struct SampleFormat {

@@ -108,6 +108,12 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   auto p = call.getParams();
   epochs_ = p.getEpochs();
   trainSamples_ = p.getTrainSamples();
+  if (args_.getOrder().getBatched()) {
+    auto o = args_.getOrder();
+    batched_ = data::BatchedEpoch{trainSamples_, batchSize_, o.getShuffle(), o.getDropLast()};
+    KJ_REQUIRE(KJ_ASSERT_NONNULL(batched_).used() > 0, "drop_last leaves no batch",
+               trainSamples_, batchSize_);
+  }
   KJ_REQUIRE(epochs_ > 0, "train() needs at least one epoch");
   KJ_REQUIRE(p.getSources().size() > 0, "train() needs at least one augmenter");
   sources_.clear();
@@ -115,10 +121,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   for (auto a : p.getSources()) addAugmenter(ActorAddress::fromProto(a));
   for (uint32_t shard = 0; shard < shardCount(); ++shard) sources_.push_back(Source{shard});
   plannedSteps_ = 0;
-  for (auto& s : sources_) {
-    auto n = data::shardIndices(trainSamples_, s.shard, sources_.size()).size();
-    plannedSteps_ += (n + batchSize_ - 1) / batchSize_;
-  }
+  for (auto& s : sources_) plannedSteps_ += (shardSize(s.shard) + batchSize_ - 1) / batchSize_;
   plannedSteps_ *= epochs_;
   started_ = context().timer().now();
   seen_.assign(trainSamples_, 0);
@@ -206,8 +209,7 @@ void TrainerActor::beginEpoch(uint32_t epoch, bool resumed, bool ahead) {
     s.end = 0;
     s.augmenter = -1;
     s.session = 0;
-    auto shard = data::shardIndices(trainSamples_, s.shard, sources_.size());
-    s.expected = data::epochOrder(shard, seed_, epoch);
+    s.expected = shardOrder(s.shard, epoch);
   }
   if (ahead) aheadEpoch_ = epoch;
   dispatch();
@@ -234,6 +236,10 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
     for (auto& s : sources_) s.session = 0;  // late batches of this epoch are stale now
     stats_.missing = 0;
     for (auto v : seen_) stats_.missing += v == 0;
+    KJ_IF_MAYBE(b, batched_) {
+      // drop_last: the epoch's last, short batch was not trained on, by design.
+      stats_.missing -= std::min<uint64_t>(stats_.missing, b->samples - b->used());
+    }
     if (epoch + 1 < epochs_) beginEpoch(epoch + 1, false, true);
     return learner_->evaluate(context(), epoch).then([this, epoch](double accuracy) {
       KJ_IF_MAYBE(from, steadyFrom_) {
@@ -266,8 +272,32 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
 }
 
 uint32_t TrainerActor::shardCount() const {
+  KJ_IF_MAYBE(b, batched_) {
+    return static_cast<uint32_t>(
+        std::max<uint64_t>(1, (b->batches() + kBatchesPerShard - 1) / kBatchesPerShard));
+  }
   uint64_t perShard = uint64_t(batchSize_) * kBatchesPerShard;
   return static_cast<uint32_t>(std::max<uint64_t>(1, (trainSamples_ + perShard - 1) / perShard));
+}
+
+uint64_t TrainerActor::shardSize(uint32_t shard) const {
+  KJ_IF_MAYBE(b, batched_) {
+    auto [first, last] = b->shardPositions(shard, shardCount());
+    return last - first;
+  }
+  return data::shardIndices(trainSamples_, shard, shardCount()).size();
+}
+
+std::vector<uint32_t> TrainerActor::shardOrder(uint32_t shard, uint32_t epoch) const {
+  KJ_IF_MAYBE(b, batched_) {
+    if (epochOrderOf_ != epoch || !epochOrder_) {
+      epochOrder_ = std::make_shared<const std::vector<uint32_t>>(b->order(seed_, epoch));
+      epochOrderOf_ = epoch;
+    }
+    auto [first, last] = b->shardPositions(shard, shardCount());
+    return {epochOrder_->begin() + first, epochOrder_->begin() + last};
+  }
+  return data::epochOrder(data::shardIndices(trainSamples_, shard, shardCount()), seed_, epoch);
 }
 
 void TrainerActor::addAugmenter(const ActorAddress& address) {

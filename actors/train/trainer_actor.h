@@ -28,6 +28,7 @@
 #include "learner.h"
 #include "train.capnp.h"
 #include "troupe/actor.h"
+#include "troupe/dataset/epoch.h"
 #include "troupe/received.h"
 
 namespace troupe::train {
@@ -116,7 +117,14 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   void beginEpoch(uint32_t epoch, bool resumed, bool ahead);
   uint32_t shardCount() const;
   // Shards per epoch: about kBatchesPerShard batches each, whatever the number of augmenters (so
-  // a checkpoint resumes with any number of them).
+  // a checkpoint resumes with any number of them). With TrainerArgs.order batched, runs of whole
+  // batches of the epoch's order (data::BatchedEpoch); else shardIndices, each in its own order.
+  uint64_t shardSize(uint32_t shard) const;
+  std::vector<uint32_t> shardOrder(uint32_t shard, uint32_t epoch) const;
+  kj::Maybe<data::BatchedEpoch> batched_;
+  // Batched: the epoch's whole order, computed once an epoch (a cache: mutable).
+  mutable std::shared_ptr<const std::vector<uint32_t>> epochOrder_;
+  mutable uint32_t epochOrderOf_ = ~0u;
   static constexpr uint32_t kBatchesPerShard = 8;
   void addAugmenter(const ActorAddress& address);
   void dispatch();

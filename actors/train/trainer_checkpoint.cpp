@@ -118,7 +118,7 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
         std::to_string(epochs_) + "; " + fresh);
   }
   for (uint32_t i = 0; i < sources_.size() && s.epoch < epochs_; ++i) {
-    auto size = data::shardIndices(trainSamples_, i, sources_.size()).size();
+    auto size = shardSize(i);
     if (s.acked[i] > size) {
       throw CheckpointError("checkpoint " + name + ": shard " + std::to_string(i) +
                             " at position " + std::to_string(s.acked[i]) + " of " +

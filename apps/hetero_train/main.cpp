@@ -71,6 +71,7 @@ struct Settings {
   // Fashion-MNIST's IDX files without --transform keep the augmenter of --augment instead.
   std::string dataset, transform, testDataset, testTransform;
   bool skipBadSamples = false;
+  bool dropLast = false;  // --dataset: each epoch's last, short batch left out
   std::shared_ptr<const troupe::data::Source> source;  // opened at start (sharedSource)
   troupe::images::Shape shape;                         // a sample as the transform writes it
   troupe::images::Dtype dtype = troupe::images::Dtype::kUint8;
@@ -153,9 +154,10 @@ void openDataset(Settings& s) {
   namespace data = troupe::data;
   namespace images = troupe::images;
   if (s.dataset.empty()) {
-    if (!s.transform.empty() || !s.testDataset.empty() || !s.testTransform.empty()) {
-      throw troupe::ConfigError("--transform, --test-dataset and --test-transform need --dataset "
-                                "PATH (your dataset; docs/data.md)");
+    if (!s.transform.empty() || !s.testDataset.empty() || !s.testTransform.empty() ||
+        s.dropLast) {
+      throw troupe::ConfigError("--transform, --test-dataset, --test-transform and --drop-last "
+                                "need --dataset PATH (your dataset; docs/data.md)");
     }
     return;
   }
@@ -277,6 +279,10 @@ Settings parseSettings(int argc, char* argv[]) {
   cli.add_flag("--fresh{true}", s.fresh,
                "set the checkpoint folder's checkpoints aside (into discarded-<time>/) and start "
                "over, instead of resuming or refusing them")
+      ->expected(0, 1);
+  cli.add_flag("--drop-last{true}", s.dropLast,
+               "with --dataset: leave out each epoch's last batch when it is short (every batch "
+               "is --batch-size samples, as torch's DataLoader(drop_last=True))")
       ->expected(0, 1);
   cli.add_option("--test-kill-during-checkpoint", s.killDuringCheckpoint)
       ->group("");  // tests only: SIGKILL the trainer's process inside its N-th checkpoint write
@@ -425,6 +431,10 @@ class Job {
                 f.setClasses(s_.classes);
                 a.setTestDataset(s_.testDataset);
                 a.setTestTransform(s_.testTransform);
+                auto order = a.initOrder();
+                order.setBatched(true);
+                order.setShuffle(true);
+                order.setDropLast(s_.dropLast);
               }
             })
             // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,
@@ -511,6 +521,8 @@ class Job {
     spec.dataset = s_.dataset;
     spec.transform = s_.transform;
     spec.skipBadSamples = s_.skipBadSamples;
+    spec.batched = s_.source != nullptr;
+    spec.dropLast = s_.dropLast;
     return spec;
   }
 

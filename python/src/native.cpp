@@ -56,6 +56,7 @@ struct Settings {
   // A dataset of any kind and its transform (docs/data.md); empty: Fashion-MNIST from dataDir.
   std::string dataset, transform;
   bool skipBadSamples = false;
+  bool shuffle = true, dropLast = false;  // a dataset's epoch, cut as torch's DataLoader cuts it
 };
 
 // A dataset's samples as the transform writes them (set by start() before the runtime runs).
@@ -151,6 +152,9 @@ class Job {
     spec.dataset = s.dataset;
     spec.transform = s.transform;
     spec.skipBadSamples = s.skipBadSamples;
+    spec.batched = format_.source != nullptr;
+    spec.shuffle = s.shuffle;
+    spec.dropLast = s.dropLast;
     auto augmenters =
         job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
                                          troupe::train::augmenterOptions(spec, "augmenter"));
@@ -173,6 +177,10 @@ class Job {
                 f.setChannelsFirst(format_.shape.channelsFirst);
                 f.setDtype(static_cast<uint8_t>(format_.dtype));
                 f.setClasses(format_.classes);
+                auto order = a.initOrder();
+                order.setBatched(true);
+                order.setShuffle(s.shuffle);
+                order.setDropLast(s.dropLast);
               }
             })
             // Stopped early (SIGTERM), it waits for the script to save its state and end.
@@ -355,6 +363,11 @@ PYBIND11_MODULE(_native, m) {
         get("dataset", s.dataset);
         get("transform", s.transform);
         get("skip_bad_samples", s.skipBadSamples);
+        get("shuffle", s.shuffle);
+        get("drop_last", s.dropLast);
+        if ((options.contains("shuffle") || options.contains("drop_last")) && s.dataset.empty()) {
+          throw py::value_error("shuffle and drop_last need dataset= (docs/data.md)");
+        }
         py::gil_scoped_release release;
         Job::get().start(std::move(argv), std::move(s));
       },

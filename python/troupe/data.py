@@ -55,7 +55,7 @@ def _torch():
 
 _OPTIONS = ("prefetch", "seed", "train_samples", "augment", "blur", "augmenters_per_node",
             "restarts", "stop_timeout", "data_dir", "data_group", "dataset", "transform",
-            "skip_bad_samples")
+            "skip_bad_samples", "shuffle", "drop_last")
 
 
 class _Ending:
@@ -131,7 +131,10 @@ class AugmentedBatches:
     ``skip_bad_samples``. The data group decodes and transforms it; ``images`` come as the
     transform writes them - float32 ``(N, C, H, W)`` after Normalize, uint8 ``(N, H, W, C)``
     without, float16 with ``ToDtype(float16)`` - and ``labels`` are the dataset's targets (int64).
-    ``normalize`` applies to Fashion-MNIST only. ``on_stop``: called when the job is stopping,
+    ``normalize`` applies to Fashion-MNIST only. With a dataset each epoch is cut as torch's
+    ``DataLoader`` cuts it: ``shuffle`` (default True) the samples, every batch ``batch_size`` but
+    the epoch's last (left out with ``drop_last=True``), batch k the same samples whichever
+    instance serves it. ``on_stop``: called when the job is stopping,
     before :class:`Stopped` is raised (save the model and ``state_dict()`` there). ``pin_memory``
     (default: whether CUDA is available) returns page-locked tensors, a copy of each batch.
     """

@@ -7,6 +7,7 @@
 #include <random>
 
 using Catch::Matchers::Contains;
+using troupe::data::BatchedEpoch;
 using troupe::data::CursorState;
 using troupe::data::DatasetError;
 using troupe::data::EpochCursor;
@@ -128,4 +129,40 @@ TEST_CASE("cursor walks epochs and rejects inconsistent acknowledgements", "[epo
   CHECK_THROWS_AS(cursor.next(0), DatasetError);
   CHECK_THROWS_WITH(EpochCursor(shardIndices(10, 0, 1), 5, CursorState{0, 11}),
                     Contains("position 11") && Contains("only 10 samples"));
+}
+
+TEST_CASE("a batched epoch is cut as torch's DataLoader cuts it: whole batches but the last, "
+          "shards of whole batches",
+          "[epoch]") {
+  for (bool dropLast : {false, true}) {
+    for (uint32_t shards : {1u, 3u, 7u}) {
+      BatchedEpoch plan{1000, 64, true, dropLast};
+      INFO("drop_last " << dropLast << ", " << shards << " shards");
+      CHECK(plan.used() == (dropLast ? 960u : 1000u));
+      CHECK(plan.batches() == (dropLast ? 15u : 16u));
+      auto order = plan.order(42, 3);
+      // Every sample once in the order; the same order for the same seed and epoch only.
+      auto sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      for (uint32_t i = 0; i < 1000; ++i) REQUIRE(sorted[i] == i);
+      CHECK(plan.order(42, 3) == order);
+      CHECK(plan.order(42, 4) != order);
+      // Shards are contiguous runs of whole batches covering the used positions once.
+      uint64_t next = 0;
+      for (uint32_t s = 0; s < shards; ++s) {
+        auto [first, last] = plan.shardPositions(s, shards);
+        CHECK(first == next);
+        CHECK(first % 64 == 0);
+        CHECK((last % 64 == 0 || last == plan.used()));
+        CHECK(last > first);
+        next = last;
+      }
+      CHECK(next == plan.used());
+    }
+  }
+  BatchedEpoch unshuffled{10, 4, false, false};
+  CHECK(unshuffled.order(1, 1) == std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  // More shards than batches: one would hold none.
+  CHECK_THROWS_WITH(unshuffled.shardPositions(0, 4),
+                    Catch::Contains("over 3 batches of 4: every shard needs a batch"));
 }

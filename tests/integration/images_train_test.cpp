@@ -131,14 +131,33 @@ TEST_CASE(
     // Chance is 0.1: the pixels and the labels the trainer got belong together.
     CHECK(train_job::finalAccuracy(j) > 0.4);
     CHECK(j["skipped_files"].empty());
+    // Cut as torch's DataLoader cuts an epoch: 9 whole batches of 128 and one of 48, each epoch.
+    CHECK(j["trainer_cpu"]["batches"] == 3 * 10);
   }
   SECTION("WebDataset shards") {
     auto shards = makeShards(made.dir, 3);
     auto report = tempPath("shards.json");
-    Run run(harness::sim(kCluster, train(shards, {"--epochs", "2", "--report", report})));
-    auto j = runToEnd(run, report, 2, 1200);
+    Run run(harness::sim(kCluster, train(shards, {"--epochs", "2", "--drop-last", "--report",
+                                                  report})));
+    int code = run.wait(240s);
+    INFO(run.output());
+    REQUIRE(code == 0);
+    CHECK(run.leftovers().empty());
+    std::ifstream in(report);
+    REQUIRE(in.good());
+    auto j = nlohmann::json::parse(in);
     CHECK(j["dataset"]["kind"] == "WebDataset");
     CHECK(j["dataset"]["classes"] == 10);
+    // --drop-last: 9 whole batches of 128 an epoch (1,152 samples); the 48 left out are neither
+    // trained nor missing.
+    REQUIRE(j["epochs"].size() == 2);
+    for (auto& e : j["epochs"]) {
+      CHECK(e["samples"] == 1152);
+      CHECK(e["missing"] == 0);
+      CHECK(e["duplicates"] == 0);
+    }
+    CHECK(j["trainer_cpu"]["batches"] == 2 * 9);
+    unlink(report.c_str());
   }
   SECTION("a CSV manifest") {
     auto report = tempPath("manifest.json");

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "troupe/dataset/fashion_mnist.h"
@@ -33,6 +34,28 @@ std::vector<uint32_t> shardIndices(size_t sampleCount, uint32_t shardIndex, uint
 /// `shard` permuted for `epoch`, deterministically from (seed, epoch) with a portable generator
 /// (not std::uniform_int_distribution, whose output differs between standard libraries).
 std::vector<uint32_t> epochOrder(std::span<const uint32_t> shard, uint64_t seed, uint64_t epoch);
+
+/// How an epoch is cut, as torch's DataLoader cuts it: the epoch's order of every sample
+/// (shuffled from (seed, epoch), or 0..N-1 in order), batch k its positions [k*B, (k+1)*B), every
+/// batch whole but the epoch's last, which is short or, with dropLast, left out. A shard is a
+/// contiguous run of whole batches, so batch k holds the same samples whichever shard, augmenter
+/// or instance serves it. (hetero_train's Fashion-MNIST path cuts per shard instead: shardIndices
+/// and epochOrder.)
+struct BatchedEpoch {
+  uint64_t samples = 0;
+  uint32_t batchSize = 1;
+  bool shuffle = true;
+  bool dropLast = false;
+
+  /// Positions trained per epoch: every sample, or with dropLast those of whole batches.
+  uint64_t used() const { return dropLast ? samples / batchSize * batchSize : samples; }
+  uint64_t batches() const { return (used() + batchSize - 1) / batchSize; }
+  /// Shard `shard` of `shards`: its positions [first, second) in the epoch's order. Throws
+  /// DatasetError when a shard would hold no batch.
+  std::pair<uint64_t, uint64_t> shardPositions(uint32_t shard, uint32_t shards) const;
+  /// The epoch's order of every sample (samples ids; the first used() are trained).
+  std::vector<uint32_t> order(uint64_t seed, uint64_t epoch) const;
+};
 
 /// Mixes values into one well-spread 64-bit seed (splitmix64 finaliser); used to derive the
 /// epoch permutation seed and, by augmenters, a per-batch seed from (seed, epoch, position).
