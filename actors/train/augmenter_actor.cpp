@@ -7,10 +7,12 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "batch_maker.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/send_buffer.h"
 #include "troupe/trace.h"
@@ -55,8 +57,12 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   batched_ = args.getOrder().getBatched();
   shuffle_ = args.getOrder().getShuffle();
   dropLast_ = args.getOrder().getDropLast();
-  KJ_REQUIRE(!batched_ || !dataset_.empty(), "a batched order needs a dataset");
-  if (dataset_.empty()) {
+  python_ = args.getPython();
+  KJ_REQUIRE(!batched_ || !dataset_.empty() || python_, "a batched order needs a dataset");
+  KJ_REQUIRE(!python_ || samples_ > 0, "a script's dataset needs its length (samples)");
+  if (args.getPython()) {
+    // A script's Dataset: batches from this process's batch maker.
+  } else if (dataset_.empty()) {
     augmenter_ = std::make_shared<const augment::Augmenter>(configFrom(args.getAugment()));
   } else {
     pipeline_ = std::make_shared<const images::Pipeline>(
@@ -114,6 +120,11 @@ std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64
 kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(uint32_t shard,
                                                                                uint32_t shards) {
   KJ_REQUIRE(shard < shards, "no such shard", shard, shards);
+  if (python_) {
+    // The script's Dataset: its length is all there is to load here.
+    auto out = std::make_shared<Shard>();
+    return std::shared_ptr<const Shard>(kj::mv(out));
+  }
   if (!dataset_.empty()) {
     if (source_ == nullptr) {
       source_ = context()
@@ -235,7 +246,7 @@ kj::Promise<std::shared_ptr<std::vector<uint32_t>>> AugmenterActor::orderOf(
     return std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
   }
   data::BatchedEpoch plan{samples_ ? samples_ : data->source->size(), batchSize_, shuffle_,
-                          dropLast_};
+                          dropLast_};  // (a script's dataset: samples_ is its length)
   return context().offload([plan, seed = seed_, shard, shards, epoch]() {
     auto all = epochOrderOf(plan, seed, epoch);
     auto [first, last] = plan.shardPositions(shard, shards);
@@ -287,6 +298,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
   auto& stream = current(shard, session);
   if (position >= order->size()) return kj::READY_NOW;
   if (data->source) return pumpDataset(shard, session, epoch, data, order, position, sink);
+  if (python_) return pumpMade(shard, session, epoch, data, order, position, sink);
   return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
                                        sink]() mutable {
     --current(shard, session).credits;
@@ -454,6 +466,76 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
           augmentSeconds_ += built.cpu + (threadCpuSeconds() - loopCpu);
           return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
             return pumpDataset(shard, session, epoch, data, order, end, sink);
+          });
+        });
+  });
+}
+
+kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uint32_t epoch,
+                                           std::shared_ptr<const Shard> data,
+                                           std::shared_ptr<std::vector<uint32_t>> order,
+                                           uint64_t position, hetero::BatchSink::Client sink) {
+  auto& stream = current(shard, session);
+  if (position >= order->size()) return kj::READY_NOW;
+  return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
+                                       sink]() mutable {
+    --current(shard, session).credits;
+    auto end = std::min<uint64_t>(position + batchSize_, order->size());
+    std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
+    auto maker = batchMaker();
+    KJ_REQUIRE(maker != nullptr, "no batch maker in this process: a script's augmenter runs in "
+                                 "the script's own process (troupe.data.DataLoader)");
+    struct Made {
+      MadeBatch batch;
+      double cpu;
+    };
+    // The worker's time is its own process's; the pool thread here waits for it (what the
+    // advisor counts per batch is this thread's wall time: the wait and the copy).
+    auto work = [maker, epoch, ids]() {
+      trace::Span span("dataset", "train");
+      auto start = std::chrono::steady_clock::now();
+      Made made{maker->make(epoch, ids), 0};
+      made.cpu = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return made;
+    };
+    return context()
+        .offload(kj::mv(work))
+        .then([this, shard, session, epoch, data, order, position, end, sink,
+               ids = kj::mv(ids)](Made made) mutable -> kj::Promise<void> {
+          auto request = sink.pushRequest();
+          auto b = request.initBatch();
+          b.setSession(session);
+          b.setEpoch(epoch);
+          b.setShard(shard);
+          b.setBegin(position);
+          if (!made.batch.failure.empty()) {
+            spdlog::error("augmenter {}: {}", shard_, made.batch.failure);
+            b.setFailure(made.batch.failure);
+            return request.send().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
+          }
+          auto list = b.initSampleIds(ids.size());
+          for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
+          auto tensors = b.initTensors(made.batch.tensors.size());
+          for (size_t i = 0; i < made.batch.tensors.size(); ++i) {
+            auto& t = made.batch.tensors[i];
+            auto out = tensors[i];
+            out.setDtype(t.dtype);
+            auto shape = out.initShape(t.shape.size());
+            for (size_t k = 0; k < t.shape.size(); ++k) shape.set(k, t.shape[k]);
+            out.setOffset(t.offset);
+            out.setBytes(t.bytes);
+          }
+          b.setStructure(made.batch.structure);
+          b.adoptPixels(made.batch.data.lend(b));
+          current(shard, session).produced += ids.size();
+          images_ += ids.size();
+          batches_ += 1;
+          bytes_ += made.batch.data.size();
+          augmentSeconds_ += made.cpu;
+          auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
+                          .attach(kj::mv(made.batch.data));
+          return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
+            return pumpMade(shard, session, epoch, data, order, end, sink);
           });
         });
   });

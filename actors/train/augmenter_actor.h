@@ -81,6 +81,11 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   bool skipBad_ = false;
   // AugmenterArgs.order: shards as runs of whole batches of the epoch's order (BatchedEpoch).
   bool batched_ = false, shuffle_ = true, dropLast_ = false;
+  bool python_ = false;  // AugmenterArgs.python: batches from the process's batch maker
+  kj::Promise<void> pumpMade(uint32_t shard, uint64_t session, uint32_t epoch,
+                             std::shared_ptr<const Shard> data,
+                             std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
+                             hetero::BatchSink::Client sink);
   kj::Promise<std::shared_ptr<std::vector<uint32_t>>> orderOf(std::shared_ptr<const Shard> data,
                                                               uint32_t shard, uint32_t shards,
                                                               uint32_t epoch);

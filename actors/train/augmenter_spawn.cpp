@@ -26,6 +26,7 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         order.setBatched(spec.batched);
         order.setShuffle(spec.shuffle);
         order.setDropLast(spec.dropLast);
+        a.setPython(spec.python);
         auto aug = a.initAugment();
         const auto& c = spec.augment;
         aug.setPadding(c.padding);

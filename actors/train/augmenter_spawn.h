@@ -33,6 +33,7 @@ struct AugmenterSpec {
   bool skipBadSamples = false;
   // The epoch cut as torch's DataLoader cuts it (AugmenterArgs.order; needs a dataset).
   bool batched = false, shuffle = true, dropLast = false;
+  bool python = false;  // a script's Dataset, from the process's batch maker (batch_maker.h)
 };
 
 Placement augmenterPlacement(const AugmenterSpec& spec);

@@ -19,6 +19,7 @@
 
 #include <kj/async.h>
 
+#include "batch_maker.h"
 #include "checkpoint.h"
 #include "troupe/actor.h"
 #include "troupe/received.h"
@@ -39,6 +40,9 @@ struct StepBatch {
   bool bytes = false;
   uint8_t dtype = 0;  // troupe::images::Dtype, with a dataset
   std::vector<int64_t> targets;
+  // A script's Dataset (TrainerArgs.python): its collated tensors in `images`, and how they nest.
+  std::vector<MadeTensor> tensors;
+  std::string structure;
   float learningRate = 0;  // the trainer's schedule (the MLP follows it; a script has its own)
   // The trainer waited for data since the previous step: the time between the two steps is not
   // the learner's handoff (Handoffs).

@@ -33,6 +33,9 @@ struct AugmenterArgs {
   transform @6 :Text;
   skipBadSamples @7 :Bool;        # a sample that cannot be read is skipped, not the job's end
   order @8 :BatchOrder;
+  python @9 :Bool;
+  # The batches come from this process's batch maker (batch_maker.h: a training script's
+  # Dataset in its worker processes), as named tensors; `samples` is the dataset's length.
 }
 
 struct BatchOrder {
@@ -62,6 +65,16 @@ struct Batch {
   skipped @10 :List(UInt32);      # of sampleIds: could not be read (--skip-bad-samples)
   skippedFiles @11 :List(Text);   # "file: why", one per skipped id
   failure @12 :Text;              # nonempty: a sample could not be read and the job fails with this
+  # A script's batch (AugmenterArgs.python): `pixels` holds every tensor's bytes.
+  tensors @13 :List(Tensor);
+  structure @14 :Text;            # how the tensors nest (the Python package's encoding)
+}
+
+struct Tensor {
+  dtype @0 :Text;                 # numpy's typestr ("<f4", "|u1", "<i8", ...)
+  shape @1 :List(Int64);
+  offset @2 :UInt64;              # in Batch.pixels
+  bytes @3 :UInt64;
 }
 
 interface BatchSink {
@@ -114,6 +127,7 @@ struct TrainerArgs {
                                   # or none with `sample` set (accuracy NaN)
   testTransform @17 :Text;
   order @18 :BatchOrder;          # as the augmenters' (AugmenterArgs.order)
+  python @19 :Bool;               # the batches are a script's tensors (AugmenterArgs.python)
 }
 
 struct SampleFormat {

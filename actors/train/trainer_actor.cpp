@@ -107,6 +107,10 @@ kj::Promise<void> TrainerActor::progress(ProgressContext call) {
 kj::Promise<void> TrainerActor::train(TrainContext call) {
   auto p = call.getParams();
   epochs_ = p.getEpochs();
+  if (epochs_ == 0 && args_.getScript() != 0) {
+    // A script's DataLoader: epochs until the script ends (its job's end stops the trainer).
+    epochs_ = kUnbounded;
+  }
   trainSamples_ = p.getTrainSamples();
   if (args_.getOrder().getBatched()) {
     auto o = args_.getOrder();
@@ -122,7 +126,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   for (uint32_t shard = 0; shard < shardCount(); ++shard) sources_.push_back(Source{shard});
   plannedSteps_ = 0;
   for (auto& s : sources_) plannedSteps_ += (shardSize(s.shard) + batchSize_ - 1) / batchSize_;
-  plannedSteps_ *= epochs_;
+  if (epochs_ != kUnbounded) plannedSteps_ *= epochs_;  // (unbounded: one epoch's)
   started_ = context().timer().now();
   seen_.assign(trainSamples_, 0);
   training_ = true;
@@ -133,12 +137,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   return onStarted_.addBranch()
       .then([this]() { return restore(); })
       .then([this]() {
-        kj::Promise<void> chain = kj::READY_NOW;
-        for (uint32_t e = firstEpoch_; e < epochs_; ++e) {
-          bool resumed = e == firstEpoch_ && !resumedFrom_.empty();
-          chain = chain.then([this, e, resumed]() { return runEpoch(e, resumed); });
-        }
-        return chain;
+        return runFrom(firstEpoch_);
       })
       .then(
           [this, call]() mutable {
@@ -215,6 +214,12 @@ void TrainerActor::beginEpoch(uint32_t epoch, bool resumed, bool ahead) {
   dispatch();
 }
 
+kj::Promise<void> TrainerActor::runFrom(uint32_t epoch) {
+  if (epoch >= epochs_) return kj::READY_NOW;
+  bool resumed = epoch == firstEpoch_ && !resumedFrom_.empty();
+  return runEpoch(epoch, resumed).then([this, epoch]() { return runFrom(epoch + 1); });
+}
+
 kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
   // A resumed epoch keeps what restore() put in place: the epoch's counters, the samples already
   // trained on and each shard's position.
@@ -250,9 +255,10 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
       stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
       totalWait_ += stats_.waitSeconds - waitBefore_;
       spdlog::info(
-          "epoch {}/{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}, "
+          "epoch {}{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}, "
           "{:.1f} s",
-          epoch + 1, epochs_, stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected,
+          epoch + 1, epochs_ == kUnbounded ? std::string() : "/" + std::to_string(epochs_),
+          stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected,
           stats_.skipped ? fmt::format("{} skipped (unreadable), ", stats_.skipped) : "",
           std::isnan(accuracy) ? std::string(args_.getScript() ? "evaluated by the script"
                                                                 : "no test set")

@@ -91,6 +91,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     std::vector<uint32_t> skipped;
     std::vector<std::string> skippedFiles;
     std::string failure;
+    std::vector<MadeTensor> tensors;  // a script's Dataset (TrainerArgs.python)
+    std::string structure;
   };
   struct StepInFlight {
     // The batch a training step on the pool is applying. Its samples count as trained from the
@@ -111,6 +113,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   };
 
   kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);
+  kj::Promise<void> runFrom(uint32_t epoch);  // this epoch and every one after it
+  static constexpr uint32_t kUnbounded = ~0u;  // epochs_ of a script's DataLoader
   // Sets up `epoch`'s shards and hands them to the augmenters. With `ahead`, while the previous
   // epoch is still being evaluated: its streams start at sample 0 and their batches wait in the
   // queue, so the data group works through the evaluation and the epoch starts without a fill.

@@ -29,7 +29,18 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   p.labels.assign(labels.begin(), labels.end());
   p.bytes = batch.hasPixels() && batch.getPixels().size() > 0;
   p.images = Received::keep(p.bytes ? batch.getPixels() : batch.getImages());
-  if (args_.hasSample()) {
+  if (args_.getPython()) {
+    p.bytes = true;
+    for (auto t : batch.getTensors()) {
+      MadeTensor m;
+      m.dtype = t.getDtype();
+      for (auto d : t.getShape()) m.shape.push_back(d);
+      m.offset = t.getOffset();
+      m.bytes = t.getBytes();
+      p.tensors.push_back(kj::mv(m));
+    }
+    p.structure = batch.getStructure();
+  } else if (args_.hasSample()) {
     p.bytes = true;  // pixels (of any dtype), or none when every sample was skipped
     p.dtype = batch.getDtype();
     for (auto t : batch.getTargets()) p.targets.push_back(t);
@@ -96,7 +107,15 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
   size_t n = b.ids.size();
   if (n == 0 || n > batchSize_)
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
-  if (args_.hasSample()) {
+  if (args_.getPython()) {
+    if (b.tensors.empty()) return kj::str("a batch of ", n, " samples without tensors");
+    for (auto& t : b.tensors) {
+      if (t.offset + t.bytes > b.images.size() || t.offset + t.bytes < t.offset) {
+        return kj::str("a tensor of ", t.bytes, " bytes at ", t.offset, " beyond the batch's ",
+                       b.images.size());
+      }
+    }
+  } else if (args_.hasSample()) {
     size_t kept = n - std::min(n, b.skipped.size());
     if (b.dtype != args_.getSample().getDtype() || b.targets.size() != kept ||
         b.skippedFiles.size() != b.skipped.size() || b.images.size() != kept * sampleBytes(b)) {
@@ -224,6 +243,8 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   step.bytes = b.bytes;
   step.dtype = b.dtype;
   step.targets = kj::mv(b.targets);
+  step.tensors = kj::mv(b.tensors);
+  step.structure = kj::mv(b.structure);
   step.learningRate = lr;
   step.done = done;
   step.waited = waitedSinceStep_;

@@ -25,7 +25,9 @@
 #include "trainer_actor.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
+#include "troupe/dataset/epoch.h"
 #include "troupe/images/transforms.h"
+#include "workers.h"
 #include "troupe/loop.h"
 #include "troupe/troupe.h"
 
@@ -57,6 +59,9 @@ struct Settings {
   std::string dataset, transform;
   bool skipBadSamples = false;
   bool shuffle = true, dropLast = false;  // a dataset's epoch, cut as torch's DataLoader cuts it
+  // troupe.data.DataLoader: the script's own Dataset (`samples` long) in this process's worker
+  // processes (workers.h), epochs until the script ends.
+  bool python = false;
 };
 
 // A dataset's samples as the transform writes them (set by start() before the runtime runs).
@@ -125,7 +130,9 @@ class Job {
   kj::Promise<void> drive(troupe::Driver& job) {
     // The dataset's size, on the pool (unpacking it on the event loop starves heartbeats).
     return job.loop()
-        .offload([dir = settings_.dataDir, source = format_.source]() {
+        .offload([dir = settings_.dataDir, source = format_.source,
+                  python = settings_.python, samples = settings_.samples]() -> size_t {
+          if (python) return samples;
           if (source) return source->size();
           return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
         })
@@ -152,7 +159,8 @@ class Job {
     spec.dataset = s.dataset;
     spec.transform = s.transform;
     spec.skipBadSamples = s.skipBadSamples;
-    spec.batched = format_.source != nullptr;
+    spec.batched = format_.source != nullptr || s.python;
+    spec.python = s.python;
     spec.shuffle = s.shuffle;
     spec.dropLast = s.dropLast;
     auto augmenters =
@@ -169,7 +177,13 @@ class Job {
               a.setPrefetch(s.prefetch);
               a.setSamplesSetting(s.samples);
               a.setScript(learner_->id());
-              if (format_.source) {
+              if (s.python) {
+                a.setPython(true);
+                auto order = a.initOrder();
+                order.setBatched(true);
+                order.setShuffle(s.shuffle);
+                order.setDropLast(s.dropLast);
+              } else if (format_.source) {
                 auto f = a.initSample();
                 f.setChannels(format_.shape.channels);
                 f.setHeight(format_.shape.height);
@@ -207,7 +221,7 @@ class Job {
     auto train = learner_->begun().then(
         [this, trainer, sources = KJ_MAP(a, augmenters) { return a.address(); }]() mutable {
           auto req = trainer.trainRequest();
-          req.setEpochs(settings_.epochs);
+          req.setEpochs(settings_.python ? 0 : settings_.epochs);  // 0: until the script ends
           req.setTrainSamples(samples_);
           auto list = req.initSources(sources.size());
           for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
@@ -274,7 +288,26 @@ py::tuple datasetArrays(ScriptLearner::Item& item, const Format& f) {
   return py::make_tuple(images, targets, ids);
 }
 
+// A script's Dataset's batch (DataLoader): each tensor a numpy array over the received bytes (no
+// copy; one owner for them all), the structure they nest in, the sample ids.
+py::tuple madeArrays(ScriptLearner::Item& item) {
+  auto& b = item.batch;
+  auto* held = new troupe::Received(std::move(b.images));
+  py::capsule owner(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
+  auto base = held->as<uint8_t>().data();
+  py::list tensors;
+  for (auto& t : b.tensors) {
+    std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+    tensors.append(py::array(py::dtype::from_args(py::str(t.dtype)), shape, base + t.offset, owner));
+  }
+  auto n = static_cast<py::ssize_t>(b.ids.size());
+  py::array_t<int64_t> ids(n);
+  for (py::ssize_t i = 0; i < n; ++i) ids.mutable_data()[i] = b.ids[i];
+  return py::make_tuple(tensors, py::str(b.structure), ids);
+}
+
 py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
+  if (!item.batch.tensors.empty()) return madeArrays(item);
   if (Job::get().format().source) return datasetArrays(item, Job::get().format());
   auto& b = item.batch;
   auto n = static_cast<py::ssize_t>(b.ids.size());
@@ -365,7 +398,9 @@ PYBIND11_MODULE(_native, m) {
         get("skip_bad_samples", s.skipBadSamples);
         get("shuffle", s.shuffle);
         get("drop_last", s.dropLast);
-        if ((options.contains("shuffle") || options.contains("drop_last")) && s.dataset.empty()) {
+        get("python", s.python);
+        if ((options.contains("shuffle") || options.contains("drop_last")) && s.dataset.empty() &&
+            !s.python) {
           throw py::value_error("shuffle and drop_last need dataset= (docs/data.md)");
         }
         py::gil_scoped_release release;
@@ -374,6 +409,26 @@ PYBIND11_MODULE(_native, m) {
       "Starts this process's troupe job; returns on the head once its driver runs, never "
       "elsewhere.");
   m.def("placements", []() { return Job::get().placements(); });
+  m.def(
+      "epoch_order",
+      [](uint64_t samples, uint64_t seed, uint64_t epoch, bool shuffle) {
+        // The epoch's order as the data group cuts it (troupe/dataset/epoch.h, BatchedEpoch).
+        auto order = troupe::data::BatchedEpoch{samples, 1, shuffle, false}.order(seed, epoch);
+        py::array_t<int64_t> out(static_cast<py::ssize_t>(order.size()));
+        std::copy(order.begin(), order.end(), out.mutable_data());
+        return out;
+      },
+      py::arg("samples"), py::arg("seed"), py::arg("epoch"), py::arg("shuffle"));
+  m.def(
+      "set_workers",
+      [](std::vector<std::tuple<int, int, int, int, size_t>> workers) {
+        std::vector<troupe::python::WorkerFds> fds;
+        for (auto& [pid, request, reply, memory, size] : workers) {
+          fds.push_back({pid, request, reply, memory, size});
+        }
+        troupe::train::setBatchMaker(std::make_shared<troupe::python::ProcessWorkers>(fds));
+      },
+      "This process's DataLoader worker processes: (pid, request fd, reply fd, memfd, size) each.");
   m.def("begin", []() { Job::get().learner()->begin(); });
   m.def(
       "next",

@@ -26,7 +26,8 @@ import os
 import sys
 import traceback
 
-__all__ = ["AugmentedBatches", "Stopped", "JobFailed", "StateError", "ImageDataset"]
+__all__ = ["AugmentedBatches", "DataLoader", "Stopped", "JobFailed", "StateError",
+           "ImageDataset"]
 
 
 class Stopped(Exception):
@@ -318,6 +319,7 @@ class ImageDataset:
 
     def __init__(self, path, transform, seed=None):
         self._torch = _torch()
+        self.path, self.spec = str(path), transform
         self.source = _native.open_dataset(str(path))
         self.transform = _native.Transform(transform)
         self.transform.shape(3)  # a spec that fixes no size, or a wrong Normalize: now, not later
@@ -342,3 +344,327 @@ class ImageDataset:
             seed = (int(self.seed) * 0x9E3779B97F4A7C15 + self.epoch * 0x100000001B3 + index) % 2**64
         x = self.transform(encoded, seed, self.source.name(index))
         return self._torch.from_numpy(x), int(target)
+
+
+# -- troupe.data.DataLoader: a script's own Dataset on the data group --------------------------
+
+def _in_cluster():
+    """Whether this process runs as an instance of a troupe job (troupe sim, SageMaker, Slurm,
+    Kubernetes, or a cluster file given): else a plain ``python3 train.py``."""
+    env = os.environ
+    return bool(env.get("TROUPE_SM_ROOT") or env.get("TROUPE_CLUSTER_FILE") or
+                env.get("SLURM_JOB_ID") or env.get("KUBERNETES_SERVICE_HOST") or
+                os.path.exists("/opt/ml/input/config/resourceconfig.json") or
+                any(a == "--cluster" or a.startswith("--cluster=") for a in sys.argv))
+
+
+def _flatten(value, tensors):
+    """A collated batch as a JSON-able structure over a flat list of arrays."""
+    torch = _torch()
+    if torch.is_tensor(value):
+        tensors.append(value.detach().cpu().contiguous().numpy())
+        return {"t": len(tensors) - 1}
+    if isinstance(value, numpy.ndarray):
+        tensors.append(numpy.ascontiguousarray(value))
+        return {"t": len(tensors) - 1}
+    if isinstance(value, tuple):
+        return {"tuple": [_flatten(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return {"list": [_flatten(v, tensors) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[k, _flatten(v, tensors)] for k, v in value.items()]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"v": value}
+    raise TypeError(f"DataLoader: a collated batch holds a {type(value).__name__}; batches carry "
+                    "tensors, numpy arrays, numbers and strings in tuples, lists and dicts")
+
+
+def _unflatten(structure, tensors):
+    if "t" in structure:
+        return tensors[structure["t"]]
+    if "tuple" in structure:
+        return tuple(_unflatten(v, tensors) for v in structure["tuple"])
+    if "list" in structure:
+        return [_unflatten(v, tensors) for v in structure["list"]]
+    if "dict" in structure:
+        return {k: _unflatten(v, tensors) for k, v in structure["dict"]}
+    return structure["v"]
+
+
+def _read_exact(fd, size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _worker_main(dataset, collate, request, reply, memory, size):
+    """A DataLoader worker process: dataset[i] and collate for each batch the node asks for, the
+    tensors into shared memory (python/src/workers.h has the protocol). Ends when the node's
+    process does (its pipe closes)."""
+    import json
+    import mmap
+    import struct
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the node
+    except Exception:
+        pass
+    shared = mmap.mmap(memory, size)
+    view = numpy.frombuffer(shared, dtype=numpy.uint8)
+    while True:
+        head = _read_exact(request, 8)
+        if head is None:
+            os._exit(0)
+        epoch, n = struct.unpack("<II", head)
+        ids = struct.unpack(f"<{n}I", _read_exact(request, 4 * n))
+        index = None
+        try:
+            if hasattr(dataset, "set_epoch"):
+                dataset.set_epoch(epoch)
+            samples = []
+            for index in ids:
+                samples.append(dataset[index])
+            index = None
+            tensors = []
+            structure = _flatten(collate(samples), tensors)
+            infos, offset = [], 0
+            for a in tensors:
+                if offset + a.nbytes > size:
+                    raise MemoryError(f"a batch of {offset + a.nbytes} bytes: more than the "
+                                      f"worker's shared memory ({size} bytes; "
+                                      "DataLoader(shared_memory_mb=...))")
+                view[offset:offset + a.nbytes] = a.reshape(-1).view(numpy.uint8)
+                infos.append({"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
+                              "bytes": a.nbytes})
+                offset += (a.nbytes + 63) // 64 * 64
+            answer = {"structure": structure, "tensors": infos}
+        except Exception as e:
+            where = f"dataset[{index}]" if index is not None else "collate_fn"
+            answer = {"error": f"{where} raised {type(e).__name__}: {e} (epoch {epoch}); in the "
+                               f"DataLoader worker:\n{traceback.format_exc()}"}
+        data = json.dumps(answer).encode()
+        os.write(reply, struct.pack("<I", len(data)) + data)
+
+
+class DataLoader:
+    """torch's ``DataLoader``, its workers moved to the data group (docs/pytorch.md)::
+
+        loader = troupe.data.DataLoader(dataset, batch_size=64, shuffle=True)
+        for epoch in range(10):
+            for images, labels in loader:
+                ...
+
+    ``dataset`` is any map-style dataset (``__len__`` and ``__getitem__``), built by the script
+    on every instance (nothing is pickled). On each data instance ``num_workers`` worker
+    processes (default: one per CPU the process may use) compute ``dataset[i]`` for the indices
+    of their shard and ``collate_fn`` (default: torch's ``default_collate``) of them; the tensors
+    go to the node through shared memory and to the trainer over troupe's stream as dtype, shape
+    and bytes. Each ``iter(loader)`` is the next epoch: every batch ``batch_size`` samples but
+    its last (left out with ``drop_last``); with ``shuffle`` the samples of batch k are fixed by
+    ``seed`` (default 42) and the epoch, whichever worker or instance makes it. Every sample
+    once per epoch, through lost and drained data instances (docs/hetero_train.md).
+
+    A :class:`ImageDataset` takes troupe's C++ decoding and transforms on the data group instead
+    of Python workers. Outside a troupe cluster (plain ``python3 train.py``) it is torch's own
+    DataLoader with ``num_workers`` workers on this machine, and says so in one line.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, collate_fn=None,
+                 seed=None, *, num_workers=None, with_ids=False, pin_memory=None, on_stop=None,
+                 shared_memory_mb=256, **options):
+        torch = _torch()
+        for name, value in (("batch_size", batch_size), ("num_workers", num_workers),
+                            ("seed", seed), ("shared_memory_mb", shared_memory_mb)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise TypeError(f"DataLoader: {name}={value!r}: an int, as torch's DataLoader "
+                                f"takes (not {type(value).__name__})")
+        if batch_size < 1:
+            raise ValueError(f"DataLoader: batch_size={batch_size}: at least 1")
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"DataLoader: num_workers={num_workers}: at least 1 (the workers "
+                             "run on the data group)")
+        if shared_memory_mb < 1:
+            raise ValueError(f"DataLoader: shared_memory_mb={shared_memory_mb}: at least 1")
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if not isinstance(value, bool):
+                raise TypeError(f"DataLoader: {name}={value!r}: True or False")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"DataLoader: collate_fn={collate_fn!r} is not callable")
+        unknown = sorted(set(options) - {"prefetch", "augmenters_per_node", "restarts",
+                                         "stop_timeout", "data_group", "skip_bad_samples"})
+        if unknown:
+            raise TypeError(f"DataLoader: unknown option(s) {', '.join(unknown)}")
+        try:
+            length = len(dataset)
+        except TypeError as e:
+            raise TypeError("DataLoader: the dataset has no len(): troupe's DataLoader takes "
+                            "map-style datasets (__len__ and __getitem__)") from e
+        if length < 1:
+            raise ValueError("DataLoader: the dataset is empty")
+        if drop_last and length < batch_size:
+            raise ValueError(f"DataLoader: drop_last with {length} samples and batch_size "
+                             f"{batch_size} leaves no batch")
+        self.dataset, self.batch_size = dataset, batch_size
+        self.shuffle, self.drop_last = shuffle, drop_last
+        self.seed = 42 if seed is None else seed
+        self._with_ids = with_ids
+        self._on_stop = on_stop
+        self._torch = torch
+        self._pin = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self._epoch = 0
+        self._live = None
+        self._begun = False
+        self._report = None
+        self._pid = os.getpid()
+        workers = num_workers or len(os.sched_getaffinity(0))
+        collate = collate_fn or torch.utils.data.default_collate
+        if not _in_cluster():
+            # Plain python3: torch's own DataLoader on this machine, for developing the script,
+            # with the same batches as on the data group.
+            print(f"troupe.data: not in a troupe cluster: torch's DataLoader with {workers} "
+                  "workers on this machine (run under troupe sim or SageMaker for the data group)",
+                  flush=True)
+            self._local = (collate, workers)
+            return
+        self._local = None
+        settings = dict(options, batch_size=batch_size, epochs=0, seed=self.seed)
+        if isinstance(dataset, ImageDataset):
+            # troupe's own decoding and transforms on the data group (docs/data.md).
+            settings.update(dataset=dataset.path, transform=dataset.spec, shuffle=shuffle,
+                            drop_last=drop_last)
+        else:
+            settings.update(python=True, train_samples=length, shuffle=shuffle,
+                            drop_last=drop_last)
+            self._fork_workers(workers, collate, shared_memory_mb << 20)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(line_buffering=True)
+        # Returns on the head only; on a data instance the process serves until the job ends.
+        _native.start([sys.argv[0] or "python3"] + sys.argv[1:], settings)
+        _Ending.install()
+        print(_native.placements(), flush=True)
+
+    def _fork_workers(self, count, collate, size):
+        # Before the runtime's threads start, as torch forks its workers: each gets a request
+        # and a reply pipe and a memfd for its tensors.
+        fds = []
+        for k in range(count):
+            request_r, request_w = os.pipe()
+            reply_r, reply_w = os.pipe()
+            memory = os.memfd_create(f"troupe-dataloader-{k}")
+            os.ftruncate(memory, size)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(request_w)
+                    os.close(reply_r)
+                    for other in fds:
+                        for fd in other[1:4]:
+                            os.close(fd)
+                    _worker_main(self.dataset, collate, request_r, reply_w, memory, size)
+                finally:
+                    os._exit(1)
+            os.close(request_r)
+            os.close(reply_w)
+            fds.append((pid, request_w, reply_r, memory, size))
+        _native.set_workers(fds)
+
+    def __len__(self):
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else (n + self.batch_size - 1) // self.batch_size
+
+    def set_epoch(self, epoch):
+        """For code written for DistributedSampler: the next ``iter()`` must be epoch ``epoch``
+        (epochs come in order here; another number is a ValueError naming the next one)."""
+        if self._local is None and int(epoch) != self._epoch:
+            raise ValueError(f"DataLoader.set_epoch({epoch}): the next epoch is {self._epoch}; "
+                             "troupe's epochs come in order")
+
+    def _batches(self, epoch):
+        """Epoch ``epoch``'s batches of sample ids, as the data group cuts them."""
+        order = _native.epoch_order(len(self.dataset), self.seed, epoch, self.shuffle).tolist()
+        used = len(order) // self.batch_size * self.batch_size if self.drop_last else len(order)
+        return [order[k:min(k + self.batch_size, used)] for k in range(0, used, self.batch_size)]
+
+    def _iter_local(self):
+        collate, workers = self._local
+        batches = self._batches(self._epoch)
+        self._epoch += 1
+        loader = self._torch.utils.data.DataLoader(self.dataset, batch_sampler=batches,
+                                                   collate_fn=collate, num_workers=workers)
+        for ids, batch in zip(batches, loader):
+            yield (batch, self._torch.tensor(ids)) if self._with_ids else batch
+
+    def __iter__(self):
+        if self._local is not None:
+            yield from self._iter_local()
+            return
+        if os.getpid() != self._pid:
+            raise RuntimeError("DataLoader cannot be iterated in a forked process")
+        if self._live is not None and self._live != self._epoch - 1:
+            raise RuntimeError("DataLoader: two live iterators")
+        if not self._begun:
+            self._begun = True
+            _native.begin()
+        if self._live is not None:
+            # The previous epoch was left before its end (a break): its remaining batches are
+            # received and dropped here, never handed to the next epoch.
+            self._drain(self._live)
+        epoch = self._epoch
+        self._epoch += 1
+        self._live = epoch
+        while True:
+            item = self._next()
+            if item[0] == "epoch_end":
+                if item[1] == epoch:
+                    self._live = None
+                    return
+                continue
+            if item[1] != epoch:
+                continue
+            tensors = [self._torch.from_numpy(a) for a in item[2]]
+            if self._pin:
+                tensors = [t.pin_memory() for t in tensors]
+            import json
+            batch = _unflatten(json.loads(item[3]), tensors)
+            if self._with_ids:
+                yield batch, self._torch.from_numpy(item[4])
+            else:
+                yield batch
+
+    def _drain(self, epoch):
+        while True:
+            item = self._next()
+            if item[0] == "epoch_end" and item[1] == epoch:
+                self._live = None
+                return
+
+    def _next(self):
+        item = _native.next(False)
+        kind = item[0]
+        if kind == "stopped":
+            if self._on_stop is not None:
+                self._on_stop()
+            raise Stopped("SIGTERM or SIGINT on an instance of the job")
+        if kind == "failed":
+            raise JobFailed(f"troupe.data: {item[2]}")
+        return item
+
+    def state_dict(self):
+        """The loader's position: each shard's acknowledged position in the epoch in progress.
+        The batch received last counts as trained."""
+        return {"troupe_stream": _native.state(), "version": 1}
+
+    def load_state_dict(self, state):
+        """Resume from what :meth:`state_dict` returned in an earlier run of this job; call it
+        before the first ``iter()``."""
+        if not isinstance(state, dict) or "troupe_stream" not in state:
+            raise StateError("load_state_dict: not a troupe.data state_dict() (no 'troupe_stream')")
+        if self._begun:
+            raise RuntimeError("load_state_dict() after the first iter(): call it first")
+        self._epoch = _native.load_state(bytes(state["troupe_stream"]), "the loader's state_dict()")
