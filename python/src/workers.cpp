@@ -140,19 +140,24 @@ troupe::train::MadeBatch ProcessWorkers::make(uint32_t epoch, std::span<const ui
       out.failure = std::string("a DataLoader worker's reply is not one: ") + e.what();
       ok = true;
     }
+    if (!ok) {
+      // Its pipe closed as it died: reap it, and say how it ended (it becomes a zombie within
+      // moments of the close; a worker that closed its pipe and lives on is not waited for).
+      int status = 0;
+      for (int tries = 0; tries < 200; ++tries) {
+        if (waitpid(w->fds.pid, &status, WNOHANG) != 0) break;
+        usleep(5000);
+      }
+      spdlog::warn("DataLoader worker {} (pid {}) died{}: its batch goes to another worker",
+                   w - workers_.data(), w->fds.pid,
+                   WIFSIGNALED(status)
+                       ? std::string(" of signal ") + std::to_string(WTERMSIG(status))
+                       : std::string());
+    }
     {
       std::lock_guard lock(mutex_);
       w->busy = false;
-      if (!ok) {
-        w->dead = true;
-        int status = 0;
-        waitpid(w->fds.pid, &status, WNOHANG);
-        spdlog::warn("DataLoader worker {} (pid {}) died{}: its batch goes to another worker",
-                     w - workers_.data(), w->fds.pid,
-                     WIFSIGNALED(status) ? std::string(" of signal ") +
-                                               std::to_string(WTERMSIG(status))
-                                         : std::string());
-      }
+      w->dead = w->dead || !ok;
     }
     freed_.notify_all();
     if (ok) return out;

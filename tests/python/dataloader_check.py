@@ -1,0 +1,94 @@
+"""troupe.data.DataLoader under test (tests/integration/pytorch_test.cpp): a map-style Dataset
+whose samples carry their own index, so the script counts every sample itself.
+
+    dataloader_check.py MODE [SAMPLES]
+
+MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest),
+slow (the same, 2 ms a sample: a fault lands inside an epoch), break (epoch 0 left after 3
+batches, epoch 1 whole), fail (dataset[123] raises), kill-worker (a worker process of this
+instance killed: only on the data instances, which have batches to lose), types (bad arguments,
+each a Python error naming it). Prints `check: ...` lines; exits 1 on a failed check.
+"""
+import hashlib
+import os
+import signal
+import sys
+import time
+
+import torch
+import troupe.data
+
+MODE = sys.argv[1]
+SAMPLES = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+BATCH = 64
+
+
+class Indexed(torch.utils.data.Dataset):
+    """Sample i: a (3, 4, 4) float tensor of i, its label i % 10, and a dict beside it."""
+
+    def __len__(self):
+        return SAMPLES
+
+    def __getitem__(self, i):
+        if MODE == "fail" and i == 123:
+            raise ValueError("sample 123 is bad on purpose")
+        if MODE in ("slow", "kill-worker"):
+            time.sleep(0.002)
+        return torch.full((3, 4, 4), float(i)), i % 10, {"id": i}
+
+
+def fail(text):
+    print(f"check: FAILED {text}", flush=True)
+    sys.exit(1)
+
+
+if MODE == "types":
+    for kwargs, needle in (({"batch_size": 2.0}, "batch_size=2.0: an int"),
+                           ({"batch_size": 0}, "batch_size=0: at least 1"),
+                           ({"shuffle": "yes"}, "shuffle='yes': True or False"),
+                           ({"collate_fn": 3}, "collate_fn=3 is not callable"),
+                           ({"prefetch_factor": 2}, "unknown option(s) prefetch_factor")):
+        try:
+            troupe.data.DataLoader(Indexed(), **kwargs)
+            fail(f"{kwargs} was accepted")
+        except (TypeError, ValueError) as e:
+            if needle not in str(e):
+                fail(f"{kwargs}: {e!r} does not say '{needle}'")
+            print(f"check: {kwargs} -> {type(e).__name__}: {e}", flush=True)
+    print("check: types ok", flush=True)
+    sys.exit(0)
+
+loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=7, with_ids=True)
+print(f"check: len {len(loader)}", flush=True)
+if MODE == "kill-worker" and not os.environ.get("TROUPE_KILLED_WORKER"):
+    pass  # (the test kills a worker from outside)
+epochs = 3
+for epoch in range(epochs):
+    counts = {}
+    sizes = []
+    batches = []
+    for k, (batch, ids) in enumerate(loader):
+        (x, y, extra) = batch
+        if not torch.equal(x[:, 0, 0, 0].long(), ids) or not torch.equal(y, ids % 10):
+            fail(f"epoch {epoch}: a batch's tensors are not its samples'")
+        if not torch.equal(extra["id"], ids):
+            fail(f"epoch {epoch}: the dict beside the tensors is not the samples'")
+        for i in ids.tolist():
+            counts[i] = counts.get(i, 0) + 1
+        sizes.append(len(ids))
+        batches.append(tuple(sorted(ids.tolist())))
+        if k == 5:
+            print(f"check: epoch {epoch} past batch 5", flush=True)
+        if MODE == "break" and epoch == 0 and k == 2:
+            break
+    if MODE == "break" and epoch == 0:
+        print(f"check: epoch 0 left after {len(sizes)} batches", flush=True)
+        continue
+    once = sum(1 for v in counts.values() if v == 1)
+    whole = all(s == BATCH for s in sizes if s != SAMPLES % BATCH) and \
+        sizes.count(SAMPLES % BATCH) <= 1
+    digest = hashlib.sha256(repr(sorted(batches)).encode()).hexdigest()[:16]
+    print(f"check: epoch {epoch}: {sum(counts.values())} samples, {once} once, "
+          f"{len(set(range(SAMPLES)) - set(counts))} missing, {len(sizes)} batches, "
+          f"whole {whole}, batches {digest}", flush=True)
+print("check: done", flush=True)
