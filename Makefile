@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: run test build deps deps-run configure configure-run clean hello soak test-sanitize image \
-	test-image test-slurm compare scaling run-pytorch bench-pytorch run-images
+	test-image test-slurm compare scaling run-pytorch run-pytorch-stream bench-pytorch run-images
 
 deps:
 	@scripts/install-deps.sh
@@ -53,10 +53,20 @@ run-images: configure-run
 	  --channel train=$(IMAGES)/train --channel test=$(IMAGES)/test \
 	  -- $(BUILD)/apps/hetero_train/hetero_train --transform '$(IMAGES_TRANSFORM)'
 
-# The seeds' PyTorch example (examples/pytorch/train.py, docs/pytorch.md) on the same cluster: the
-# same command on every instance; the data instances run troupe's augmenters, the dnn instance the
-# PyTorch loop, fed by troupe.data from the build's python/ folder.
+# troupe.data.DataLoader, the drop-in example (examples/pytorch/train_images.py, docs/pytorch.md):
+# a small CNN on `make run-images`' ImageFolder, torchvision's transforms in DataLoader workers on
+# the data instances; `diff train_images_plain.py train_images.py` is the change. The same command
+# on every instance, the package from the build's python/ folder.
 run-pytorch: build
+	cmake --build $(BUILD) -j $(JOBS) --target make_images
+	test -d $(IMAGES)/train || $(BUILD)/apps/hetero_train/make_images $(IMAGES)
+	PYTHONPATH=$(abspath $(BUILD))/python $(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge \
+	  --group dnn_group=1:ml.p3.2xlarge -- /usr/bin/python3 examples/pytorch/train_images.py \
+	  $(abspath $(IMAGES))
+
+# The seeds' PyTorch example (examples/pytorch/train.py): PyTorch's MNIST CNN fed batches that
+# troupe's Fashion-MNIST augmenters make on the data group (troupe.data.AugmentedBatches).
+run-pytorch-stream: build
 	PYTHONPATH=$(abspath $(BUILD))/python $(BUILD)/troupe sim --group data_group=2:ml.c5.xlarge \
 	  --group dnn_group=1:ml.p3.2xlarge -- /usr/bin/python3 examples/pytorch/train.py
 

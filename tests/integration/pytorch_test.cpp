@@ -670,3 +670,46 @@ TEST_CASE("troupe's native module imports and answers without PyTorch", "[pytorc
   CHECK(code == 0);
   CHECK(run.output().find("native ok") != std::string::npos);
 }
+
+TEST_CASE("a torch DataLoader script outside the tree, one line changed (and the import), trains "
+          "with torchvision's transforms on the data group",
+          "[pytorch][dataloader][example]") {
+  SKIP_WITHOUT_TORCH();
+  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
+      0) {
+    WARN("skipping: torchvision cannot be imported by " << PYTHON3
+                                                        << ": install python3-torchvision");
+    return;
+  }
+  // The user's script (examples/pytorch/train_images_plain.py), copied out of the tree and
+  // changed as docs/pytorch.md says: torch's DataLoader becomes troupe.data's.
+  auto dir = tempPath("dataloader-example");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Run made({MAKE_IMAGES, dir + "/data", "--samples", "2000", "--test-samples", "500"});
+  REQUIRE(made.wait(60s) == 0);
+  auto plain = harness::readFile(IMAGES_EXAMPLE_PLAIN);
+  auto from = std::string("torch.utils.data.DataLoader(train, args.batch_size, shuffle=True, "
+                          "num_workers=4)");
+  auto at = plain.find(from);
+  REQUIRE(at != std::string::npos);
+  auto mine = plain;
+  mine.replace(at, from.size(), "troupe.data.DataLoader(train, args.batch_size, shuffle=True)");
+  auto imports = mine.find("import torchvision\n");
+  REQUIRE(imports != std::string::npos);
+  mine.insert(imports, "import troupe.data\n");
+  std::ofstream(dir + "/mine.py") << mine;
+  Run run(harness::sim(kCluster, {PYTHON3, dir + "/mine.py", dir + "/data", "--epochs", "2"}),
+          pythonEnv());
+  int code = run.wait(300s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex(R"(epoch 2/2: 2000 samples, 32 steps .* test )"
+                                               R"(accuracy ([0-9.]+))")));
+  CHECK(std::stod(m[1]) > 0.3);  // chance: 0.1
+  CHECK(out.find("epoch 1/2: 2000 samples, 32 steps") != std::string::npos);
+  fs::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}
