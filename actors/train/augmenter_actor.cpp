@@ -197,12 +197,11 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
         });
       })
       .then([this, call, shard, session, epoch, from,
-             sink](std::pair<std::shared_ptr<const Shard>,
-                             std::shared_ptr<std::vector<uint32_t>>> loaded) mutable {
+             sink](std::pair<std::shared_ptr<const Shard>, std::shared_ptr<std::vector<uint32_t>>>
+                       loaded) mutable {
         auto data = loaded.first;
         auto order = loaded.second;
-        KJ_REQUIRE(from <= order->size(), "resume position beyond the shard", from,
-                   order->size());
+        KJ_REQUIRE(from <= order->size(), "resume position beyond the shard", from, order->size());
         return pump(shard, session, epoch, data, order, from, sink)
             .then([this, call, shard, session, order]() mutable {
               auto r = call.getResults();
@@ -340,29 +339,53 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           auto loopCpu = threadCpuSeconds();  // the request's frame and sending it: the loop's part
           auto request = sink.pushRequest();
           auto b = request.initBatch();
-          b.setSession(session);
-          b.setEpoch(epoch);
-          b.setShard(shard);
-          b.setBegin(position);
+          heading(b, session, epoch, shard, position);
           auto list = b.initSampleIds(n);
           for (size_t i = 0; i < n; ++i) list.set(i, built.ids[i]);
           b.setLabels(kj::arrayPtr(built.labels.data(), n));
           b.adoptPixels(pixelsOut.lend(b));
-          current(shard, session).produced += n;
-          images_ += n;
-          batches_ += 1;
-          bytes_ += pixelsOut.size();
-          // A streaming call: resolves at once while within the flow-control window. The
-          // connection holds the lent pixels until written; the buffer rides along for a sink in
-          // this process, which reads them when it runs.
-          auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
-                          .attach(kj::mv(pixelsOut));
-          augmentSeconds_ += built.cpu + (threadCpuSeconds() - loopCpu);
-          return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
-            return pump(shard, session, epoch, data, order, end, sink);
-          });
+          auto bytes = pixelsOut.size();
+          return sendBatch(kj::mv(request), kj::mv(pixelsOut), shard, session, n, n, bytes,
+                           built.cpu, loopCpu)
+              .then([this, shard, session, epoch, data, order, end, sink]() mutable {
+                return pump(shard, session, epoch, data, order, end, sink);
+              });
         });
   });
+}
+
+void AugmenterActor::heading(hetero::Batch::Builder b, uint64_t session, uint32_t epoch,
+                             uint32_t shard, uint64_t position) {
+  b.setSession(session);
+  b.setEpoch(epoch);
+  b.setShard(shard);
+  b.setBegin(position);
+}
+
+kj::Promise<void> AugmenterActor::fail(
+    capnp::StreamingRequest<hetero::BatchSink::PushParams> request, const std::string& why) {
+  spdlog::error("augmenter {}: {}", shard_, why);
+  request.getBatch().setFailure(why);
+  // The trainer fails the job with it: nothing more to send for this shard.
+  return request.send().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
+}
+
+kj::Promise<void> AugmenterActor::sendBatch(
+    capnp::StreamingRequest<hetero::BatchSink::PushParams> request, SendBuffer buffer,
+    uint32_t shard, uint64_t session, uint64_t samples, uint64_t images, uint64_t bytes, double cpu,
+    double loopCpu) {
+  current(shard, session).produced += samples;
+  images_ += images;
+  batches_ += 1;
+  bytes_ += bytes;
+  // A streaming call: resolves at once while within the flow-control window. The connection
+  // holds the lent bytes until written; the buffer rides along for a sink in this process, which
+  // reads them when it runs.
+  auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
+                  .attach(kj::mv(buffer));
+  // The pool's part of the batch, and the loop's (building the request and sending it).
+  augmentSeconds_ += cpu + (loopCpu > 0 ? threadCpuSeconds() - loopCpu : 0);
+  return sent;
 }
 
 kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,
@@ -371,104 +394,91 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
                                               uint64_t position, hetero::BatchSink::Client sink) {
   auto& stream = current(shard, session);
   if (position >= order->size()) return kj::READY_NOW;
-  return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
-                                       sink]() mutable {
-    --current(shard, session).credits;
-    auto end = std::min<uint64_t>(position + batchSize_, order->size());
-    std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
-    auto& source = *data->source;
-    int channels = source.encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
-    auto shape = pipeline_->outputShape(channels);
-    size_t n = ids.size();
-    size_t sampleBytes = shape.elements() * images::dtypeBytes(pipeline_->dtype());
-    auto pixelsOut = SendBuffer::allocate(n * sampleBytes);
-    struct Built {
-      std::vector<uint32_t> ids;
-      std::vector<int64_t> targets;   // of the samples not skipped
-      std::vector<uint32_t> skipped;  // ids
-      std::vector<std::string> skippedFiles, failure;
-      double cpu;
-    };
-    auto work = [data, pipeline = pipeline_, ids = kj::mv(ids), seed = seed_, epoch, sampleBytes,
-                 skipBad = skipBad_, out = pixelsOut]() mutable {
-      trace::Span span("transform", "train");
-      auto cpu = threadCpuSeconds();
-      auto& source = *data->source;
-      Built built;
-      auto bytes = out.as<uint8_t>();
-      size_t kept = 0;
-      for (auto id : ids) {
-        try {
-          auto sample = source.read(id);
-          // Each sample's random choices from (seed, epoch, its id): the same pixels whichever
-          // augmenter, batch or position serves it.
-          pipeline->run(sample, source.encoding(), source.rawShape(),
-                        data::mixSeed(seed, epoch, id),
-                        bytes.subspan(kept * sampleBytes, sampleBytes));
-          built.targets.push_back(sample.target);
-          ++kept;
-        } catch (const data::SampleError& e) {
-          if (!skipBad) {
-            built.failure.push_back(std::string(e.what()) +
-                                    " (--skip-bad-samples trains on without it)");
-            break;
-          }
-          built.skipped.push_back(id);
-          built.skippedFiles.push_back(e.what());
-        }
-      }
-      built.ids = kj::mv(ids);
-      built.cpu = threadCpuSeconds() - cpu;
-      return built;
-    };
-    return context()
-        .offload(kj::mv(work))
-        .then([this, shard, session, epoch, data, order, position, end, sink, n, sampleBytes,
-               pixelsOut = kj::mv(pixelsOut)](Built built) mutable -> kj::Promise<void> {
-          auto loopCpu = threadCpuSeconds();
-          auto request = sink.pushRequest();
-          auto b = request.initBatch();
-          b.setSession(session);
-          b.setEpoch(epoch);
-          b.setShard(shard);
-          b.setBegin(position);
-          if (!built.failure.empty()) {
-            spdlog::error("augmenter {}: {}", shard_, built.failure.front());
-            b.setFailure(built.failure.front());
-            // The trainer fails the job with it: nothing more to send for this shard.
-            return request.send().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
-          }
-          auto list = b.initSampleIds(n);
-          for (size_t i = 0; i < n; ++i) list.set(i, built.ids[i]);
-          size_t kept = built.targets.size();
-          auto targets = b.initTargets(kept);
-          for (size_t i = 0; i < kept; ++i) targets.set(i, built.targets[i]);
-          b.setDtype(static_cast<uint8_t>(pipeline_->dtype()));
-          if (built.skipped.empty()) {
-            b.adoptPixels(pixelsOut.lend(b));
-          } else {
-            // Rare (a bad file): the kept samples' bytes, copied.
-            b.setPixels(kj::arrayPtr(pixelsOut.bytes().begin(), kept * sampleBytes));
-            auto skipped = b.initSkipped(built.skipped.size());
-            auto files = b.initSkippedFiles(built.skipped.size());
-            for (size_t i = 0; i < built.skipped.size(); ++i) {
-              skipped.set(i, built.skipped[i]);
-              files.set(i, built.skippedFiles[i]);
-              spdlog::warn("augmenter {}: skipped {}", shard_, built.skippedFiles[i]);
+  return creditAvailable(stream).then(
+      [this, shard, session, epoch, data, order, position, sink]() mutable {
+        --current(shard, session).credits;
+        auto end = std::min<uint64_t>(position + batchSize_, order->size());
+        std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
+        auto& source = *data->source;
+        int channels = source.encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
+        auto shape = pipeline_->outputShape(channels);
+        size_t n = ids.size();
+        size_t sampleBytes = shape.elements() * images::dtypeBytes(pipeline_->dtype());
+        auto pixelsOut = SendBuffer::allocate(n * sampleBytes);
+        struct Built {
+          std::vector<uint32_t> ids;
+          std::vector<int64_t> targets;   // of the samples not skipped
+          std::vector<uint32_t> skipped;  // ids
+          std::vector<std::string> skippedFiles, failure;
+          double cpu;
+        };
+        auto work = [data, pipeline = pipeline_, ids = kj::mv(ids), seed = seed_, epoch,
+                     sampleBytes, skipBad = skipBad_, out = pixelsOut]() mutable {
+          trace::Span span("transform", "train");
+          auto cpu = threadCpuSeconds();
+          auto& source = *data->source;
+          Built built;
+          auto bytes = out.as<uint8_t>();
+          size_t kept = 0;
+          for (auto id : ids) {
+            try {
+              auto sample = source.read(id);
+              // Each sample's random choices from (seed, epoch, its id): the same pixels whichever
+              // augmenter, batch or position serves it.
+              pipeline->run(sample, source.encoding(), source.rawShape(),
+                            data::mixSeed(seed, epoch, id),
+                            bytes.subspan(kept * sampleBytes, sampleBytes));
+              built.targets.push_back(sample.target);
+              ++kept;
+            } catch (const data::SampleError& e) {
+              if (!skipBad) {
+                built.failure.push_back(std::string(e.what()) +
+                                        " (--skip-bad-samples trains on without it)");
+                break;
+              }
+              built.skipped.push_back(id);
+              built.skippedFiles.push_back(e.what());
             }
           }
-          current(shard, session).produced += n;
-          images_ += kept;
-          batches_ += 1;
-          bytes_ += kept * sampleBytes;
-          auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
-                          .attach(kj::mv(pixelsOut));
-          augmentSeconds_ += built.cpu + (threadCpuSeconds() - loopCpu);
-          return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
-            return pumpDataset(shard, session, epoch, data, order, end, sink);
-          });
-        });
-  });
+          built.ids = kj::mv(ids);
+          built.cpu = threadCpuSeconds() - cpu;
+          return built;
+        };
+        return context()
+            .offload(kj::mv(work))
+            .then([this, shard, session, epoch, data, order, position, end, sink, n, sampleBytes,
+                   pixelsOut = kj::mv(pixelsOut)](Built built) mutable -> kj::Promise<void> {
+              auto loopCpu = threadCpuSeconds();
+              auto request = sink.pushRequest();
+              auto b = request.initBatch();
+              heading(b, session, epoch, shard, position);
+              if (!built.failure.empty()) return fail(kj::mv(request), built.failure.front());
+              auto list = b.initSampleIds(n);
+              for (size_t i = 0; i < n; ++i) list.set(i, built.ids[i]);
+              size_t kept = built.targets.size();
+              auto targets = b.initTargets(kept);
+              for (size_t i = 0; i < kept; ++i) targets.set(i, built.targets[i]);
+              b.setDtype(static_cast<uint8_t>(pipeline_->dtype()));
+              if (built.skipped.empty()) {
+                b.adoptPixels(pixelsOut.lend(b));
+              } else {
+                // Rare (a bad file): the kept samples' bytes, copied.
+                b.setPixels(kj::arrayPtr(pixelsOut.bytes().begin(), kept * sampleBytes));
+                auto skipped = b.initSkipped(built.skipped.size());
+                auto files = b.initSkippedFiles(built.skipped.size());
+                for (size_t i = 0; i < built.skipped.size(); ++i) {
+                  skipped.set(i, built.skipped[i]);
+                  files.set(i, built.skippedFiles[i]);
+                  spdlog::warn("augmenter {}: skipped {}", shard_, built.skippedFiles[i]);
+                }
+              }
+              return sendBatch(kj::mv(request), kj::mv(pixelsOut), shard, session, n, kept,
+                               kept * sampleBytes, built.cpu, loopCpu)
+                  .then([this, shard, session, epoch, data, order, end, sink]() mutable {
+                    return pumpDataset(shard, session, epoch, data, order, end, sink);
+                  });
+            });
+      });
 }
 
 kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uint32_t epoch,
@@ -483,8 +493,9 @@ kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uin
     auto end = std::min<uint64_t>(position + batchSize_, order->size());
     std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
     auto maker = batchMaker();
-    KJ_REQUIRE(maker != nullptr, "no batch maker in this process: a script's augmenter runs in "
-                                 "the script's own process (troupe.data.DataLoader)");
+    KJ_REQUIRE(maker != nullptr,
+               "no batch maker in this process: a script's augmenter runs in "
+               "the script's own process (troupe.data.DataLoader)");
     struct Made {
       MadeBatch batch;
       double cpu;
@@ -504,15 +515,8 @@ kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uin
                ids = kj::mv(ids)](Made made) mutable -> kj::Promise<void> {
           auto request = sink.pushRequest();
           auto b = request.initBatch();
-          b.setSession(session);
-          b.setEpoch(epoch);
-          b.setShard(shard);
-          b.setBegin(position);
-          if (!made.batch.failure.empty()) {
-            spdlog::error("augmenter {}: {}", shard_, made.batch.failure);
-            b.setFailure(made.batch.failure);
-            return request.send().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
-          }
+          heading(b, session, epoch, shard, position);
+          if (!made.batch.failure.empty()) return fail(kj::mv(request), made.batch.failure);
           auto list = b.initSampleIds(ids.size());
           for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
           auto tensors = b.initTensors(made.batch.tensors.size());
@@ -527,16 +531,12 @@ kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uin
           }
           b.setStructure(made.batch.structure);
           b.adoptPixels(made.batch.data.lend(b));
-          current(shard, session).produced += ids.size();
-          images_ += ids.size();
-          batches_ += 1;
-          bytes_ += made.batch.data.size();
-          augmentSeconds_ += made.cpu;
-          auto sent = trace::around(request.send(), "push", "stream", trace::actorRow(self().id))
-                          .attach(kj::mv(made.batch.data));
-          return kj::mv(sent).then([this, shard, session, epoch, data, order, end, sink]() mutable {
-            return pumpMade(shard, session, epoch, data, order, end, sink);
-          });
+          auto bytes = made.batch.data.size();
+          return sendBatch(kj::mv(request), kj::mv(made.batch.data), shard, session, ids.size(),
+                           ids.size(), bytes, made.cpu, 0)
+              .then([this, shard, session, epoch, data, order, end, sink]() mutable {
+                return pumpMade(shard, session, epoch, data, order, end, sink);
+              });
         });
   });
 }

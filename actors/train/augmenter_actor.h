@@ -20,6 +20,7 @@
 
 #include "train.capnp.h"
 #include "troupe/actor.h"
+#include "troupe/send_buffer.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/dataset/source.h"
@@ -68,6 +69,15 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
                          std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
                          hetero::BatchSink::Client sink);
   kj::Promise<void> creditAvailable(Stream& stream);
+  // The three pumps' shared steps: a batch's heading, a failure that ends the shard's stream
+  // (the trainer fails the job with it), and sending a batch with its counts for stats().
+  static void heading(hetero::Batch::Builder b, uint64_t session, uint32_t epoch, uint32_t shard,
+                      uint64_t position);
+  kj::Promise<void> fail(capnp::StreamingRequest<hetero::BatchSink::PushParams> request,
+                         const std::string& why);
+  kj::Promise<void> sendBatch(capnp::StreamingRequest<hetero::BatchSink::PushParams> request,
+                              SendBuffer buffer, uint32_t shard, uint64_t session, uint64_t samples,
+                              uint64_t images, uint64_t bytes, double cpu, double loopCpu);
   Stream& current(uint32_t shard, uint64_t session);
   // The shard's stream if `session` still is its session; throws DISCONNECTED otherwise.
 

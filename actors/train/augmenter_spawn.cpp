@@ -4,6 +4,22 @@
 
 namespace troupe::train {
 
+void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape,
+                     images::Dtype dtype, uint32_t classes) {
+  f.setChannels(shape.channels);
+  f.setHeight(shape.height);
+  f.setWidth(shape.width);
+  f.setChannelsFirst(shape.channelsFirst);
+  f.setDtype(static_cast<uint8_t>(dtype));
+  f.setClasses(classes);
+}
+
+void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast) {
+  order.setBatched(true);
+  order.setShuffle(shuffle);
+  order.setDropLast(dropLast);
+}
+
 Placement augmenterPlacement(const AugmenterSpec& spec) {
   auto where = Placement::prefer(spec.dataGroup);
   return spec.perNode ? where.perNode(spec.perNode) : where.perVcpu();
@@ -22,10 +38,7 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setDataset(spec.dataset);
         a.setTransform(spec.transform);
         a.setSkipBadSamples(spec.skipBadSamples);
-        auto order = a.initOrder();
-        order.setBatched(spec.batched);
-        order.setShuffle(spec.shuffle);
-        order.setDropLast(spec.dropLast);
+        if (spec.batched) setBatchedOrder(a.initOrder(), spec.shuffle, spec.dropLast);
         a.setPython(spec.python);
         auto aug = a.initAugment();
         const auto& c = spec.augment;

@@ -15,6 +15,7 @@
 #include "train.capnp.h"
 #include "troupe/augment/augment.h"
 #include "troupe/driver.h"
+#include "troupe/images/transforms.h"
 
 namespace troupe::train {
 
@@ -35,6 +36,12 @@ struct AugmenterSpec {
   bool batched = false, shuffle = true, dropLast = false;
   bool python = false;  // a script's Dataset, from the process's batch maker (batch_maker.h)
 };
+
+// TrainerArgs' and AugmenterArgs' parts for a dataset: a sample as the transform writes it, and
+// the epoch cut as torch's DataLoader cuts it.
+void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape,
+                     images::Dtype dtype, uint32_t classes);
+void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast);
 
 Placement augmenterPlacement(const AugmenterSpec& spec);
 SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name);

@@ -19,7 +19,7 @@
 namespace troupe::train {
 
 struct MadeTensor {
-  std::string dtype;           // numpy's typestr: "<f4", "|u1", "<i8", ...
+  std::string dtype;  // numpy's typestr: "<f4", "|u1", "<i8", ...
   std::vector<int64_t> shape;
   uint64_t offset = 0, bytes = 0;  // in MadeBatch::data
 };

@@ -49,8 +49,8 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   }
   if (batch.getFailure().size() > 0 && fatal_ == nullptr) {
     // A sample that could not be read, without --skip-bad-samples: the job's end, naming it.
-    fatal_ = KJ_EXCEPTION(FAILED, kj::str("a training sample could not be read: ",
-                                          batch.getFailure()));
+    fatal_ =
+        KJ_EXCEPTION(FAILED, kj::str("a training sample could not be read: ", batch.getFailure()));
     wake();
     return;
   }
@@ -120,8 +120,8 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
     if (b.dtype != args_.getSample().getDtype() || b.targets.size() != kept ||
         b.skippedFiles.size() != b.skipped.size() || b.images.size() != kept * sampleBytes(b)) {
       return kj::str("shape mismatch: ", n, " ids, ", b.skipped.size(), " skipped, ",
-                     b.targets.size(), " targets, ", b.images.size(), " bytes of dtype ",
-                     b.dtype, " (", sampleBytes(b), " bytes a sample)");
+                     b.targets.size(), " targets, ", b.images.size(), " bytes of dtype ", b.dtype,
+                     " (", sampleBytes(b), " bytes a sample)");
     }
     for (auto id : b.skipped) {
       if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())

@@ -422,19 +422,10 @@ class Job {
               a.setSamplesSetting(s_.samples);
               a.setKillDuringCheckpoint(s_.killDuringCheckpoint);
               if (s_.source) {
-                auto f = a.initSample();
-                f.setChannels(s_.shape.channels);
-                f.setHeight(s_.shape.height);
-                f.setWidth(s_.shape.width);
-                f.setChannelsFirst(s_.shape.channelsFirst);
-                f.setDtype(static_cast<uint8_t>(s_.dtype));
-                f.setClasses(s_.classes);
+                troupe::train::setSampleFormat(a.initSample(), s_.shape, s_.dtype, s_.classes);
                 a.setTestDataset(s_.testDataset);
                 a.setTestTransform(s_.testTransform);
-                auto order = a.initOrder();
-                order.setBatched(true);
-                order.setShuffle(true);
-                order.setDropLast(s_.dropLast);
+                troupe::train::setBatchedOrder(a.initOrder(), true, s_.dropLast);
               }
             })
             // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,

@@ -130,8 +130,8 @@ class Job {
   kj::Promise<void> drive(troupe::Driver& job) {
     // The dataset's size, on the pool (unpacking it on the event loop starves heartbeats).
     return job.loop()
-        .offload([dir = settings_.dataDir, source = format_.source,
-                  python = settings_.python, samples = settings_.samples]() -> size_t {
+        .offload([dir = settings_.dataDir, source = format_.source, python = settings_.python,
+                  samples = settings_.samples]() -> size_t {
           if (python) return samples;
           if (source) return source->size();
           return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
@@ -179,22 +179,11 @@ class Job {
               a.setScript(learner_->id());
               if (s.python) {
                 a.setPython(true);
-                auto order = a.initOrder();
-                order.setBatched(true);
-                order.setShuffle(s.shuffle);
-                order.setDropLast(s.dropLast);
+                troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast);
               } else if (format_.source) {
-                auto f = a.initSample();
-                f.setChannels(format_.shape.channels);
-                f.setHeight(format_.shape.height);
-                f.setWidth(format_.shape.width);
-                f.setChannelsFirst(format_.shape.channelsFirst);
-                f.setDtype(static_cast<uint8_t>(format_.dtype));
-                f.setClasses(format_.classes);
-                auto order = a.initOrder();
-                order.setBatched(true);
-                order.setShuffle(s.shuffle);
-                order.setDropLast(s.dropLast);
+                troupe::train::setSampleFormat(a.initSample(), format_.shape, format_.dtype,
+                                               format_.classes);
+                troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast);
               }
             })
             // Stopped early (SIGTERM), it waits for the script to save its state and end.
@@ -263,6 +252,21 @@ class Job {
 
 // A received batch as arrays: images (N, 1, 28, 28), float32 normalised or uint8 as sent,
 // labels and sample ids as int64.
+// Values as an int64 array.
+template <typename T>
+py::array_t<int64_t> int64Array(const std::vector<T>& values) {
+  py::array_t<int64_t> out(static_cast<py::ssize_t>(values.size()));
+  std::copy(values.begin(), values.end(), out.mutable_data());
+  return out;
+}
+
+// The received batch's bytes, kept alive by the capsule every array over them holds.
+py::capsule holder(troupe::Received&& bytes, const uint8_t*& base) {
+  auto* held = new troupe::Received(std::move(bytes));
+  base = held->as<uint8_t>().data();
+  return py::capsule(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
+}
+
 // A dataset's batch: the transform's output as it came (no copy), (N, C, H, W) or (N, H, W, C)
 // in its dtype; targets as int64.
 py::tuple datasetArrays(ScriptLearner::Item& item, const Format& f) {
@@ -272,38 +276,28 @@ py::tuple datasetArrays(ScriptLearner::Item& item, const Format& f) {
   std::vector<py::ssize_t> shape = s.channelsFirst
                                        ? std::vector<py::ssize_t>{n, s.channels, s.height, s.width}
                                        : std::vector<py::ssize_t>{n, s.height, s.width, s.channels};
-  auto* held = new troupe::Received(std::move(b.images));
-  py::capsule owner(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
+  const uint8_t* base = nullptr;
+  auto owner = holder(std::move(b.images), base);
   const char* format = f.dtype == troupe::images::Dtype::kFloat32   ? "f"
                        : f.dtype == troupe::images::Dtype::kFloat16 ? "e"
                                                                     : "B";
-  py::array images(py::dtype(format), shape, held->as<uint8_t>().data(), owner);
-  py::array_t<int64_t> targets(n), ids(n);
-  auto* t = targets.mutable_data();
-  auto* d = ids.mutable_data();
-  for (py::ssize_t i = 0; i < n; ++i) {
-    t[i] = b.targets[i];
-    d[i] = b.ids[i];
-  }
-  return py::make_tuple(images, targets, ids);
+  py::array images(py::dtype(format), shape, base, owner);
+  return py::make_tuple(images, int64Array(b.targets), int64Array(b.ids));
 }
 
 // A script's Dataset's batch (DataLoader): each tensor a numpy array over the received bytes (no
 // copy; one owner for them all), the structure they nest in, the sample ids.
 py::tuple madeArrays(ScriptLearner::Item& item) {
   auto& b = item.batch;
-  auto* held = new troupe::Received(std::move(b.images));
-  py::capsule owner(held, [](void* p) { delete static_cast<troupe::Received*>(p); });
-  auto base = held->as<uint8_t>().data();
+  const uint8_t* base = nullptr;
+  auto owner = holder(std::move(b.images), base);
   py::list tensors;
   for (auto& t : b.tensors) {
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-    tensors.append(py::array(py::dtype::from_args(py::str(t.dtype)), shape, base + t.offset, owner));
+    tensors.append(
+        py::array(py::dtype::from_args(py::str(t.dtype)), shape, base + t.offset, owner));
   }
-  auto n = static_cast<py::ssize_t>(b.ids.size());
-  py::array_t<int64_t> ids(n);
-  for (py::ssize_t i = 0; i < n; ++i) ids.mutable_data()[i] = b.ids[i];
-  return py::make_tuple(tensors, py::str(b.structure), ids);
+  return py::make_tuple(tensors, py::str(b.structure), int64Array(b.ids));
 }
 
 py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
@@ -413,10 +407,8 @@ PYBIND11_MODULE(_native, m) {
       "epoch_order",
       [](uint64_t samples, uint64_t seed, uint64_t epoch, bool shuffle) {
         // The epoch's order as the data group cuts it (troupe/dataset/epoch.h, BatchedEpoch).
-        auto order = troupe::data::BatchedEpoch{samples, 1, shuffle, false}.order(seed, epoch);
-        py::array_t<int64_t> out(static_cast<py::ssize_t>(order.size()));
-        std::copy(order.begin(), order.end(), out.mutable_data());
-        return out;
+        return int64Array(
+            troupe::data::BatchedEpoch{samples, 1, shuffle, false}.order(seed, epoch));
       },
       py::arg("samples"), py::arg("seed"), py::arg("epoch"), py::arg("shuffle"));
   m.def(

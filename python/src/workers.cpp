@@ -95,8 +95,8 @@ bool ProcessWorkers::tryMake(Worker& w, uint32_t epoch, std::span<const uint32_t
     m.bytes = t["bytes"].get<uint64_t>();
     auto from = t["offset"].get<uint64_t>();
     if (from + m.bytes > w.fds.size) {
-      out.failure = "a DataLoader worker's tensor of " + std::to_string(m.bytes) +
-                    " bytes at " + std::to_string(from) + " lies beyond its shared memory";
+      out.failure = "a DataLoader worker's tensor of " + std::to_string(m.bytes) + " bytes at " +
+                    std::to_string(from) + " lies beyond its shared memory";
       return true;
     }
     std::memcpy(dst + at, w.memory + from, m.bytes);
@@ -124,8 +124,9 @@ troupe::train::MadeBatch ProcessWorkers::make(uint32_t epoch, std::span<const ui
         if (w != nullptr) break;
         if (!anyAlive) {
           troupe::train::MadeBatch none;
-          none.failure = "every DataLoader worker process of this instance has died (the "
-                         "system log says why: out of memory, a crash in a C extension)";
+          none.failure =
+              "every DataLoader worker process of this instance has died (the "
+              "system log says why: out of memory, a crash in a C extension)";
           return none;
         }
         freed_.wait(lock);

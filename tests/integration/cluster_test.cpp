@@ -409,11 +409,21 @@ TEST_CASE("a silent worker (SIGSTOP) is declared lost by missed heartbeats", "[c
   auto out = run.output();
   INFO(out);
   // Judged by the phi-accrual detector: past the node timeout, within its hard bound (twice it).
-  auto at = out.find("node " + victim.host + " (data_group) was lost: no heartbeat for ");
-  REQUIRE(at != std::string::npos);
-  int silence = std::stoi(out.substr(out.find("for ", at) + 4));
-  CHECK(silence > 1500);
-  CHECK(silence <= 3000 + 200);
+  // On a loaded machine the stop can land after READY but before the worker's control path sent
+  // its first heartbeat (a connection of its own): then the first-contact bound judges it, and
+  // that is what the head must say (seen once, with the CPUs oversubscribed).
+  auto lost = "node " + victim.host + " (data_group) was lost: ";
+  auto at = out.find(lost + "no heartbeat for ");
+  auto early = out.find(lost + "no heartbeat on the control path within 6000 ms of joining");
+  REQUIRE((at != std::string::npos || early != std::string::npos));
+  if (at != std::string::npos) {
+    int silence = std::stoi(out.substr(out.find("for ", at) + 4));
+    CHECK(silence > 1500);
+    CHECK(silence <= 3000 + 200);
+  } else {
+    WARN("SIGSTOP came before the worker's first heartbeat: judged by the first-contact bound");
+    CHECK(took.count() < 6000 + 3000);
+  }
   for (auto& [host, i] : run.instances()) {
     if (host == victim.host) {
       CHECK(run.exitLine(host).find("exited with 137") != std::string::npos);  // SIGKILLed
