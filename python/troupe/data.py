@@ -531,8 +531,9 @@ class DataLoader:
             self._local = (collate, workers)
             return
         self._local = None
+        self._images = isinstance(dataset, ImageDataset)
         settings = dict(options, batch_size=batch_size, epochs=0, seed=self.seed)
-        if isinstance(dataset, ImageDataset):
+        if self._images:
             # troupe's own decoding and transforms on the data group (docs/data.md).
             settings.update(dataset=dataset.path, transform=dataset.spec, shuffle=shuffle,
                             drop_last=drop_last)
@@ -627,11 +628,17 @@ class DataLoader:
                 continue
             if item[1] != epoch:
                 continue
-            tensors = [self._torch.from_numpy(a) for a in item[2]]
+            if self._images:
+                # troupe's C++ pipeline: (images, targets) as the transform wrote them.
+                tensors = [self._torch.from_numpy(item[2]), self._torch.from_numpy(item[3])]
+                structure = {"tuple": [{"t": 0}, {"t": 1}]}
+            else:
+                import json
+                tensors = [self._torch.from_numpy(a) for a in item[2]]
+                structure = json.loads(item[3])
             if self._pin:
                 tensors = [t.pin_memory() for t in tensors]
-            import json
-            batch = _unflatten(json.loads(item[3]), tensors)
+            batch = _unflatten(structure, tensors)
             if self._with_ids:
                 yield batch, self._torch.from_numpy(item[4])
             else:

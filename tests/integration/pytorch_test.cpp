@@ -713,3 +713,37 @@ TEST_CASE("a torch DataLoader script outside the tree, one line changed (and the
   fs::remove_all(dir);
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("troupe.data.DataLoader over a troupe.data.ImageDataset takes troupe's C++ decoding "
+          "and transforms on the data group",
+          "[pytorch][dataloader][images]") {
+  SKIP_WITHOUT_TORCH();
+  auto dir = tempPath("dataloader-imagedataset");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Run made({MAKE_IMAGES, dir + "/data", "--samples", "1000", "--test-samples", "0"});
+  REQUIRE(made.wait(60s) == 0);
+  std::ofstream(dir + "/mine.py") << R"py(import sys
+import torch
+import troupe.data
+
+ds = troupe.data.ImageDataset(sys.argv[1], "RandomResizedCrop(32),Normalize(imagenet)", seed=1)
+loader = troupe.data.DataLoader(ds, batch_size=100, shuffle=True, with_ids=True)
+for epoch in range(2):
+    seen = []
+    for (x, y), ids in loader:
+        assert x.shape[1:] == (3, 32, 32) and x.dtype == torch.float32, x.shape
+        assert y.dtype == torch.int64 and len(y) == len(ids)
+        seen += ids.tolist()
+    print(f"mine: epoch {epoch}: {len(seen)} samples, {len(set(seen))} distinct", flush=True)
+)py";
+  Run run(harness::sim(kCluster, {PYTHON3, dir + "/mine.py", dir + "/data/train"}), pythonEnv());
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.find("mine: epoch 0: 1000 samples, 1000 distinct") != std::string::npos);
+  CHECK(out.find("mine: epoch 1: 1000 samples, 1000 distinct") != std::string::npos);
+  fs::remove_all(dir);
+  CHECK(run.leftovers().empty());
+}
