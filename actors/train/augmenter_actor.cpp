@@ -530,6 +530,15 @@ kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uin
             out.setBytes(t.bytes);
           }
           b.setStructure(made.batch.structure);
+          if (!made.batch.skipped.empty()) {
+            auto skipped = b.initSkipped(made.batch.skipped.size());
+            auto why = b.initSkippedFiles(made.batch.skipped.size());
+            for (size_t i = 0; i < made.batch.skipped.size(); ++i) {
+              skipped.set(i, made.batch.skipped[i]);
+              why.set(i, made.batch.skippedWhy[i]);
+              spdlog::warn("augmenter {}: skipped {}", shard_, made.batch.skippedWhy[i]);
+            }
+          }
           b.adoptPixels(made.batch.data.lend(b));
           auto bytes = made.batch.data.size();
           return sendBatch(kj::mv(request), kj::mv(made.batch.data), shard, session, ids.size(),

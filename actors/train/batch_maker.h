@@ -29,6 +29,9 @@ struct MadeBatch {
   std::string structure;  // how the tensors nest (tuple, list, dict): the maker's own encoding
   SendBuffer data;        // every tensor's bytes
   std::string failure;    // nonempty: the batch could not be made (a sample's exception)
+  // Samples whose __getitem__ raised, left out of the batch (skip_errors): ids and why.
+  std::vector<uint32_t> skipped;
+  std::vector<std::string> skippedWhy;
 };
 
 class BatchMaker {

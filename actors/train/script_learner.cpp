@@ -197,6 +197,16 @@ void ScriptLearner::epochEnded(uint32_t epoch) {
   Item item;
   item.kind = Item::kEpochEnd;
   item.epoch = epoch;
+  if (trainer_ != nullptr && !trainer_->history_.empty()) {
+    // The epoch's counts as the trainer kept them, for the script (DataLoader.epoch_reports).
+    auto& h = trainer_->history_.back();
+    nlohmann::json skipped = nlohmann::json::array();
+    for (auto& f : trainer_->skippedFiles_) skipped.push_back(f);
+    item.text =
+        nlohmann::json{{"epoch", epoch},       {"samples", h.samples}, {"duplicates", h.duplicates},
+                       {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped}}
+            .dump();
+  }
   push(kj::mv(item));
 }
 

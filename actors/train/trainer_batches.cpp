@@ -44,6 +44,8 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
     p.bytes = true;  // pixels (of any dtype), or none when every sample was skipped
     p.dtype = batch.getDtype();
     for (auto t : batch.getTargets()) p.targets.push_back(t);
+  }
+  if (args_.getPython() || args_.hasSample()) {
     for (auto id : batch.getSkipped()) p.skipped.push_back(id);
     for (auto f : batch.getSkippedFiles()) p.skippedFiles.push_back(f.cStr());
   }
@@ -108,7 +110,15 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
   if (n == 0 || n > batchSize_)
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
   if (args_.getPython()) {
-    if (b.tensors.empty()) return kj::str("a batch of ", n, " samples without tensors");
+    if (b.skippedFiles.size() != b.skipped.size()) {
+      return kj::str(b.skipped.size(), " samples skipped, ", b.skippedFiles.size(), " reasons");
+    }
+    for (auto id : b.skipped) {
+      if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())
+        return kj::str("skipped sample ", id, " is not in the batch");
+    }
+    if (b.tensors.empty() && b.skipped.size() < n)
+      return kj::str("a batch of ", n, " samples without tensors");
     for (auto& t : b.tensors) {
       if (t.offset + t.bytes > b.images.size() || t.offset + t.bytes < t.offset) {
         return kj::str("a tensor of ", t.bytes, " bytes at ", t.offset, " beyond the batch's ",

@@ -83,6 +83,12 @@ bool ProcessWorkers::tryMake(Worker& w, uint32_t epoch, std::span<const uint32_t
     return true;
   }
   out.structure = reply["structure"].dump();
+  if (reply.contains("skipped")) {
+    for (auto& s : reply["skipped"]) {
+      out.skipped.push_back(s[0].get<uint32_t>());
+      out.skippedWhy.push_back(s[1].get<std::string>());
+    }
+  }
   uint64_t total = 0;
   for (auto& t : reply["tensors"]) total += t["bytes"].get<uint64_t>();
   out.data = SendBuffer::allocate(total);

@@ -401,7 +401,7 @@ def _read_exact(fd, size):
     return data
 
 
-def _worker_main(dataset, collate, request, reply, memory, size):
+def _worker_main(dataset, collate, request, reply, memory, size, skip_errors=False):
     """A DataLoader worker process: dataset[i] and collate for each batch the node asks for, the
     tensors into shared memory (python/src/workers.h has the protocol). Ends when the node's
     process does (its pipe closes)."""
@@ -422,15 +422,21 @@ def _worker_main(dataset, collate, request, reply, memory, size):
         epoch, n = struct.unpack("<II", head)
         ids = struct.unpack(f"<{n}I", _read_exact(request, 4 * n))
         index = None
+        skipped = []
         try:
             if hasattr(dataset, "set_epoch"):
                 dataset.set_epoch(epoch)
             samples = []
             for index in ids:
-                samples.append(dataset[index])
+                try:
+                    samples.append(dataset[index])
+                except Exception as e:
+                    if not skip_errors:
+                        raise
+                    skipped.append([index, f"dataset[{index}] raised {type(e).__name__}: {e}"])
             index = None
             tensors = []
-            structure = _flatten(collate(samples), tensors)
+            structure = _flatten(collate(samples), tensors) if samples else {"v": None}
             infos, offset = [], 0
             for a in tensors:
                 if offset + a.nbytes > size:
@@ -441,7 +447,7 @@ def _worker_main(dataset, collate, request, reply, memory, size):
                 infos.append({"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
                               "bytes": a.nbytes})
                 offset += (a.nbytes + 63) // 64 * 64
-            answer = {"structure": structure, "tensors": infos}
+            answer = {"structure": structure, "tensors": infos, "skipped": skipped}
         except Exception as e:
             where = f"dataset[{index}]" if index is not None else "collate_fn"
             answer = {"error": f"{where} raised {type(e).__name__}: {e} (epoch {epoch}); in the "
@@ -466,7 +472,10 @@ class DataLoader:
     and bytes. Each ``iter(loader)`` is the next epoch: every batch ``batch_size`` samples but
     its last (left out with ``drop_last``); with ``shuffle`` the samples of batch k are fixed by
     ``seed`` (default 42) and the epoch, whichever worker or instance makes it. Every sample
-    once per epoch, through lost and drained data instances (docs/hetero_train.md).
+    once per epoch, through lost and drained data instances (docs/hetero_train.md). An exception
+    in ``__getitem__`` fails the job naming the index, with the worker's traceback; with
+    ``skip_errors=True`` the sample is left out of its batch, counted as skipped and listed in
+    the report's ``skipped_files`` instead.
 
     A :class:`ImageDataset` takes troupe's C++ decoding and transforms on the data group instead
     of Python workers. Outside a troupe cluster (plain ``python3 train.py``) it is torch's own
@@ -475,7 +484,7 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, collate_fn=None,
                  seed=None, *, num_workers=None, with_ids=False, pin_memory=None, on_stop=None,
-                 shared_memory_mb=256, **options):
+                 shared_memory_mb=256, skip_errors=False, **options):
         torch = _torch()
         for name, value in (("batch_size", batch_size), ("num_workers", num_workers),
                             ("seed", seed), ("shared_memory_mb", shared_memory_mb)):
@@ -489,7 +498,8 @@ class DataLoader:
                              "run on the data group)")
         if shared_memory_mb < 1:
             raise ValueError(f"DataLoader: shared_memory_mb={shared_memory_mb}: at least 1")
-        for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last),
+                            ("skip_errors", skip_errors)):
             if not isinstance(value, bool):
                 raise TypeError(f"DataLoader: {name}={value!r}: True or False")
         if collate_fn is not None and not callable(collate_fn):
@@ -519,6 +529,9 @@ class DataLoader:
         self._live = None
         self._begun = False
         self._report = None
+        # Each finished epoch's counts as the trainer kept them (samples, duplicates, missing,
+        # skipped, and every file or index skipped so far), by epoch.
+        self.epoch_reports = {}
         self._pid = os.getpid()
         workers = num_workers or len(os.sched_getaffinity(0))
         collate = collate_fn or torch.utils.data.default_collate
@@ -540,7 +553,7 @@ class DataLoader:
         else:
             settings.update(python=True, train_samples=length, shuffle=shuffle,
                             drop_last=drop_last)
-            self._fork_workers(workers, collate, shared_memory_mb << 20)
+            self._fork_workers(workers, collate, shared_memory_mb << 20, skip_errors)
         sys.stdout.flush()
         sys.stderr.flush()
         if hasattr(sys.stdout, "reconfigure"):
@@ -550,7 +563,7 @@ class DataLoader:
         _Ending.install()
         print(_native.placements(), flush=True)
 
-    def _fork_workers(self, count, collate, size):
+    def _fork_workers(self, count, collate, size, skip_errors):
         # Before the runtime's threads start, as torch forks its workers: each gets a request
         # and a reply pipe and a memfd for its tensors.
         fds = []
@@ -567,7 +580,8 @@ class DataLoader:
                     for other in fds:
                         for fd in other[1:4]:
                             os.close(fd)
-                    _worker_main(self.dataset, collate, request_r, reply_w, memory, size)
+                    _worker_main(self.dataset, collate, request_r, reply_w, memory, size,
+                                 skip_errors)
                 finally:
                     os._exit(1)
             os.close(request_r)
@@ -577,7 +591,9 @@ class DataLoader:
 
     def __len__(self):
         n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else (n + self.batch_size - 1) // self.batch_size
+        if self.drop_last:
+            return n // self.batch_size
+        return (n + self.batch_size - 1) // self.batch_size
 
     def set_epoch(self, epoch):
         """For code written for DistributedSampler: the next ``iter()`` must be epoch ``epoch``
@@ -622,6 +638,9 @@ class DataLoader:
         while True:
             item = self._next()
             if item[0] == "epoch_end":
+                if item[2]:
+                    import json
+                    self.epoch_reports[item[1]] = json.loads(item[2])
                 if item[1] == epoch:
                     self._live = None
                     return

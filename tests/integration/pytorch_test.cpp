@@ -633,6 +633,21 @@ TEST_CASE("troupe.data.DataLoader: an exception in __getitem__ fails the job nam
     CHECK(failure.find("exit code 1 (JOB_FAILED)") != std::string::npos);
     CHECK(run.leftovers().empty());
   }
+  SECTION("dataset[123] and dataset[500] raise, skip_errors=True: left out, counted as skipped") {
+    Run run(harness::sim(kCluster, loaderCheck({"skip"})), pythonEnv());
+    int code = run.wait(120s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 0);
+    for (int e : {0, 1, 2}) {
+      auto epoch = "check: epoch " + std::to_string(e);
+      CHECK(out.find(epoch + ": 998 samples, 998 once, 2 missing") != std::string::npos);
+      CHECK(out.find(epoch + " report: 998 samples, 0 missing, 2 skipped: dataset[123] raised "
+                             "ValueError: sample 123 is bad on purpose; dataset[500] raised "
+                             "ValueError: sample 500 is bad on purpose") != std::string::npos);
+    }
+    CHECK(run.leftovers().empty());
+  }
   SECTION("a break out of epoch 0: epoch 1 whole, nothing of epoch 0 in it") {
     Run run(harness::sim(kCluster, loaderCheck({"break"})), pythonEnv());
     int code = run.wait(120s);

@@ -4,6 +4,7 @@ whose samples carry their own index, so the script counts every sample itself.
     dataloader_check.py MODE [SAMPLES]
 
 MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest),
+skip (dataset[123] and dataset[500] raise, skip_errors=True: the trainer's epoch reports),
 slow (the same, 2 ms a sample: a fault lands inside an epoch), break (epoch 0 left after 3
 batches, epoch 1 whole), fail (dataset[123] raises), kill-worker (a worker process of this
 instance killed: only on the data instances, which have batches to lose), types (bad arguments,
@@ -32,6 +33,8 @@ class Indexed(torch.utils.data.Dataset):
     def __getitem__(self, i):
         if MODE == "fail" and i == 123:
             raise ValueError("sample 123 is bad on purpose")
+        if MODE == "skip" and i in (123, 500):
+            raise ValueError(f"sample {i} is bad on purpose")
         if MODE in ("slow", "kill-worker"):
             time.sleep(0.002)
         return torch.full((3, 4, 4), float(i)), i % 10, {"id": i}
@@ -58,7 +61,8 @@ if MODE == "types":
     print("check: types ok", flush=True)
     sys.exit(0)
 
-loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=7, with_ids=True)
+loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=7, with_ids=True,
+                                skip_errors=MODE == "skip")
 print(f"check: len {len(loader)}", flush=True)
 if MODE == "kill-worker" and not os.environ.get("TROUPE_KILLED_WORKER"):
     pass  # (the test kills a worker from outside)
@@ -91,4 +95,9 @@ for epoch in range(epochs):
     print(f"check: epoch {epoch}: {sum(counts.values())} samples, {once} once, "
           f"{len(set(range(SAMPLES)) - set(counts))} missing, {len(sizes)} batches, "
           f"whole {whole}, batches {digest}", flush=True)
+    if MODE == "skip":
+        r = loader.epoch_reports.get(epoch, {})
+        print(f"check: epoch {epoch} report: {r.get('samples')} samples, {r.get('missing')} "
+              f"missing, {r.get('skipped')} skipped: {'; '.join(r.get('skipped_files', []))}",
+              flush=True)
 print("check: done", flush=True)
