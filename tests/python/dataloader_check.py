@@ -5,13 +5,11 @@ whose samples carry their own index, so the script counts every sample itself.
 
 MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest),
 skip (dataset[123] and dataset[500] raise, skip_errors=True: the trainer's epoch reports),
-slow (the same, 2 ms a sample: a fault lands inside an epoch), break (epoch 0 left after 3
-batches, epoch 1 whole), fail (dataset[123] raises), kill-worker (a worker process of this
-instance killed: only on the data instances, which have batches to lose), types (bad arguments,
-each a Python error naming it). Prints `check: ...` lines; exits 1 on a failed check.
+slow (the same, 2 ms a sample: a fault the test injects lands inside an epoch), break (epoch 0
+left after 3 batches, epoch 1 whole), fail (dataset[123] raises), types (bad arguments, each a
+Python error naming it). Prints `check: ...` lines; exits 1 on a failed check.
 """
 import hashlib
-import os
 import signal
 import sys
 import time
@@ -35,7 +33,7 @@ class Indexed(torch.utils.data.Dataset):
             raise ValueError("sample 123 is bad on purpose")
         if MODE == "skip" and i in (123, 500):
             raise ValueError(f"sample {i} is bad on purpose")
-        if MODE in ("slow", "kill-worker"):
+        if MODE == "slow":
             time.sleep(0.002)
         return torch.full((3, 4, 4), float(i)), i % 10, {"id": i}
 
@@ -64,8 +62,6 @@ if MODE == "types":
 loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=7, with_ids=True,
                                 skip_errors=MODE == "skip")
 print(f"check: len {len(loader)}", flush=True)
-if MODE == "kill-worker" and not os.environ.get("TROUPE_KILLED_WORKER"):
-    pass  # (the test kills a worker from outside)
 epochs = 3
 for epoch in range(epochs):
     counts = {}
