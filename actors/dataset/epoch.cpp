@@ -62,6 +62,41 @@ std::vector<uint32_t> epochOrder(std::span<const uint32_t> shard, uint64_t seed,
   return out;
 }
 
+uint64_t BatchedEpoch::rounds() const {
+  return samples / batchSize / std::max<uint32_t>(ranks, 1);
+}
+
+uint64_t BatchedEpoch::rest() const {
+  if (ranks <= 1 || dropLast) return 0;
+  uint64_t left = samples - rounds() * ranks * batchSize;
+  return left >= ranks ? left : 0;  // fewer than one sample a rank: left out
+}
+
+uint64_t BatchedEpoch::used() const {
+  if (ranks <= 1) return dropLast ? samples / batchSize * batchSize : samples;
+  uint64_t r = rest();
+  return rounds() * batchSize + (r * (rank + 1) / ranks - r * rank / ranks);
+}
+
+uint64_t BatchedEpoch::dropped() const {
+  if (ranks <= 1) return samples - used();
+  return samples - rounds() * ranks * batchSize - rest();
+}
+
+void BatchedEpoch::check() const {
+  if (ranks == 0 || rank >= ranks) {
+    throw DatasetError("rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                       ": the rank must be below the number of ranks");
+  }
+  if (used() == 0) {
+    throw DatasetError(std::to_string(samples) + " samples in batches of " +
+                       std::to_string(batchSize) + (dropLast ? " with drop_last" : "") +
+                       " leave rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                       " no batch: use a smaller batch size" +
+                       (ranks > 1 ? " or fewer ranks" : ""));
+  }
+}
+
 std::pair<uint64_t, uint64_t> BatchedEpoch::shardPositions(uint32_t shard, uint32_t shards) const {
   auto n = batches();
   if (shards == 0 || shard >= shards || shards > n) {
@@ -74,10 +109,26 @@ std::pair<uint64_t, uint64_t> BatchedEpoch::shardPositions(uint32_t shard, uint3
   return {first, last};
 }
 
+std::vector<uint32_t> BatchedEpoch::share(std::span<const uint32_t> all) const {
+  if (ranks <= 1) return {all.begin(), all.end()};
+  std::vector<uint32_t> out;
+  out.reserve(used());
+  const uint64_t b = batchSize;
+  for (uint64_t j = 0; j < rounds(); ++j) {
+    auto first = all.begin() + (rank + j * ranks) * b;
+    out.insert(out.end(), first, first + b);
+  }
+  uint64_t r = rest(), base = rounds() * ranks * b;
+  out.insert(out.end(), all.begin() + base + r * rank / ranks,
+             all.begin() + base + r * (rank + 1) / ranks);
+  return out;
+}
+
 std::vector<uint32_t> BatchedEpoch::order(uint64_t seed, uint64_t epoch) const {
   std::vector<uint32_t> all(samples);
   for (uint64_t i = 0; i < samples; ++i) all[i] = uint32_t(i);
-  return shuffle ? epochOrder(all, seed, epoch) : all;
+  if (shuffle) all = epochOrder(all, seed, epoch);
+  return ranks <= 1 ? all : share(all);
 }
 
 EpochCursor::EpochCursor(std::vector<uint32_t> shard, uint64_t seed, CursorState state)

@@ -164,12 +164,10 @@ kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(u
 }
 
 AugmenterActor::Stream& AugmenterActor::current(uint32_t shard, uint64_t session) {
-  auto it = streams_.find(shard);
-  if (it == streams_.end() || it->second.session != session) {
-    kj::throwFatalException(
-        KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
+  for (auto& [key, stream] : streams_) {
+    if (uint32_t(key) == shard && stream.session == session) return stream;
   }
-  return it->second;
+  kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
 }
 
 kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
@@ -179,8 +177,10 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   auto from = p.getFrom();
   auto shard = p.getShard();
   auto shards = p.getShards() > 0 ? p.getShards() : shards_;
+  auto rank = p.getRank();
+  auto ranks = std::max<uint32_t>(p.getRanks(), 1);
   // A new session replaces the shard's previous one (the trainer reconnected after a restart).
-  auto& stream = streams_[shard];
+  auto& stream = streams_[uint64_t(rank) << 32 | shard];
   KJ_IF_MAYBE(w, stream.creditWaiter) {
     (*w)->reject(KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
   }
@@ -191,8 +191,8 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
   }
   auto sink = p.getSink();
   return load(shard, shards)
-      .then([this, shard, shards, epoch](std::shared_ptr<const Shard> data) {
-        return orderOf(data, shard, shards, epoch).then([data](auto order) {
+      .then([this, shard, shards, epoch, rank, ranks](std::shared_ptr<const Shard> data) {
+        return orderOf(data, shard, shards, epoch, rank, ranks).then([data](auto order) {
           return std::make_pair(data, kj::mv(order));
         });
       })
@@ -240,16 +240,24 @@ std::shared_ptr<const std::vector<uint32_t>> epochOrderOf(const data::BatchedEpo
 }  // namespace
 
 kj::Promise<std::shared_ptr<std::vector<uint32_t>>> AugmenterActor::orderOf(
-    std::shared_ptr<const Shard> data, uint32_t shard, uint32_t shards, uint32_t epoch) {
+    std::shared_ptr<const Shard> data, uint32_t shard, uint32_t shards, uint32_t epoch,
+    uint32_t rank, uint32_t ranks) {
   if (!batched_) {
     return std::make_shared<std::vector<uint32_t>>(data::epochOrder(data->ids, seed_, epoch));
   }
-  data::BatchedEpoch plan{samples_ ? samples_ : data->source->size(), batchSize_, shuffle_,
-                          dropLast_};  // (a script's dataset: samples_ is its length)
-  return context().offload([plan, seed = seed_, shard, shards, epoch]() {
-    auto all = epochOrderOf(plan, seed, epoch);
+  data::BatchedEpoch whole{samples_ ? samples_ : data->source->size(), batchSize_, shuffle_,
+                           dropLast_};  // (a script's dataset: samples_ is its length)
+  return context().offload([whole, seed = seed_, shard, shards, epoch, rank, ranks]() {
+    auto all = epochOrderOf(whole, seed, epoch);
+    auto plan = whole;
+    plan.rank = rank;
+    plan.ranks = ranks;
     auto [first, last] = plan.shardPositions(shard, shards);
-    return std::make_shared<std::vector<uint32_t>>(all->begin() + first, all->begin() + last);
+    if (ranks <= 1) {
+      return std::make_shared<std::vector<uint32_t>>(all->begin() + first, all->begin() + last);
+    }
+    auto mine = plan.share(*all);
+    return std::make_shared<std::vector<uint32_t>>(mine.begin() + first, mine.begin() + last);
   });
 }
 

@@ -79,7 +79,8 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
                               SendBuffer buffer, uint32_t shard, uint64_t session, uint64_t samples,
                               uint64_t images, uint64_t bytes, double cpu, double loopCpu);
   Stream& current(uint32_t shard, uint64_t session);
-  // The shard's stream if `session` still is its session; throws DISCONNECTED otherwise.
+  // The shard's stream (of any rank) if `session` still is its session; throws DISCONNECTED
+  // otherwise.
 
   uint32_t shard_, shards_, batchSize_;
   uint64_t seed_, samples_;
@@ -96,16 +97,20 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
                              std::shared_ptr<const Shard> data,
                              std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
                              hetero::BatchSink::Client sink);
+  // The shard's order; of a batched order, of DDP rank `rank` of `ranks`' share.
   kj::Promise<std::shared_ptr<std::vector<uint32_t>>> orderOf(std::shared_ptr<const Shard> data,
                                                               uint32_t shard, uint32_t shards,
-                                                              uint32_t epoch);
+                                                              uint32_t epoch, uint32_t rank,
+                                                              uint32_t ranks);
   std::shared_ptr<const images::Pipeline> pipeline_;
   kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::Source>>> source_;
   kj::Promise<void> pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,
                                 std::shared_ptr<const Shard> data,
                                 std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
                                 hetero::BatchSink::Client sink);
-  std::map<uint32_t, Stream> streams_;  // by shard
+  // By (rank << 32 | shard): one stream per shard of each DDP rank's trainer, whose sessions
+  // differ (TrainerActor's are rank << 40 on).
+  std::map<uint64_t, Stream> streams_;
   // For stats(): what this incarnation augmented and pushed.
   uint64_t images_ = 0, batches_ = 0, bytes_ = 0;
   double augmentSeconds_ = 0;

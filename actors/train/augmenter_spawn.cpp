@@ -14,10 +14,14 @@ void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape
   f.setClasses(classes);
 }
 
-void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast) {
+void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast,
+                     uint32_t rank, uint32_t ranks, bool inOrder) {
   order.setBatched(true);
   order.setShuffle(shuffle);
   order.setDropLast(dropLast);
+  order.setRank(rank);
+  order.setRanks(ranks);
+  order.setInOrder(inOrder);
 }
 
 Placement augmenterPlacement(const AugmenterSpec& spec) {
@@ -54,23 +58,29 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
       });
 }
 
-void growOnJoin(Driver& job, const AugmenterSpec& spec, Ref<hetero::Trainer> trainer,
+void growOnJoin(Driver& job, const AugmenterSpec& spec, std::vector<Ref<hetero::Trainer>> trainers,
                 kj::TaskSet& tasks, AugmentersAdded added) {
-  job.onNodeJoined([&job, spec, trainer, &tasks, added](const NodeInfo& node) mutable {
+  // (Ref copies only from a non-const Ref: the lambdas share one vector.)
+  auto all = std::make_shared<std::vector<Ref<hetero::Trainer>>>(kj::mv(trainers));
+  job.onNodeJoined([&job, spec, all, &tasks, added](const NodeInfo& node) mutable {
     if (node.group() != spec.dataGroup.c_str()) return;
     std::string host = node.host().cStr();
     auto name = "augmenter-" + host + "." + std::to_string(node.incarnation());
     auto where = augmenterPlacement(spec).labels("host=" + host);
     tasks.add(job.spawnManyAsync<hetero::Augmenter>(where, augmenterOptions(spec, name))
-                  .then([trainer, host, added](kj::Array<Ref<hetero::Augmenter>> refs) mutable {
+                  .then([all, host, added](kj::Array<Ref<hetero::Augmenter>> refs) mutable {
                     printf("%zu augmenters placed on %s as it joined the job\n", refs.size(),
                            host.c_str());
                     fflush(stdout);
-                    auto req = trainer.addSourcesRequest();
-                    auto list = req.initSources(refs.size());
-                    for (size_t i = 0; i < refs.size(); ++i) refs[i].address().toProto(list[i]);
                     if (added) added(host, refs);
-                    return req.send().ignoreResult();
+                    auto sends = kj::heapArrayBuilder<kj::Promise<void>>(all->size());
+                    for (auto& trainer : *all) {
+                      auto req = trainer.addSourcesRequest();
+                      auto list = req.initSources(refs.size());
+                      for (size_t i = 0; i < refs.size(); ++i) refs[i].address().toProto(list[i]);
+                      sends.add(req.send().ignoreResult());
+                    }
+                    return kj::joinPromises(sends.finish());
                   }));
   });
 }

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "train.capnp.h"
 #include "troupe/augment/augment.h"
@@ -41,17 +42,24 @@ struct AugmenterSpec {
 // the epoch cut as torch's DataLoader cuts it.
 void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape,
                      images::Dtype dtype, uint32_t classes);
-void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast);
+void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast,
+                     uint32_t rank = 0, uint32_t ranks = 1, bool inOrder = false);
 
 Placement augmenterPlacement(const AugmenterSpec& spec);
 SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name);
 
-// On every data node that joins the running job: spawns its augmenters and adds them to
-// `trainer` (addSources). `added` (optional) hears of each batch of them, for the app's own
+// On every data node that joins the running job: spawns its augmenters and adds them to every
+// trainer (addSources; one per DDP rank). `added` (optional) hears of each batch of them, for the app's own
 // tables. The tasks live in `tasks`.
+// A list of the trainers `trainers` refers to (a Ref copies only from a non-const Ref).
+inline std::vector<Ref<hetero::Trainer>> trainerList(kj::ArrayPtr<Ref<hetero::Trainer>> trainers) {
+  std::vector<Ref<hetero::Trainer>> out;
+  for (auto& t : trainers) out.emplace_back(t);
+  return out;
+}
 using AugmentersAdded =
     std::function<void(const std::string& host, kj::ArrayPtr<Ref<hetero::Augmenter>> added)>;
-void growOnJoin(Driver& job, const AugmenterSpec& spec, Ref<hetero::Trainer> trainer,
+void growOnJoin(Driver& job, const AugmenterSpec& spec, std::vector<Ref<hetero::Trainer>> trainers,
                 kj::TaskSet& tasks, AugmentersAdded added = nullptr);
 
 }  // namespace troupe::train

@@ -87,7 +87,8 @@ json recordJson(const EpochRecord& r) {
           {"accuracy", r.accuracy},
           {"from_checkpoint", r.fromCheckpoint},
           {"digest", r.digest},
-          {"skipped", r.skipped}};
+          {"skipped", r.skipped},
+          {"abandoned", r.abandoned}};
 }
 
 EpochRecord recordFrom(const json& j) {
@@ -97,6 +98,7 @@ EpochRecord recordFrom(const json& j) {
   r.missing = j.at("missing");
   r.rejected = j.at("rejected");
   r.skipped = j.value("skipped", uint64_t(0));  // absent in older checkpoints
+  r.abandoned = j.value("abandoned", uint64_t(0));
   r.steps = j.at("steps");
   r.stepSeconds = j.at("step_seconds");
   r.stepCpuSeconds = j.value("step_cpu_seconds", 0.0);  // absent in older checkpoints

@@ -80,6 +80,9 @@ struct EpochRecord {
   /// Samples that could not be read and were skipped (--skip-bad-samples): neither trained on
   /// nor missing.
   uint64_t skipped = 0;
+  /// Samples of an epoch the training script left (a break) that were made but never handed to
+  /// it: neither trained on nor missing, and never handed to another epoch.
+  uint64_t abandoned = 0;
 };
 
 /// splitmix64's finaliser of a sample id: the term of EpochRecord::digest.

@@ -64,6 +64,7 @@ struct Handoffs {
 struct StepResult {
   float loss = NAN;       // NaN where the learner does not say (a script)
   double cpuSeconds = 0;  // CPU time of the step's thread (0 where not measured)
+  bool abandoned = false;  // the script left the batch's epoch before it took the batch
 };
 
 class Learner {
@@ -104,6 +105,13 @@ class Learner {
   // The trainer is stopping: resolves once the learner's side is done with it (a script saved
   // its state and ended). The trainer's stop deadline bounds it.
   virtual kj::Promise<void> stopping() { return kj::READY_NOW; }
+  // Resolves when the model's side is done before the epochs are (a training script that ended;
+  // rejects with its failure): train() then ends with what was trained. Never, for a model that
+  // trains every epoch given.
+  virtual kj::Promise<void> ended() { return kj::NEVER_DONE; }
+  // Resolves when the model's side may start: train() waits for it before reading givenState()
+  // (a script's first iter(), after any load_state_dict()).
+  virtual kj::Promise<void> ready() { return kj::READY_NOW; }
 };
 
 }  // namespace troupe::train

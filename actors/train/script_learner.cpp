@@ -99,6 +99,33 @@ void ScriptLearner::begin() {
   if (begunFulfiller_) begunFulfiller_->fulfill();
 }
 
+void ScriptLearner::abandon(uint32_t epoch) {
+  std::lock_guard lock(mutex_);
+  if (holding_) {
+    holding_->fulfill(StepResult{});  // received before the break: trained
+    holding_ = nullptr;
+  }
+  abandoned_ = epoch;
+  // What waits in the queue of that epoch goes back unused (an item per batch and its step).
+  std::deque<Item> kept;
+  for (auto& item : queue_) {
+    if (item.kind == Item::kBatch && item.epoch == epoch) {
+      StepResult r;
+      r.abandoned = true;
+      queuedSteps_.front()->fulfill(kj::mv(r));
+      queuedSteps_.pop_front();
+    } else {
+      if (item.kind == Item::kBatch) {
+        // (batches of a later epoch keep their step fulfillers in order: rotate it to the back)
+        queuedSteps_.push_back(kj::mv(queuedSteps_.front()));
+        queuedSteps_.pop_front();
+      }
+      kept.push_back(kj::mv(item));
+    }
+  }
+  queue_ = kj::mv(kept);
+}
+
 void ScriptLearner::end(std::string failure) {
   std::lock_guard lock(mutex_);
   if (ended_) return;
@@ -131,9 +158,30 @@ bool ScriptLearner::ended() const {
 // -- the trainer's side --
 
 void ScriptLearner::attach(TrainerActor& trainer) {
-  std::lock_guard lock(mutex_);
-  trainer_ = &trainer;
-  executor_ = kj::getCurrentThreadExecutor().addRef();
+  {
+    std::lock_guard lock(mutex_);
+    trainer_ = &trainer;
+    executor_ = kj::getCurrentThreadExecutor().addRef();
+    if (!rank_) {
+      auto order = trainer.args_.getOrder();
+      auto ddp = trainer.args_.getDdp();
+      Rank r;
+      r.rank = order.getRank();
+      r.ranks = std::max<uint32_t>(order.getRanks(), 1);
+      r.localRank = ddp.getLocalRank();
+      r.localRanks = std::max<uint32_t>(ddp.getLocalRanks(), 1);
+      r.masterAddr = ddp.getMasterAddr().cStr();
+      r.masterPort = ddp.getMasterPort();
+      rank_ = r;
+    }
+  }
+  changed_.notify_all();
+}
+
+ScriptLearner::Rank ScriptLearner::waitAttached() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return rank_.has_value(); });
+  return *rank_;
 }
 
 void ScriptLearner::detach() {
@@ -176,6 +224,11 @@ kj::Promise<StepResult> ScriptLearner::step(ActorContext&, StepBatch batch) {
   {
     std::lock_guard lock(mutex_);
     if (ended_) return kj::NEVER_DONE;  // nobody takes it: the job is ending
+    if (abandoned_ && *abandoned_ == batch.epoch) {
+      StepResult r;  // the script left this epoch: never handed to it
+      r.abandoned = true;
+      return r;
+    }
     Item item;
     item.kind = Item::kBatch;
     item.epoch = batch.epoch;
@@ -204,7 +257,8 @@ void ScriptLearner::epochEnded(uint32_t epoch) {
     for (auto& f : trainer_->skippedFiles_) skipped.push_back(f);
     item.text =
         nlohmann::json{{"epoch", epoch},       {"samples", h.samples}, {"duplicates", h.duplicates},
-                       {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped}}
+                       {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped},
+                       {"abandoned", h.abandoned}}
             .dump();
   }
   push(kj::mv(item));
@@ -230,7 +284,8 @@ void ScriptLearner::finished(const std::vector<EpochRecord>& history) {
                       {"fill_seconds", h.fillSeconds},
                       {"step_seconds", h.stepSeconds},
                       {"from_checkpoint", h.fromCheckpoint},
-                      {"digest", h.digest}});
+                      {"digest", h.digest},
+                      {"abandoned", h.abandoned}});
   }
   auto h = handoffs();
   Item item;
@@ -247,6 +302,23 @@ void ScriptLearner::failed(const kj::Exception& e) {
   item.kind = Item::kFailed;
   item.text = e.getDescription().cStr();
   push(kj::mv(item));
+}
+
+kj::Promise<void> ScriptLearner::ended() {
+  std::string who;
+  {
+    std::lock_guard lock(mutex_);
+    if (rank_ && rank_->ranks > 1) {
+      who = "DDP rank " + std::to_string(rank_->rank) + " of " + std::to_string(rank_->ranks) +
+            ": ";
+    }
+  }
+  return whenEnded().then([who](std::string failure) {
+    if (!failure.empty()) {
+      kj::throwFatalException(
+          KJ_EXCEPTION(FAILED, kj::str(who, "the training script failed: ", failure)));
+    }
+  });
 }
 
 kj::Promise<void> ScriptLearner::stopping() {

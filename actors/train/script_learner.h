@@ -20,6 +20,8 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "learner.h"
 
@@ -52,6 +54,10 @@ class ScriptLearner final : public Learner {
   uint32_t resumeFrom(const std::string& bytes, const std::string& name);
   // The script may start: train() goes ahead (streams start, a given state is applied).
   void begin();
+  // The script left `epoch` before its end (a break, then the next iter()): its batches not yet
+  // handed over, and those still to come, are abandoned (StepResult::abandoned), never handed to
+  // the script; next() skips to the epoch's end. The batch it holds counts as trained.
+  void abandon(uint32_t epoch);
   // The script is done with the stream: `failure` empty when it ended well, else why it failed.
   void end(std::string failure);
   // next() returned a batch the trainer had queued, and the script held it as tensors `seconds`
@@ -77,6 +83,18 @@ class ScriptLearner final : public Learner {
   void finished(const std::vector<EpochRecord>& history) override;
   void failed(const kj::Exception& e) override;
   kj::Promise<void> stopping() override;
+  kj::Promise<void> ended() override;
+  kj::Promise<void> ready() override { return begun(); }
+
+  // Which rank of a DDP job the script is (the trainer's TrainerArgs.ddp and order), once a
+  // trainer attached: what torchrun would have put in its environment.
+  struct Rank {
+    uint32_t rank = 0, ranks = 1, localRank = 0, localRanks = 1;
+    std::string masterAddr;
+    uint16_t masterPort = 0;
+  };
+  // Blocks until a trainer attached to this learner (this process trains), then says its rank.
+  Rank waitAttached();
   Handoffs handoffs() const override;
 
  private:
@@ -97,6 +115,8 @@ class ScriptLearner final : public Learner {
   std::string failure_;
   std::vector<kj::Own<kj::CrossThreadPromiseFulfiller<std::string>>> endWaiters_;
   Handoffs handoffs_;
+  std::optional<Rank> rank_;  // set by the first attach()
+  std::optional<uint32_t> abandoned_;  // the newest epoch the script left (abandon())
 };
 
 }  // namespace troupe::train

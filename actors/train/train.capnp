@@ -45,6 +45,10 @@ struct BatchOrder {
   batched @0 :Bool;
   shuffle @1 :Bool = true;
   dropLast @2 :Bool;
+  rank @3 :UInt32;                # DDP: this trainer's share of the epoch (BatchedEpoch); one
+  ranks @4 :UInt32;               # rank (0 or 1 ranks): the whole epoch
+  inOrder @5 :Bool;               # the trainer takes the epoch's batches in order (shards of one
+                                  # batch; the others wait for the next)
 }
 
 struct Batch {
@@ -83,14 +87,16 @@ interface BatchSink {
 
 interface Augmenter extends(Troupe.Actor) {
   produce @0 (session :UInt64, epoch :UInt32, from :UInt64, credits :UInt32, sink :BatchSink,
-              shard :UInt32, shards :UInt32) -> (end :UInt64, samples :UInt64) $Troupe.concurrent;
+              shard :UInt32, shards :UInt32, rank :UInt32, ranks :UInt32)
+      -> (end :UInt64, samples :UInt64) $Troupe.concurrent;
   # Streams the batches of `shard` of `shards` (shardIndices; 0 shards: the augmenter's instance
   # count) for `epoch` from position `from` into `sink`, at most `credits` ahead of what grant()
   # has returned; resolves when the last batch was pushed. The trainer hands shards out from a
   # queue per epoch, one at a time to each augmenter, so that a slow or new augmenter takes what
   # it can (docs/hetero_train.md). One stream per shard: a new produce() for a shard replaces
   # that shard's previous stream (the old call ends). $concurrent: grant() must reach the
-  # augmenter meanwhile through its mailbox.
+  # augmenter meanwhile through its mailbox. rank/ranks: a batched order's shards are of that
+  # DDP rank's share (BatchedEpoch), one stream per rank and shard.
   grant @1 (session :UInt64, credits :UInt32);
   # The trainer consumed batches of that session's stream: send that many more.
   stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64,
@@ -128,6 +134,17 @@ struct TrainerArgs {
   testTransform @17 :Text;
   order @18 :BatchOrder;          # as the augmenters' (AugmenterArgs.order)
   python @19 :Bool;               # the batches are a script's tensors (AugmenterArgs.python)
+  ddp @20 :Ddp;                   # a script's rank among several (order.rank of order.ranks)
+}
+
+struct Ddp {
+  # What torchrun gives each process of a DDP job, for the script's torch.distributed
+  # (troupe.data.DataLoader sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and
+  # LOCAL_WORLD_SIZE from it): rank 0's address and a free port there.
+  masterAddr @0 :Text;
+  masterPort @1 :UInt16;
+  localRank @2 :UInt32;
+  localRanks @3 :UInt32;
 }
 
 struct SampleFormat {
@@ -157,6 +174,8 @@ struct EpochReport {
   fillSeconds @13 :Float64;       # of waitSeconds: waiting for the epoch's first batch
   digest @14 :UInt64;             # sum of sampleDigest(id) over every sample trained on (checkpoint.h)
   skipped @15 :UInt64;            # samples that could not be read (--skip-bad-samples): not missing
+  abandoned @16 :UInt64;          # samples of an epoch the script left (a break): not trained on,
+                                  # not missing
 }
 
 struct TrainerCpu {

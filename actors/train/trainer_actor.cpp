@@ -114,9 +114,17 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   trainSamples_ = p.getTrainSamples();
   if (args_.getOrder().getBatched()) {
     auto o = args_.getOrder();
-    batched_ = data::BatchedEpoch{trainSamples_, batchSize_, o.getShuffle(), o.getDropLast()};
-    KJ_REQUIRE(KJ_ASSERT_NONNULL(batched_).used() > 0, "drop_last leaves no batch",
-               trainSamples_, batchSize_);
+    data::BatchedEpoch plan{trainSamples_, batchSize_, o.getShuffle(), o.getDropLast(),
+                            o.getRank(), std::max<uint32_t>(o.getRanks(), 1)};
+    try {
+      plan.check();
+    } catch (const data::DatasetError& e) {
+      KJ_FAIL_REQUIRE(e.what());
+    }
+    batched_ = plan;
+    inOrder_ = o.getInOrder();
+    // A DDP rank's streams: sessions no other rank's trainer uses (the augmenters serve them all).
+    nextSession_ = std::max<uint64_t>(nextSession_, (uint64_t(plan.rank) << 40) + 1);
   }
   KJ_REQUIRE(epochs_ > 0, "train() needs at least one epoch");
   KJ_REQUIRE(p.getSources().size() > 0, "train() needs at least one augmenter");
@@ -135,9 +143,11 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
   copiedBatches_ = 0;
 
   return onStarted_.addBranch()
+      .then([this]() { return learner_->ready(); })
       .then([this]() { return restore(); })
       .then([this]() {
-        return runFrom(firstEpoch_);
+        // A script that ended (a DDP rank's, whose trainer the driver waits on) ends train().
+        return runFrom(firstEpoch_).exclusiveJoin(learner_->ended());
       })
       .then(
           [this, call]() mutable {
@@ -184,6 +194,7 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
               e.setFromCheckpoint(h.fromCheckpoint);
               e.setDigest(h.digest);
               e.setSkipped(h.skipped);
+              e.setAbandoned(h.abandoned);
             }
             auto skipped = r.initSkippedFiles(skippedFiles_.size());
             size_t k = 0;
@@ -255,11 +266,14 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
       stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
       totalWait_ += stats_.waitSeconds - waitBefore_;
       spdlog::info(
-          "epoch {}{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}, "
+          "epoch {}{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}{}, "
           "{:.1f} s",
           epoch + 1, epochs_ == kUnbounded ? std::string() : "/" + std::to_string(epochs_),
           stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected,
           stats_.skipped ? fmt::format("{} skipped (unreadable), ", stats_.skipped) : "",
+          stats_.abandoned ? fmt::format("{} abandoned (the script left the epoch), ",
+                                         stats_.abandoned)
+                           : "",
           std::isnan(accuracy) ? std::string(args_.getScript() ? "evaluated by the script"
                                                                 : "no test set")
                                : fmt::format("test accuracy {:.4f}", accuracy),
@@ -280,7 +294,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
 uint32_t TrainerActor::shardCount() const {
   KJ_IF_MAYBE(b, batched_) {
     return static_cast<uint32_t>(
-        std::max<uint64_t>(1, (b->batches() + kBatchesPerShard - 1) / kBatchesPerShard));
+        std::max<uint64_t>(1, (b->batches() + batchesPerShard() - 1) / batchesPerShard()));
   }
   uint64_t perShard = uint64_t(batchSize_) * kBatchesPerShard;
   return static_cast<uint32_t>(std::max<uint64_t>(1, (trainSamples_ + perShard - 1) / perShard));
@@ -402,6 +416,10 @@ void TrainerActor::startSource(uint32_t index) {
   req.setSink(kj::heap<Sink>(self_));
   req.setShard(s.shard);
   req.setShards(sources_.size());
+  KJ_IF_MAYBE(b, batched_) {
+    req.setRank(b->rank);
+    req.setRanks(b->ranks);
+  }
   auto session = s.session;
   auto augmenter = static_cast<uint32_t>(s.augmenter);
   tasks_->add(req.send().then(

@@ -130,6 +130,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   mutable std::shared_ptr<const std::vector<uint32_t>> epochOrder_;
   mutable uint32_t epochOrderOf_ = ~0u;
   static constexpr uint32_t kBatchesPerShard = 8;
+  // In order, a shard is one batch: every augmenter makes one of the next batches at a time.
+  uint32_t batchesPerShard() const { return inOrder_ ? 1 : kBatchesPerShard; }
   void addAugmenter(const ActorAddress& address);
   void dispatch();
   // Hands queued shards to free augmenters, in shard order; once the queue is empty, a free
@@ -153,6 +155,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   // reached its restart limit): the others take the queue, so a lost data instance costs
   // throughput, never samples.
   kj::Promise<void> consume(uint32_t epoch);
+  // BatchOrder.inOrder: the queue's index of the epoch's next batch (or of a stale one), none
+  // while it is still being made.
+  kj::Maybe<size_t> nextInOrder(uint32_t epoch) const;
+  bool inOrder_ = false;
   kj::Promise<void> dataReady();
   void wake();
   bool epochDone() const;

@@ -159,12 +159,34 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
   return nullptr;
 }
 
+kj::Maybe<size_t> TrainerActor::nextInOrder(uint32_t epoch) const {
+  // The epoch's next batch is the first shard's not acknowledged to its end (shards are runs of
+  // batches in the epoch's order), at its acknowledged position; stale batches go too (dropped).
+  size_t next = sources_.size();
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (sources_[i].acked < sources_[i].expected.size()) {
+      next = i;
+      break;
+    }
+  }
+  for (size_t k = 0; k < queue_.size(); ++k) {
+    auto& b = queue_[k];
+    if (b.source >= sources_.size() || b.source == next) return k;
+    auto& s = sources_[b.source];
+    if (b.session != s.session || b.epoch != epoch || b.begin < s.acked) return k;
+  }
+  return nullptr;  // the next batch is still being made: the others wait in the queue
+}
+
 kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   if (stopping_) return kj::NEVER_DONE;  // onStop() owns the model now
   KJ_IF_MAYBE(e, fatal_) {
     return kj::cp(*e);
   }
-  if (queue_.empty()) {
+  // The batch to take: the oldest queued; in order (BatchOrder.inOrder), the epoch's next.
+  kj::Maybe<size_t> pick = queue_.empty() ? kj::Maybe<size_t>(nullptr) : size_t(0);
+  if (inOrder_ && !queue_.empty()) pick = nextInOrder(epoch);
+  if (pick == nullptr) {
     if (epochDone()) return kj::READY_NOW;
     auto waitStart = context().timer().now();
     return trace::around(dataReady(), "wait", "train", trace::actorRow(self().id))
@@ -177,8 +199,9 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
         });
   }
   if (steadyFrom_ == nullptr) steadyFrom_ = CpuTimes::now().process;  // the epoch's first batch
-  auto b = kj::mv(queue_.front());
-  queue_.pop_front();
+  auto at = KJ_ASSERT_NONNULL(pick);
+  auto b = kj::mv(queue_[at]);
+  queue_.erase(queue_.begin() + at);
   if (b.source >= sources_.size()) {
     ++stats_.rejected;
     spdlog::warn("rejected a batch from unknown shard {}", b.source);
@@ -259,7 +282,16 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   step.done = done;
   step.waited = waitedSinceStep_;
   waitedSinceStep_ = false;
-  return learner_->step(context(), kj::mv(step)).then([this, epoch, stepStart](StepResult result) {
+  return learner_->step(context(), kj::mv(step)).then([this, epoch, stepStart, ids = kj::mv(b.ids)](
+                                                          StepResult result) {
+    if (result.abandoned) {
+      // Made, never handed to the script: not trained on (nor missing: it was the script's).
+      stats_.samples -= ids.size();
+      stats_.abandoned += ids.size();
+      --stats_.steps;
+      --totalSteps_;
+      for (auto id : ids) stats_.digest -= sampleDigest(id);
+    }
     stats_.stepSeconds += seconds(context().timer().now() - stepStart);
     stats_.stepCpuSeconds += result.cpuSeconds;
     stats_.loss = result.loss;

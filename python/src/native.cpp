@@ -10,7 +10,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <chrono>
 #include <condition_variable>
@@ -62,6 +67,7 @@ struct Settings {
   // troupe.data.DataLoader: the script's own Dataset (`samples` long) in this process's worker
   // processes (workers.h), epochs until the script ends.
   bool python = false;
+  bool inOrder = false;  // the batches reach the script in the epoch's order
 };
 
 // A dataset's samples as the transform writes them (set by start() before the runtime runs).
@@ -100,9 +106,16 @@ class Job {
       troupe::run(static_cast<int>(argv_.size()), args_.data(), types_,
                   [this](troupe::Driver& job) { return drive(job); });
     }).detach();
-    std::unique_lock lock(mutex_);
-    running_.wait(lock, [this] { return driving_; });
+    // A trainer attached to this process's learner: it trains (the head is rank 0, other ranks
+    // are the training group's other instances). On a data instance that is never.
+    rank_ = learner_->waitAttached();
+    if (rank_.rank == 0) {
+      std::unique_lock lock(mutex_);
+      running_.wait(lock, [this] { return driving_; });
+    }
   }
+
+  const ScriptLearner::Rank& rank() const { return rank_; }
 
   std::shared_ptr<ScriptLearner> learner() const { return learner_; }
   const Format& format() const { return format_; }
@@ -139,6 +152,24 @@ class Job {
         .then([this, &job](size_t available) { return place(job, available); });
   }
 
+  // The ranks of a DDP job: the head's group's instances at the start, the head rank 0, the
+  // others by host name. One rank (the head) unless the epoch is cut as torch's DataLoader cuts
+  // it (DataLoader, or a dataset), which a rank's share needs.
+  std::vector<std::string> rankHosts(troupe::Driver& job, bool batched) const {
+    std::string head = job.node().host().cStr();
+    std::vector<std::string> others;
+    if (batched) {
+      for (auto& n : job.nodes()) {
+        if (n.group() == job.node().group() && n.host() != head.c_str()) {
+          others.push_back(n.host().cStr());
+        }
+      }
+      std::sort(others.begin(), others.end());
+    }
+    others.insert(others.begin(), head);
+    return others;
+  }
+
   kj::Promise<void> place(troupe::Driver& job, size_t available) {
     auto& s = settings_;
     KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set", s.samples,
@@ -166,28 +197,43 @@ class Job {
     auto augmenters =
         job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
                                          troupe::train::augmenterOptions(spec, "augmenter"));
-    // The trainer runs here, in the script's process: its batches go to the script.
-    auto trainer = job.spawn<hetero::Trainer>(
-        troupe::Placement::any().labels(std::string("host=") + job.node().host().cStr()),
-        troupe::SpawnOptions()
-            .named("trainer")
-            .args<hetero::TrainerArgs>([&](auto a) {
-              a.setBatchSize(s.batchSize);
-              a.setSeed(s.seed);
-              a.setPrefetch(s.prefetch);
-              a.setSamplesSetting(s.samples);
-              a.setScript(learner_->id());
-              if (s.python) {
-                a.setPython(true);
-                troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast);
-              } else if (format_.source) {
-                troupe::train::setSampleFormat(a.initSample(), format_.shape, format_.dtype,
-                                               format_.classes);
-                troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast);
-              }
-            })
-            // Stopped early (SIGTERM), it waits for the script to save its state and end.
-            .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS));
+    // A trainer per rank, in its script's process: rank 0's here, the others' on the training
+    // group's other instances; their batches go to their scripts.
+    auto hosts = rankHosts(job, spec.batched);
+    auto ranks = static_cast<uint32_t>(hosts.size());
+    std::string masterAddr = hostOf(job.node().address().cStr());
+    uint16_t masterPort = ranks > 1 ? freePort() : 0;
+    std::vector<troupe::Ref<hetero::Trainer>> trainers;
+    for (uint32_t rank = 0; rank < ranks; ++rank) {
+      trainers.push_back(job.spawn<hetero::Trainer>(
+          troupe::Placement::any().labels("host=" + hosts[rank]),
+          troupe::SpawnOptions()
+              .named(rank == 0 ? std::string("trainer") : "trainer-" + std::to_string(rank))
+              .args<hetero::TrainerArgs>([&](auto a) {
+                a.setBatchSize(s.batchSize);
+                a.setSeed(s.seed);
+                a.setPrefetch(s.prefetch);
+                a.setSamplesSetting(s.samples);
+                a.setScript(learner_->id());  // each process's first (and only) learner
+                if (s.python) {
+                  a.setPython(true);
+                } else if (format_.source) {
+                  troupe::train::setSampleFormat(a.initSample(), format_.shape, format_.dtype,
+                                                 format_.classes);
+                }
+                if (spec.batched) {
+                  troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast, rank,
+                                                 ranks, s.inOrder);
+                }
+                auto ddp = a.initDdp();
+                ddp.setMasterAddr(masterAddr);
+                ddp.setMasterPort(masterPort);
+                ddp.setLocalRank(0);
+                ddp.setLocalRanks(1);
+              })
+              // Stopped early (SIGTERM), it waits for the script to save its state and end.
+              .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS)));
+    }
     std::string table = "actor          type             host     group\n";
     auto row = [&](const troupe::ActorAddress& a, const char* type) {
       char line[160];
@@ -195,8 +241,14 @@ class Job {
                a.group.c_str());
       table += line;
     };
-    row(trainer.address(), "train.Trainer");
+    for (auto& t : trainers) row(t.address(), "train.Trainer");
     for (auto& a : augmenters) row(a.address(), "train.Augmenter");
+    if (ranks > 1) {
+      table += "DDP: " + std::to_string(ranks) + " ranks (" + hosts[0];
+      for (uint32_t r = 1; r < ranks; ++r) table += ", " + hosts[r];
+      table += "), MASTER_ADDR=" + masterAddr + " MASTER_PORT=" + std::to_string(masterPort) +
+               "\n";
+    }
     {
       std::lock_guard lock(mutex_);
       placements_ = table;
@@ -204,30 +256,78 @@ class Job {
     }
     running_.notify_all();
 
-    // A data node that joins the running job gets augmenters, which the trainer takes at once.
-    troupe::train::growOnJoin(job, spec, trainer, tasks_);
+    // A data node that joins the running job gets augmenters, which every trainer takes at once.
+    troupe::train::growOnJoin(
+        job, spec, troupe::train::trainerList(kj::arrayPtr(trainers.data(), trainers.size())),
+        tasks_);
 
-    auto train = learner_->begun().then(
-        [this, trainer, sources = KJ_MAP(a, augmenters) { return a.address(); }]() mutable {
-          auto req = trainer.trainRequest();
-          req.setEpochs(settings_.python ? 0 : settings_.epochs);  // 0: until the script ends
-          req.setTrainSamples(samples_);
-          auto list = req.initSources(sources.size());
-          for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
-          return req.send().ignoreResult().catch_([this](kj::Exception&& e) {
-            // The trainer itself failed (not only its train()): the script hears it at its next
-            // batch.
-            learner_->failed(e);
-          });
-        });
-    // The job ends when the script does: its failure is the job's.
-    auto ended = learner_->whenEnded().then([](std::string failure) {
-      if (!failure.empty()) {
-        kj::throwFatalException(
-            KJ_EXCEPTION(FAILED, kj::str("the training script failed: ", failure)));
-      }
+    // Each trainer starts training once its script called begin() (its first iter()).
+    auto sources = KJ_MAP(a, augmenters) { return a.address(); };
+    auto send = [&](troupe::Ref<hetero::Trainer>& trainer) {
+      auto req = trainer.trainRequest();
+      req.setEpochs(settings_.python ? 0 : settings_.epochs);  // 0: until the script ends
+      req.setTrainSamples(samples_);
+      auto list = req.initSources(sources.size());
+      for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
+      return req.send().ignoreResult();
+    };
+    auto train = send(trainers[0]).catch_([this](kj::Exception&& e) {
+      // The trainer itself failed (not only its train()): the script hears it at its next batch.
+      learner_->failed(e);
     });
-    return ended.attach(kj::mv(augmenters), kj::mv(trainer), train.eagerlyEvaluate(nullptr));
+    // Another rank's trainer ends when its script does; its failure, or its instance's loss,
+    // fails the job at once, naming the rank.
+    auto failed = kj::newPromiseAndFulfiller<void>();
+    rankFailed_ = kj::mv(failed.fulfiller);
+    auto others = kj::heapArrayBuilder<kj::Promise<void>>(ranks - 1);
+    for (uint32_t rank = 1; rank < ranks; ++rank) {
+      others.add(send(trainers[rank]).catch_([this, rank, host = hosts[rank]](kj::Exception&& e) {
+        if (rankFailed_->isWaiting()) {
+          rankFailed_->reject(KJ_EXCEPTION(FAILED, kj::str("DDP rank ", rank, " on ", host.c_str(),
+                                                           " ended: ", e.getDescription())));
+        }
+      }));
+    }
+    auto rest = kj::joinPromises(others.finish()).fork();
+    // The job ends when every rank's script did: a failure is the job's.
+    auto ended = learner_->whenEnded()
+                     .then([rest = rest.addBranch()](std::string failure) mutable {
+                       if (!failure.empty()) {
+                         kj::throwFatalException(KJ_EXCEPTION(
+                             FAILED, kj::str("the training script failed: ", failure)));
+                       }
+                       return kj::mv(rest);
+                     })
+                     .exclusiveJoin(kj::mv(failed.promise));
+    return ended.attach(kj::mv(augmenters), kj::mv(trainers), train.eagerlyEvaluate(nullptr),
+                        rest.addBranch().eagerlyEvaluate(nullptr));
+  }
+
+  // "10.0.0.2:7077" -> "10.0.0.2"; "[::1]:7077" -> "::1".
+  static std::string hostOf(std::string address) {
+    auto colon = address.rfind(':');
+    if (colon != std::string::npos) address.resize(colon);
+    if (address.size() > 1 && address.front() == '[') address = address.substr(1, address.size() - 2);
+    return address;
+  }
+
+  // A TCP port free on this host for rank 0's torch.distributed store (MASTER_PORT), unless the
+  // environment names one.
+  static uint16_t freePort() {
+    if (const char* given = getenv("MASTER_PORT"); given != nullptr && *given) {
+      return static_cast<uint16_t>(std::stoul(given));
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    KJ_REQUIRE(fd >= 0, "socket() for MASTER_PORT", strerror(errno));
+    KJ_DEFER(close(fd));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t size = sizeof a;
+    KJ_REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size) == 0,
+               "no free port for MASTER_PORT", strerror(errno));
+    return ntohs(a.sin_port);
   }
 
   mutable std::mutex mutex_;
@@ -238,6 +338,8 @@ class Job {
   uint64_t samples_ = 0;
   std::string placements_;
   std::shared_ptr<ScriptLearner> learner_;
+  ScriptLearner::Rank rank_;
+  kj::Own<kj::PromiseFulfiller<void>> rankFailed_;
   std::vector<std::string> argv_;
   std::vector<char*> args_;
   troupe::Registry types_;
@@ -393,6 +495,7 @@ PYBIND11_MODULE(_native, m) {
         get("shuffle", s.shuffle);
         get("drop_last", s.dropLast);
         get("python", s.python);
+        get("in_order", s.inOrder);
         if ((options.contains("shuffle") || options.contains("drop_last")) && s.dataset.empty() &&
             !s.python) {
           throw py::value_error("shuffle and drop_last need dataset= (docs/data.md)");
@@ -405,12 +508,39 @@ PYBIND11_MODULE(_native, m) {
   m.def("placements", []() { return Job::get().placements(); });
   m.def(
       "epoch_order",
-      [](uint64_t samples, uint64_t seed, uint64_t epoch, bool shuffle) {
-        // The epoch's order as the data group cuts it (troupe/dataset/epoch.h, BatchedEpoch).
-        return int64Array(
-            troupe::data::BatchedEpoch{samples, 1, shuffle, false}.order(seed, epoch));
+      [](uint64_t samples, uint64_t seed, uint64_t epoch, bool shuffle, uint32_t batchSize,
+         bool dropLast, uint32_t rank, uint32_t ranks) {
+        // The epoch's order as the data group cuts it (troupe/dataset/epoch.h, BatchedEpoch): of
+        // one rank every sample, of several the rank's share (its batches, in order).
+        troupe::data::BatchedEpoch plan{samples, batchSize, shuffle, dropLast, rank, ranks};
+        try {
+          plan.check();
+        } catch (const troupe::data::DatasetError& e) {
+          throw py::value_error(e.what());
+        }
+        return py::make_tuple(int64Array(plan.order(seed, epoch)), plan.used(), plan.dropped());
       },
-      py::arg("samples"), py::arg("seed"), py::arg("epoch"), py::arg("shuffle"));
+      py::arg("samples"), py::arg("seed"), py::arg("epoch"), py::arg("shuffle"),
+      py::arg("batch_size") = 1, py::arg("drop_last") = false, py::arg("rank") = 0,
+      py::arg("ranks") = 1,
+      "(order, used, dropped): the rank's order of sample ids, how many of them it trains, and "
+      "the samples of the epoch no rank trains.");
+  m.def(
+      "rank",
+      []() {
+        // This process's place in a DDP job, as torchrun would have put it in the environment.
+        auto& r = Job::get().rank();
+        py::dict d;
+        d["RANK"] = r.rank;
+        d["WORLD_SIZE"] = r.ranks;
+        d["LOCAL_RANK"] = r.localRank;
+        d["LOCAL_WORLD_SIZE"] = r.localRanks;
+        d["MASTER_ADDR"] = r.masterAddr;
+        d["MASTER_PORT"] = r.masterPort;
+        return d;
+      },
+      "This process's rank in the job (after start()): RANK, WORLD_SIZE, LOCAL_RANK, "
+      "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.");
   m.def(
       "set_workers",
       [](std::vector<std::tuple<int, int, int, int, size_t>> workers) {
@@ -422,6 +552,9 @@ PYBIND11_MODULE(_native, m) {
       },
       "This process's DataLoader worker processes: (pid, request fd, reply fd, memfd, size) each.");
   m.def("begin", []() { Job::get().learner()->begin(); });
+  m.def(
+      "abandon", [](uint32_t epoch) { Job::get().learner()->abandon(epoch); },
+      "The script left `epoch` (a break): its batches not yet handed over are not trained on.");
   m.def(
       "next",
       [](bool normalize) -> py::tuple {

@@ -484,7 +484,7 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, collate_fn=None,
                  seed=None, *, num_workers=None, with_ids=False, pin_memory=None, on_stop=None,
-                 shared_memory_mb=256, skip_errors=False, **options):
+                 shared_memory_mb=256, skip_errors=False, in_order=False, **options):
         torch = _torch()
         for name, value in (("batch_size", batch_size), ("num_workers", num_workers),
                             ("seed", seed), ("shared_memory_mb", shared_memory_mb)):
@@ -499,7 +499,7 @@ class DataLoader:
         if shared_memory_mb < 1:
             raise ValueError(f"DataLoader: shared_memory_mb={shared_memory_mb}: at least 1")
         for name, value in (("shuffle", shuffle), ("drop_last", drop_last),
-                            ("skip_errors", skip_errors)):
+                            ("skip_errors", skip_errors), ("in_order", in_order)):
             if not isinstance(value, bool):
                 raise TypeError(f"DataLoader: {name}={value!r}: True or False")
         if collate_fn is not None and not callable(collate_fn):
@@ -535,6 +535,9 @@ class DataLoader:
         self._pid = os.getpid()
         workers = num_workers or len(os.sched_getaffinity(0))
         collate = collate_fn or torch.utils.data.default_collate
+        # This process's DDP rank: troupe's (below) in a cluster; outside one torchrun's, if any.
+        self.rank = int(os.environ.get("RANK", 0))
+        self.world_size = int(os.environ.get("WORLD_SIZE", 1))
         if not _in_cluster():
             # Plain python3: torch's own DataLoader on this machine, for developing the script,
             # with the same batches as on the data group.
@@ -545,7 +548,8 @@ class DataLoader:
             return
         self._local = None
         self._images = isinstance(dataset, ImageDataset)
-        settings = dict(options, batch_size=batch_size, epochs=0, seed=self.seed)
+        settings = dict(options, batch_size=batch_size, epochs=0, seed=self.seed,
+                        in_order=in_order)
         if self._images:
             # troupe's own decoding and transforms on the data group (docs/data.md).
             settings.update(dataset=dataset.path, transform=dataset.spec, shuffle=shuffle,
@@ -558,10 +562,22 @@ class DataLoader:
         sys.stderr.flush()
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(line_buffering=True)
-        # Returns on the head only; on a data instance the process serves until the job ends.
+        # Returns on the training group's instances (each a DDP rank, the head rank 0); on a data
+        # instance the process serves until the job ends.
         _native.start([sys.argv[0] or "python3"] + sys.argv[1:], settings)
         _Ending.install()
-        print(_native.placements(), flush=True)
+        placements = _native.placements()
+        if placements:
+            print(placements, flush=True)
+        rank = _native.rank()
+        self.rank, self.world_size = rank["RANK"], rank["WORLD_SIZE"]
+        if self.world_size > 1:
+            # As torchrun sets them: torch.distributed.init_process_group() reads them.
+            for name, value in rank.items():
+                os.environ[name] = str(value)
+            print(f"troupe.data: DDP rank {self.rank} of {self.world_size} "
+                  f"(MASTER_ADDR={rank['MASTER_ADDR']} MASTER_PORT={rank['MASTER_PORT']}): "
+                  f"{len(self)} batches an epoch", flush=True)
 
     def _fork_workers(self, count, collate, size, skip_errors):
         # Before the runtime's threads start, as torch forks its workers: each gets a request
@@ -590,10 +606,12 @@ class DataLoader:
         _native.set_workers(fds)
 
     def __len__(self):
-        n = len(self.dataset)
-        if self.drop_last:
-            return n // self.batch_size
-        return (n + self.batch_size - 1) // self.batch_size
+        """Batches per epoch; of a DDP rank, its share (every rank the same number)."""
+        if getattr(self, "_length", None) is None:
+            _, used, _ = _native.epoch_order(len(self.dataset), 0, 0, False, self.batch_size,
+                                             self.drop_last, self.rank, self.world_size)
+            self._length = (used + self.batch_size - 1) // self.batch_size
+        return self._length
 
     def set_epoch(self, epoch):
         """For code written for DistributedSampler: the next ``iter()`` must be epoch ``epoch``
@@ -604,8 +622,10 @@ class DataLoader:
 
     def _batches(self, epoch):
         """Epoch ``epoch``'s batches of sample ids, as the data group cuts them."""
-        order = _native.epoch_order(len(self.dataset), self.seed, epoch, self.shuffle).tolist()
-        used = len(order) // self.batch_size * self.batch_size if self.drop_last else len(order)
+        order, used, _ = _native.epoch_order(len(self.dataset), self.seed, epoch, self.shuffle,
+                                             self.batch_size, self.drop_last, self.rank,
+                                             self.world_size)
+        order = order.tolist()
         return [order[k:min(k + self.batch_size, used)] for k in range(0, used, self.batch_size)]
 
     def _iter_local(self):
@@ -623,24 +643,27 @@ class DataLoader:
             return
         if os.getpid() != self._pid:
             raise RuntimeError("DataLoader cannot be iterated in a forked process")
-        if self._live is not None and self._live != self._epoch - 1:
-            raise RuntimeError("DataLoader: two live iterators")
         if not self._begun:
             self._begun = True
             _native.begin()
         if self._live is not None:
             # The previous epoch was left before its end (a break): its remaining batches are
-            # received and dropped here, never handed to the next epoch.
+            # not trained on (counted as abandoned in its report) and never reach the next epoch.
+            _native.abandon(self._live)
             self._drain(self._live)
         epoch = self._epoch
         self._epoch += 1
         self._live = epoch
         while True:
+            if self._live != epoch:
+                # A newer iter() started the next epoch and left this one: one live iterator at a
+                # time, as the batches of one stream go to one of them.
+                raise RuntimeError(f"DataLoader: this iterator's epoch {epoch} was left when "
+                                   f"iter(loader) started epoch {self._epoch - 1}: two live "
+                                   "iterators; take batches from the newest one only")
             item = self._next()
             if item[0] == "epoch_end":
-                if item[2]:
-                    import json
-                    self.epoch_reports[item[1]] = json.loads(item[2])
+                self._record(item)
                 if item[1] == epoch:
                     self._live = None
                     return
@@ -666,9 +689,16 @@ class DataLoader:
     def _drain(self, epoch):
         while True:
             item = self._next()
-            if item[0] == "epoch_end" and item[1] == epoch:
-                self._live = None
-                return
+            if item[0] == "epoch_end":
+                self._record(item)
+                if item[1] == epoch:
+                    self._live = None
+                    return
+
+    def _record(self, item):
+        if item[2]:
+            import json
+            self.epoch_reports[item[1]] = json.loads(item[2])
 
     def _next(self):
         item = _native.next(False)

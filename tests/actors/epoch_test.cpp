@@ -166,3 +166,51 @@ TEST_CASE("a batched epoch is cut as torch's DataLoader cuts it: whole batches b
   CHECK_THROWS_WITH(unshuffled.shardPositions(0, 4),
                     Catch::Contains("over 3 batches of 4: every shard needs a batch"));
 }
+
+TEST_CASE("a batched epoch shared by DDP ranks: the same batches each, disjoint, every sample "
+          "once but a rest too small to share",
+          "[epoch][ddp]") {
+  struct Case {
+    uint64_t samples;
+    uint32_t batch, ranks;
+    bool dropLast;
+    uint64_t perRank;  // batches each rank trains
+    uint64_t dropped;
+  };
+  for (auto c : {Case{1000, 64, 2, false, 8, 0}, Case{1000, 64, 3, false, 6, 0},
+                 Case{1000, 64, 2, true, 7, 104}, Case{130, 64, 2, false, 2, 0},
+                 Case{129, 64, 2, false, 1, 1}, Case{60000, 128, 4, false, 118, 0},
+                 Case{10, 4, 3, false, 1, 0}}) {
+    INFO(c.samples << " samples, batches of " << c.batch << ", " << c.ranks << " ranks, drop_last "
+                   << c.dropLast);
+    BatchedEpoch whole{c.samples, c.batch, true, c.dropLast};
+    auto all = whole.order(7, 2);
+    std::vector<int> seen(c.samples, 0);
+    uint64_t used = 0;
+    for (uint32_t r = 0; r < c.ranks; ++r) {
+      BatchedEpoch plan{c.samples, c.batch, true, c.dropLast, r, c.ranks};
+      REQUIRE_NOTHROW(plan.check());
+      CHECK(plan.batches() == c.perRank);
+      CHECK(plan.dropped() == c.dropped);
+      auto order = plan.order(7, 2);
+      REQUIRE(order.size() == plan.used());
+      CHECK(order == plan.share(all));
+      // Its whole batches are the epoch's batches r, r + R, ...: the same samples as one rank's.
+      for (uint64_t k = 0; k + 1 < plan.batches(); ++k) {
+        auto global = (r + k * c.ranks) * c.batch;
+        for (uint32_t i = 0; i < c.batch; ++i) CHECK(order[k * c.batch + i] == all[global + i]);
+      }
+      // Only the last batch may be short, never empty.
+      CHECK(plan.used() > (plan.batches() - 1) * c.batch);
+      for (auto id : order) ++seen[id];
+      used += plan.used();
+    }
+    CHECK(used + c.dropped == c.samples);
+    CHECK(std::count(seen.begin(), seen.end(), 1) == int64_t(used));
+    CHECK(std::count(seen.begin(), seen.end(), 0) == int64_t(c.dropped));
+  }
+  // A rank with no batch at all is refused, naming the figures.
+  BatchedEpoch tiny{3, 4, true, false, 0, 4};
+  CHECK_THROWS_WITH(tiny.check(),
+                    Catch::Contains("3 samples in batches of 4 leave rank 0 of 4 no batch"));
+}

@@ -537,6 +537,19 @@ std::vector<std::string> checkLoaderEpochs(const std::string& out, int epochs, i
   return digests;
 }
 
+// Each epoch's digest of its batches in the order the script got them.
+std::vector<std::string> loaderSequences(const std::string& out, int epochs) {
+  std::vector<std::string> digests;
+  for (int e = 0; e < epochs; ++e) {
+    std::smatch m;
+    std::regex line("check: epoch " + std::to_string(e) + R"(: .* sequence (\w+))");
+    INFO("epoch " << e);
+    REQUIRE(std::regex_search(out, m, line));
+    digests.push_back(m[1]);
+  }
+  return digests;
+}
+
 std::vector<std::string> loaderCheck(std::vector<std::string> args) {
   std::vector<std::string> argv = {PYTHON3, DATALOADER_CHECK};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -568,6 +581,26 @@ TEST_CASE("troupe.data.DataLoader feeds a script's own Dataset from the data gro
   // Batch k of an epoch holds the same samples whoever makes it (seed 7, shuffle=True).
   CHECK(fed == alone);
   CHECK(fed[0] != fed[1]);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE("troupe.data.DataLoader(in_order=True): the batches reach the script in the epoch's "
+          "order, as torch's DataLoader hands them",
+          "[pytorch][dataloader]") {
+  SKIP_WITHOUT_TORCH();
+  Run local(loaderCheck({"order"}), pythonEnv());
+  REQUIRE(local.wait(120s) == 0);
+  auto localOut = local.output();
+  INFO(localOut);
+  auto alone = loaderSequences(localOut, 3);
+  Run run(harness::sim(kCluster, loaderCheck({"order"})), pythonEnv());
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 0);
+  checkLoaderEpochs(out, 3, 1000);
+  // The same batches in the same sequence as torch's own DataLoader under plain python3.
+  CHECK(loaderSequences(out, 3) == alone);
   CHECK(run.leftovers().empty());
 }
 
@@ -655,6 +688,13 @@ TEST_CASE("troupe.data.DataLoader: an exception in __getitem__ fails the job nam
     INFO(out);
     CHECK(code == 0);
     CHECK(out.find("check: epoch 0 left after 3 batches") != std::string::npos);
+    // The trainer's report of epoch 0: the 3 batches the script took trained, the rest
+    // abandoned (made or not, never handed to it), none missing.
+    CHECK(out.find("check: epoch 0 report: 192 samples, 808 abandoned, 0 missing") !=
+          std::string::npos);
+    CHECK(out.find("check: epoch 0's iterator after epoch 1: RuntimeError: DataLoader: this "
+                   "iterator's epoch 0 was left when iter(loader) started epoch 1: two live "
+                   "iterators") != std::string::npos);
     std::smatch m;
     for (int e : {1, 2}) {
       std::regex line("check: epoch " + std::to_string(e) +
@@ -672,12 +712,72 @@ TEST_CASE("troupe.data.DataLoader: an exception in __getitem__ fails the job nam
   }
 }
 
+// The cluster of make run with two dnn instances: two DDP ranks, one process each.
+const std::vector<std::string> kTwoRanks = {"--group", "data_group=2:ml.c5.xlarge", "--group",
+                                            "dnn_group=2:ml.p3.2xlarge"};
+
+TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo) set up by troupe, "
+          "a disjoint share each, the same steps, every sample once across the ranks",
+          "[pytorch][dataloader][ddp]") {
+  SKIP_WITHOUT_TORCH();
+  SECTION("2 dnn instances, a rank each: 3 epochs of a DDP model") {
+    Run run(harness::sim(kTwoRanks, {PYTHON3, DDP_CHECK, "train", "1000"}), pythonEnv());
+    int code = run.wait(300s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(out.find("troupe sim: all 4 instances exited 0") != std::string::npos);
+    // Both ranks saw troupe's environment, the same length (1000 samples at 32: 15 rounds of two
+    // whole batches, the 40 left split 20 and 20).
+    CHECK(out.find("check: rank 0 of 2, RANK=0 LOCAL_RANK=0, len 16") != std::string::npos);
+    CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=0, len 16") != std::string::npos);
+    for (int e : {0, 1, 2}) {
+      std::smatch m;
+      std::regex line("check: epoch " + std::to_string(e) +
+                      R"(: (\d+) samples, (\d+) once, (\d+) missing, steps per rank \[16, 16\], )"
+                      R"(whole True, disjoint True)");
+      INFO("epoch " << e);
+      CHECK(std::regex_search(out, m, line));
+      if (!m.empty()) {
+        CHECK(m[1] == "1000");
+        CHECK(m[2] == "1000");
+        CHECK(m[3] == "0");
+      }
+    }
+    CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
+    // Each rank's trainer counted its own share: 2 trainers, 500 samples an epoch each.
+    CHECK(out.find("DDP: 2 ranks") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("rank 1's script raises in epoch 1: the job fails naming the rank") {
+    auto cluster = kTwoRanks;
+    cluster.insert(cluster.begin(), "--keep");
+    Run run(harness::sim(cluster, {PYTHON3, DDP_CHECK, "raise", "1000"}), pythonEnv());
+    int code = run.wait(300s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 1);
+    auto roots = harness::rootsOf(run);
+    REQUIRE(!roots.empty());
+    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
+    fs::remove_all(roots);
+    INFO("output/failure: " << failure);
+    CHECK(failure.find("DDP rank 1 of 2: the training script failed: RuntimeError") !=
+          std::string::npos);
+    CHECK(failure.find("rank 1 fails on purpose") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+}
+
 TEST_CASE("troupe's native module imports and answers without PyTorch", "[pytorch][native]") {
   // No skip: a package that does not import is a failure, torch or not.
   Run run({PYTHON3, "-c",
            "from troupe import _native\n"
-           "order = _native.epoch_order(10, 7, 0, True).tolist()\n"
+           "order = _native.epoch_order(10, 7, 0, True)[0].tolist()\n"
            "assert sorted(order) == list(range(10)), order\n"
+           "shares = [_native.epoch_order(10, 7, 0, True, 4, False, r, 3) for r in range(3)]\n"
+           "ids = sum((s[0].tolist() for s in shares), [])\n"
+           "assert sorted(ids) == list(range(10)) and [s[1] for s in shares] == [3, 3, 4], shares\n"
            "print('native ok', order)\n"},
           pythonEnv());
   int code = run.wait(60s);

@@ -3,10 +3,11 @@ whose samples carry their own index, so the script counts every sample itself.
 
     dataloader_check.py MODE [SAMPLES]
 
-MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest),
+MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest and
+the digest of their sequence), order (the same with in_order=True),
 skip (dataset[123] and dataset[500] raise, skip_errors=True: the trainer's epoch reports),
 slow (the same, 2 ms a sample: a fault the test injects lands inside an epoch), break (epoch 0
-left after 3 batches, epoch 1 whole), fail (dataset[123] raises), types (bad arguments, each a
+left after 3 batches, epoch 1 whole, epoch 0's report counting the rest abandoned), fail (dataset[123] raises), types (bad arguments, each a
 Python error naming it). Prints `check: ...` lines; exits 1 on a failed check.
 """
 import hashlib
@@ -60,14 +61,17 @@ if MODE == "types":
     sys.exit(0)
 
 loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=7, with_ids=True,
-                                skip_errors=MODE == "skip")
+                                skip_errors=MODE == "skip", in_order=MODE == "order")
 print(f"check: len {len(loader)}", flush=True)
 epochs = 3
 for epoch in range(epochs):
     counts = {}
     sizes = []
     batches = []
-    for k, (batch, ids) in enumerate(loader):
+    source = iter(loader)
+    if epoch == 0:
+        first = source  # kept: used again after a newer iter() it must raise
+    for k, (batch, ids) in enumerate(source):
         (x, y, extra) = batch
         if not torch.equal(x[:, 0, 0, 0].long(), ids) or not torch.equal(y, ids % 10):
             fail(f"epoch {epoch}: a batch's tensors are not its samples'")
@@ -88,9 +92,19 @@ for epoch in range(epochs):
     whole = all(s == BATCH for s in sizes if s != SAMPLES % BATCH) and \
         sizes.count(SAMPLES % BATCH) <= 1
     digest = hashlib.sha256(repr(sorted(batches)).encode()).hexdigest()[:16]
+    sequence = hashlib.sha256(repr(batches).encode()).hexdigest()[:16]
     print(f"check: epoch {epoch}: {sum(counts.values())} samples, {once} once, "
           f"{len(set(range(SAMPLES)) - set(counts))} missing, {len(sizes)} batches, "
-          f"whole {whole}, batches {digest}", flush=True)
+          f"whole {whole}, batches {digest}, sequence {sequence}", flush=True)
+    if MODE == "break" and epoch == 1:
+        r = loader.epoch_reports.get(0, {})
+        print(f"check: epoch 0 report: {r.get('samples')} samples, {r.get('abandoned')} "
+              f"abandoned, {r.get('missing')} missing", flush=True)
+        try:
+            next(first)
+            fail("the iterator of epoch 0 gave a batch after epoch 1's")
+        except RuntimeError as e:
+            print(f"check: epoch 0's iterator after epoch 1: RuntimeError: {e}", flush=True)
     if MODE == "skip":
         r = loader.epoch_reports.get(epoch, {})
         print(f"check: epoch {epoch} report: {r.get('samples')} samples, {r.get('missing')} "

@@ -41,20 +41,41 @@ std::vector<uint32_t> epochOrder(std::span<const uint32_t> shard, uint64_t seed,
 /// contiguous run of whole batches, so batch k holds the same samples whichever shard, augmenter
 /// or instance serves it. (hetero_train's Fashion-MNIST path cuts per shard instead: shardIndices
 /// and epochOrder.)
+///
+/// Several ranks (DDP: `ranks` trainers, this one `rank`) share the epoch with the same number of
+/// batches each, as DDP's steps must be: rank r takes the epoch's whole batches r, r + R, r + 2R,
+/// ... for as many full rounds of R as there are; what is left after them (fewer than R whole
+/// batches and the short one) is split evenly, each rank's last batch a short one of it. With
+/// dropLast that rest is left out; so are the under R samples of a rest too small to give every
+/// rank one (dropped(): counted as torch's drop_last counts, not as missing). Every other sample
+/// is one rank's, once.
 struct BatchedEpoch {
   uint64_t samples = 0;
   uint32_t batchSize = 1;
   bool shuffle = true;
   bool dropLast = false;
+  uint32_t rank = 0;
+  uint32_t ranks = 1;
 
-  /// Positions trained per epoch: every sample, or with dropLast those of whole batches.
-  uint64_t used() const { return dropLast ? samples / batchSize * batchSize : samples; }
+  /// Positions this rank trains per epoch: every sample, or with dropLast those of whole
+  /// batches; of several ranks, its share.
+  uint64_t used() const;
   uint64_t batches() const { return (used() + batchSize - 1) / batchSize; }
-  /// Shard `shard` of `shards`: its positions [first, second) in the epoch's order. Throws
+  /// Samples of the epoch that no rank trains (drop_last's, and a rest smaller than ranks).
+  uint64_t dropped() const;
+  /// Shard `shard` of `shards`: its positions [first, second) in the rank's order. Throws
   /// DatasetError when a shard would hold no batch.
   std::pair<uint64_t, uint64_t> shardPositions(uint32_t shard, uint32_t shards) const;
-  /// The epoch's order of every sample (samples ids; the first used() are trained).
+  /// This rank's order (sample ids by position): of one rank every sample (the first used() are
+  /// trained), of several exactly its used() samples, taken from the epoch's order `all`.
   std::vector<uint32_t> order(uint64_t seed, uint64_t epoch) const;
+  std::vector<uint32_t> share(std::span<const uint32_t> all) const;
+  /// Throws DatasetError naming the figures when a rank would get no batch.
+  void check() const;
+
+ private:
+  uint64_t rounds() const;  // full rounds of `ranks` whole batches
+  uint64_t rest() const;    // positions after them split among the ranks (0: none)
 };
 
 /// Mixes values into one well-spread 64-bit seed (splitmix64 finaliser); used to derive the

@@ -1,0 +1,87 @@
+"""troupe.data.DataLoader feeding DDP ranks (tests/integration/pytorch_test.cpp): written as a
+torch DDP script is, the DataLoader first (data instances serve from it and never return), then
+torch.distributed.init_process_group() unchanged, reading the environment troupe set.
+
+    ddp_check.py MODE [SAMPLES]
+
+MODE: train (3 epochs of a small DDP model; rank 0 gathers every rank's sample ids and steps
+each epoch and checks every sample once, the same steps on every rank, and the same parameters
+on every rank at the end), raise (rank 1 raises inside epoch 1, after 3 steps). Prints
+`check: ...` lines; exits 1 on a failed check.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import troupe.data
+
+MODE = sys.argv[1]
+SAMPLES = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+BATCH = 32
+
+
+class Indexed(torch.utils.data.Dataset):
+    """Sample i: 8 features made from i, its label i % 4."""
+
+    def __len__(self):
+        return SAMPLES
+
+    def __getitem__(self, i):
+        x = torch.tensor([(i * k) % 13 for k in range(1, 9)], dtype=torch.float32) / 13
+        return x, i % 4
+
+
+def fail(text):
+    print(f"check: FAILED {text}", flush=True)
+    sys.exit(1)
+
+
+loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=11, with_ids=True)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+print(f"check: rank {rank} of {world}, RANK={os.environ.get('RANK')} "
+      f"LOCAL_RANK={os.environ.get('LOCAL_RANK')}, len {len(loader)}", flush=True)
+if rank != loader.rank or world != loader.world_size:
+    fail(f"torch.distributed says rank {rank} of {world}, the loader {loader.rank} of "
+         f"{loader.world_size}")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    ids, steps, sizes = [], 0, []
+    for (x, y), batch_ids in loader:
+        if not torch.equal(y, batch_ids % 4):
+            fail(f"epoch {epoch}: a batch's labels are not its samples'")
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        ids += batch_ids.tolist()
+        sizes.append(len(batch_ids))
+        steps += 1
+        if MODE == "raise" and rank == 1 and epoch == 1 and steps == 3:
+            raise RuntimeError("rank 1 fails on purpose")
+    everyone = [None] * world
+    dist.all_gather_object(everyone, (ids, steps, sizes))
+    if rank == 0:
+        counts = {}
+        for rank_ids, _, _ in everyone:
+            for i in rank_ids:
+                counts[i] = counts.get(i, 0) + 1
+        once = sum(1 for v in counts.values() if v == 1)
+        per_rank = [s for _, s, _ in everyone]
+        whole = all(all(n == BATCH for n in sz[:-1]) for _, _, sz in everyone)
+        disjoint = len(set().union(*[set(i) for i, _, _ in everyone])) == \
+            sum(len(i) for i, _, _ in everyone)
+        print(f"check: epoch {epoch}: {sum(counts.values())} samples, {once} once, "
+              f"{SAMPLES - len(counts)} missing, steps per rank {per_rank}, whole {whole}, "
+              f"disjoint {disjoint}, loss {loss.item():.4f}", flush=True)
+params = torch.cat([p.detach().flatten() for p in model.parameters()])
+gathered = [torch.zeros_like(params) for _ in range(world)]
+dist.all_gather(gathered, params)
+if rank == 0:
+    same = all(torch.equal(g, params) for g in gathered)
+    print(f"check: parameters the same on every rank: {same}", flush=True)
+dist.destroy_process_group()
+print("check: done", flush=True)
