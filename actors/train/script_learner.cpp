@@ -5,6 +5,7 @@
 
 #include "troupe/log.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -27,6 +28,17 @@ std::shared_ptr<ScriptLearner> ScriptLearner::create() {
   std::lock_guard lock(tableMutex);
   learner->id_ = nextId++;
   table[learner->id_] = learner;
+  return learner;
+}
+
+std::shared_ptr<ScriptLearner> ScriptLearner::findOrCreate(uint64_t id) {
+  std::lock_guard lock(tableMutex);
+  auto& slot = table[id];
+  if (auto found = slot.lock()) return found;
+  auto learner = std::make_shared<ScriptLearner>();
+  learner->id_ = id;
+  slot = learner;
+  nextId = std::max(nextId, id + 1);
   return learner;
 }
 

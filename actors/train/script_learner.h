@@ -34,6 +34,9 @@ class ScriptLearner final : public Learner {
   // -- the script's side (its own thread) --
   static std::shared_ptr<ScriptLearner> create();  // findable by id() in this process
   static std::shared_ptr<ScriptLearner> find(uint64_t id);
+  // The learner of a local rank this process serves to another process (local_ranks.h): made by
+  // whichever comes first, its trainer or the server.
+  static std::shared_ptr<ScriptLearner> findOrCreate(uint64_t id);
   uint64_t id() const { return id_; }
 
   struct Item {

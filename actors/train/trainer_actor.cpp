@@ -64,7 +64,9 @@ TrainerActor::TrainerActor(ActorContext& context)
   onStartedFulfiller_ = kj::mv(started.fulfiller);
   onStarted_ = started.promise.fork();
   if (args_.getScript() != 0) {
-    learner_ = ScriptLearner::find(args_.getScript());
+    // A local rank above 0 is another process's script, served from this one (procs per host).
+    learner_ = args_.getDdp().getLocalRank() > 0 ? ScriptLearner::findOrCreate(args_.getScript())
+                                                 : ScriptLearner::find(args_.getScript());
     KJ_REQUIRE(learner_ != nullptr,
                "a script trainer runs in its script's process: no troupe.data stream there",
                args_.getScript(), context.node().host());

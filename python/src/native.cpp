@@ -12,7 +12,9 @@
 #include <pybind11/stl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +35,7 @@
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/images/transforms.h"
+#include "local_ranks.h"
 #include "workers.h"
 #include "troupe/loop.h"
 #include "troupe/troupe.h"
@@ -46,6 +50,14 @@ const bool kStopsHeldFromStart = false;
 }  // namespace troupe::detail
 
 namespace {
+
+// What the module's functions feed the script from: the process's learner (a troupe process), or
+// the instance's troupe process's (a local rank's process; local_ranks.h).
+std::unique_ptr<troupe::python::Feed> theFeed;
+troupe::python::Feed& feed() {
+  if (!theFeed) throw std::runtime_error("troupe.data: the stream has not started");
+  return *theFeed;
+}
 
 struct Settings {
   unsigned epochs = 5;
@@ -97,6 +109,7 @@ class Job {
     settings_ = std::move(settings);
     if (!settings_.dataset.empty()) open();
     learner_ = ScriptLearner::create();
+    theFeed = troupe::python::learnerFeed(learner_);
     argv_ = std::move(argv);
     for (auto& a : argv_) args_.push_back(a.data());
     args_.push_back(nullptr);
@@ -108,14 +121,11 @@ class Job {
     }).detach();
     // A trainer attached to this process's learner: it trains (the head is rank 0, other ranks
     // are the training group's other instances). On a data instance that is never.
-    rank_ = learner_->waitAttached();
-    if (rank_.rank == 0) {
+    if (learner_->waitAttached().rank == 0) {
       std::unique_lock lock(mutex_);
       running_.wait(lock, [this] { return driving_; });
     }
   }
-
-  const ScriptLearner::Rank& rank() const { return rank_; }
 
   std::shared_ptr<ScriptLearner> learner() const { return learner_; }
   const Format& format() const { return format_; }
@@ -152,22 +162,44 @@ class Job {
         .then([this, &job](size_t available) { return place(job, available); });
   }
 
-  // The ranks of a DDP job: the head's group's instances at the start, the head rank 0, the
-  // others by host name. One rank (the head) unless the epoch is cut as torch's DataLoader cuts
-  // it (DataLoader, or a dataset), which a rank's share needs.
-  std::vector<std::string> rankHosts(troupe::Driver& job, bool batched) const {
+  // The ranks of a DDP job: the head's group's instances at the start, the head's first, the
+  // others by host name; on each, TROUPE_PROCS_PER_HOST processes (troupe_procs_per_host; unset:
+  // one per GPU of the instance, at least one), local rank 0 the instance's troupe process. One
+  // rank (the head) unless the epoch is cut as torch's DataLoader cuts it (DataLoader, or a
+  // dataset), which a rank's share needs.
+  struct RankPlace {
+    std::string host;
+    uint32_t localRank = 0, localRanks = 1;
+  };
+  std::vector<RankPlace> rankPlaces(troupe::Driver& job, bool batched) const {
     std::string head = job.node().host().cStr();
-    std::vector<std::string> others;
+    std::vector<std::pair<std::string, uint32_t>> hosts{{head, job.node().gpus()}};
     if (batched) {
+      std::vector<std::pair<std::string, uint32_t>> others;
       for (auto& n : job.nodes()) {
         if (n.group() == job.node().group() && n.host() != head.c_str()) {
-          others.push_back(n.host().cStr());
+          others.push_back({n.host().cStr(), n.gpus()});
         }
       }
       std::sort(others.begin(), others.end());
+      hosts.insert(hosts.end(), others.begin(), others.end());
     }
-    others.insert(others.begin(), head);
-    return others;
+    uint32_t procs = 0;  // per host, as the environment says; 0: the host's GPUs
+    if (const char* given = getenv("TROUPE_PROCS_PER_HOST"); given != nullptr && *given) {
+      char* end = nullptr;
+      auto v = strtoul(given, &end, 10);
+      KJ_REQUIRE(*end == '\0' && v >= 1 && v <= 1024,
+                 "TROUPE_PROCS_PER_HOST (troupe_procs_per_host) must be a number of processes "
+                 "per instance, 1 to 1024",
+                 given);
+      procs = uint32_t(v);
+    }
+    std::vector<RankPlace> out;
+    for (auto& [host, gpus] : hosts) {
+      uint32_t local = batched ? (procs ? procs : std::max<uint32_t>(gpus, 1)) : 1;
+      for (uint32_t k = 0; k < local; ++k) out.push_back({host, k, local});
+    }
+    return out;
   }
 
   kj::Promise<void> place(troupe::Driver& job, size_t available) {
@@ -199,14 +231,14 @@ class Job {
                                          troupe::train::augmenterOptions(spec, "augmenter"));
     // A trainer per rank, in its script's process: rank 0's here, the others' on the training
     // group's other instances; their batches go to their scripts.
-    auto hosts = rankHosts(job, spec.batched);
-    auto ranks = static_cast<uint32_t>(hosts.size());
+    auto places = rankPlaces(job, spec.batched);
+    auto ranks = static_cast<uint32_t>(places.size());
     std::string masterAddr = hostOf(job.node().address().cStr());
     uint16_t masterPort = ranks > 1 ? freePort() : 0;
     std::vector<troupe::Ref<hetero::Trainer>> trainers;
     for (uint32_t rank = 0; rank < ranks; ++rank) {
       trainers.push_back(job.spawn<hetero::Trainer>(
-          troupe::Placement::any().labels("host=" + hosts[rank]),
+          troupe::Placement::any().labels("host=" + places[rank].host),
           troupe::SpawnOptions()
               .named(rank == 0 ? std::string("trainer") : "trainer-" + std::to_string(rank))
               .args<hetero::TrainerArgs>([&](auto a) {
@@ -214,7 +246,8 @@ class Job {
                 a.setSeed(s.seed);
                 a.setPrefetch(s.prefetch);
                 a.setSamplesSetting(s.samples);
-                a.setScript(learner_->id());  // each process's first (and only) learner
+                // The instance's troupe process's first learner; a local rank's, 1 + that rank.
+                a.setScript(learner_->id() + places[rank].localRank);
                 if (s.python) {
                   a.setPython(true);
                 } else if (format_.source) {
@@ -228,8 +261,8 @@ class Job {
                 auto ddp = a.initDdp();
                 ddp.setMasterAddr(masterAddr);
                 ddp.setMasterPort(masterPort);
-                ddp.setLocalRank(0);
-                ddp.setLocalRanks(1);
+                ddp.setLocalRank(places[rank].localRank);
+                ddp.setLocalRanks(places[rank].localRanks);
               })
               // Stopped early (SIGTERM), it waits for the script to save its state and end.
               .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS)));
@@ -244,8 +277,12 @@ class Job {
     for (auto& t : trainers) row(t.address(), "train.Trainer");
     for (auto& a : augmenters) row(a.address(), "train.Augmenter");
     if (ranks > 1) {
-      table += "DDP: " + std::to_string(ranks) + " ranks (" + hosts[0];
-      for (uint32_t r = 1; r < ranks; ++r) table += ", " + hosts[r];
+      auto where = [&](uint32_t r) {
+        auto& p = places[r];
+        return p.localRanks > 1 ? p.host + "/" + std::to_string(p.localRank) : p.host;
+      };
+      table += "DDP: " + std::to_string(ranks) + " ranks (" + where(0);
+      for (uint32_t r = 1; r < ranks; ++r) table += ", " + where(r);
       table += "), MASTER_ADDR=" + masterAddr + " MASTER_PORT=" + std::to_string(masterPort) +
                "\n";
     }
@@ -281,10 +318,16 @@ class Job {
     rankFailed_ = kj::mv(failed.fulfiller);
     auto others = kj::heapArrayBuilder<kj::Promise<void>>(ranks - 1);
     for (uint32_t rank = 1; rank < ranks; ++rank) {
-      others.add(send(trainers[rank]).catch_([this, rank, host = hosts[rank]](kj::Exception&& e) {
+      others.add(send(trainers[rank]).catch_([this, rank, host = places[rank].host](
+                                                 kj::Exception&& e) {
         if (rankFailed_->isWaiting()) {
-          rankFailed_->reject(KJ_EXCEPTION(FAILED, kj::str("DDP rank ", rank, " on ", host.c_str(),
-                                                           " ended: ", e.getDescription())));
+          // (a script's failure names its rank already)
+          auto why = e.getDescription();
+          rankFailed_->reject(
+              why.startsWith("DDP rank ")
+                  ? KJ_EXCEPTION(FAILED, kj::str(why, " (on ", host.c_str(), ")"))
+                  : KJ_EXCEPTION(FAILED, kj::str("DDP rank ", rank, " on ", host.c_str(),
+                                                 " ended: ", why)));
         }
       }));
     }
@@ -338,7 +381,6 @@ class Job {
   uint64_t samples_ = 0;
   std::string placements_;
   std::shared_ptr<ScriptLearner> learner_;
-  ScriptLearner::Rank rank_;
   kj::Own<kj::PromiseFulfiller<void>> rankFailed_;
   std::vector<std::string> argv_;
   std::vector<char*> args_;
@@ -385,6 +427,30 @@ py::tuple datasetArrays(ScriptLearner::Item& item, const Format& f) {
                                                                     : "B";
   py::array images(py::dtype(format), shape, base, owner);
   return py::make_tuple(images, int64Array(b.targets), int64Array(b.ids));
+}
+
+// A dataset's batch as tensors (for a local rank's process, which has no format): the images as
+// the transform wrote them, then the targets (int64) after them.
+void datasetTensors(troupe::train::StepBatch& b, const Format& f) {
+  auto n = int64_t(b.ids.size());
+  auto& s = f.shape;
+  troupe::train::MadeTensor images, targets;
+  images.dtype = f.dtype == troupe::images::Dtype::kFloat32   ? "<f4"
+                 : f.dtype == troupe::images::Dtype::kFloat16 ? "<f2"
+                                                              : "|u1";
+  images.shape = s.channelsFirst ? std::vector<int64_t>{n, s.channels, s.height, s.width}
+                                 : std::vector<int64_t>{n, s.height, s.width, s.channels};
+  images.bytes = b.images.size();
+  targets.dtype = "<i8";
+  targets.shape = {int64_t(b.targets.size())};
+  targets.offset = (images.bytes + 7) / 8 * 8;
+  targets.bytes = b.targets.size() * sizeof(int64_t);
+  std::vector<kj::byte> all(targets.offset + targets.bytes);
+  std::memcpy(all.data(), b.images.bytes().begin(), images.bytes);
+  std::memcpy(all.data() + targets.offset, b.targets.data(), targets.bytes);
+  b.images = troupe::Received::keep(capnp::Data::Reader(all.data(), all.size()));
+  b.tensors = {images, targets};
+  b.structure = R"({"tuple": [{"t": 0}, {"t": 1}]})";
 }
 
 // A script's Dataset's batch (DataLoader): each tensor a numpy array over the received bytes (no
@@ -529,7 +595,11 @@ PYBIND11_MODULE(_native, m) {
       "rank",
       []() {
         // This process's place in a DDP job, as torchrun would have put it in the environment.
-        auto& r = Job::get().rank();
+        troupe::train::ScriptLearner::Rank r;
+        {
+          py::gil_scoped_release release;
+          r = feed().rank();
+        }
         py::dict d;
         d["RANK"] = r.rank;
         d["WORLD_SIZE"] = r.ranks;
@@ -551,9 +621,33 @@ PYBIND11_MODULE(_native, m) {
         troupe::train::setBatchMaker(std::make_shared<troupe::python::ProcessWorkers>(fds));
       },
       "This process's DataLoader worker processes: (pid, request fd, reply fd, memfd, size) each.");
-  m.def("begin", []() { Job::get().learner()->begin(); });
   m.def(
-      "abandon", [](uint32_t epoch) { Job::get().learner()->abandon(epoch); },
+      "serve_local",
+      [](uint32_t localRank, int fd, int pid) {
+        // The instance's troupe process: local rank `localRank`'s process, at the other end of
+        // `fd`, gets its batches from the trainer of that rank in this process.
+        std::function<void(troupe::train::StepBatch&)> toTensors;
+        if (Job::get().format().source) {
+          toTensors = [](troupe::train::StepBatch& b) { datasetTensors(b, Job::get().format()); };
+        }
+        troupe::python::serveLocalRank(
+            ScriptLearner::findOrCreate(Job::get().learner()->id() + localRank), fd, pid,
+            localRank, toTensors);
+      },
+      py::arg("local_rank"), py::arg("fd"), py::arg("pid"));
+  m.def(
+      "connect_local",
+      [](int fd, int parent) {
+        // A local rank's process: its batches come from the instance's troupe process `parent`,
+        // served at the other end of `fd`; it never outlives that process.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);  // it has already ended
+        theFeed = troupe::python::localRankFeed(fd);
+      },
+      py::arg("fd"), py::arg("parent"));
+  m.def("begin", []() { feed().begin(); });
+  m.def(
+      "abandon", [](uint32_t epoch) { feed().abandon(epoch); },
       "The script left `epoch` (a break): its batches not yet handed over are not trained on.");
   m.def(
       "next",
@@ -562,13 +656,13 @@ PYBIND11_MODULE(_native, m) {
         auto asked = std::chrono::steady_clock::now();
         {
           py::gil_scoped_release release;
-          item = Job::get().learner()->next();
+          item = feed().next();
         }
         if (item.kind == ScriptLearner::Item::kBatch) {
           bool waited = item.batch.waited;
           auto arrays = batchArrays(item, normalize);
           if (!waited) {
-            Job::get().learner()->handedOver(
+            feed().handedOver(
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
           }
           return py::make_tuple(kindName(item.kind), item.epoch, arrays[0], arrays[1], arrays[2]);
@@ -580,12 +674,12 @@ PYBIND11_MODULE(_native, m) {
     std::string bytes;
     {
       py::gil_scoped_release release;
-      bytes = Job::get().learner()->state();
+      bytes = feed().state();
     }
     return py::bytes(bytes);
   });
   m.def("load_state", [](py::bytes bytes, std::string name) {
-    return Job::get().learner()->resumeFrom(std::string(bytes), name);
+    return feed().resumeFrom(std::string(bytes), name);
   });
   m.def(
       "end",
@@ -595,8 +689,8 @@ PYBIND11_MODULE(_native, m) {
         fflush(stdout);
         fflush(stderr);
         py::gil_scoped_release release;
-        Job::get().learner()->end(std::move(failure));
-        for (;;) pause();
+        feed().end(std::move(failure));
+        feed().waitForJobEnd();
       },
       py::arg("failure") = "");
   py::register_exception<troupe::train::CheckpointError>(m, "StateError", PyExc_ValueError);

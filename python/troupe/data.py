@@ -548,6 +548,15 @@ class DataLoader:
             return
         self._local = None
         self._images = isinstance(dataset, ImageDataset)
+        if "TROUPE_LOCAL_FD" in os.environ:
+            # A local rank the instance's troupe process started (troupe_procs_per_host): its
+            # batches come from that process, as tensors (no runtime, no workers here).
+            self._images = False
+            _native.connect_local(int(os.environ.pop("TROUPE_LOCAL_FD")),
+                                  int(os.environ.pop("TROUPE_LOCAL_PARENT")))
+            _Ending.install()
+            self._ranked()
+            return
         settings = dict(options, batch_size=batch_size, epochs=0, seed=self.seed,
                         in_order=in_order)
         if self._images:
@@ -569,15 +578,41 @@ class DataLoader:
         placements = _native.placements()
         if placements:
             print(placements, flush=True)
+        rank = self._ranked()
+        if rank["LOCAL_WORLD_SIZE"] > 1:
+            self._start_local_ranks(rank["LOCAL_WORLD_SIZE"])
+
+    def _ranked(self):
+        """This process's DDP rank, into the environment as torchrun sets it."""
         rank = _native.rank()
         self.rank, self.world_size = rank["RANK"], rank["WORLD_SIZE"]
         if self.world_size > 1:
-            # As torchrun sets them: torch.distributed.init_process_group() reads them.
+            # torch.distributed.init_process_group() reads them.
             for name, value in rank.items():
                 os.environ[name] = str(value)
-            print(f"troupe.data: DDP rank {self.rank} of {self.world_size} "
-                  f"(MASTER_ADDR={rank['MASTER_ADDR']} MASTER_PORT={rank['MASTER_PORT']}): "
-                  f"{len(self)} batches an epoch", flush=True)
+            print(f"troupe.data: DDP rank {self.rank} of {self.world_size}, local rank "
+                  f"{rank['LOCAL_RANK']} of {rank['LOCAL_WORLD_SIZE']} (MASTER_ADDR="
+                  f"{rank['MASTER_ADDR']} MASTER_PORT={rank['MASTER_PORT']}): {len(self)} "
+                  "batches an epoch", flush=True)
+        return rank
+
+    def _start_local_ranks(self, count):
+        # The instance's other local ranks, as torchrun starts them: this script again, with the
+        # same arguments, each fed by its trainer in this process over a socket pair.
+        import socket
+        import subprocess
+        command = [sys.executable] + list(getattr(sys, "orig_argv", [sys.executable] + sys.argv)[1:])
+        self._local_ranks = []
+        for k in range(1, count):
+            mine, theirs = socket.socketpair()
+            env = dict(os.environ, TROUPE_LOCAL_FD=str(theirs.fileno()),
+                       TROUPE_LOCAL_PARENT=str(os.getpid()))
+            for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+                env.pop(name, None)
+            child = subprocess.Popen(command, env=env, pass_fds=(theirs.fileno(),))
+            theirs.close()
+            _native.serve_local(k, mine.detach(), child.pid)
+            self._local_ranks.append(child)
 
     def _fork_workers(self, count, collate, size, skip_errors):
         # Before the runtime's threads start, as torch forks its workers: each gets a request

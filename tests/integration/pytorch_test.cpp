@@ -712,6 +712,24 @@ TEST_CASE("troupe.data.DataLoader: an exception in __getitem__ fails the job nam
   }
 }
 
+// ddp_check.py's epochs as rank 0 gathered them: 1000 samples, every one once over the 2 ranks, 16
+// steps each, whole batches but each rank's last, no sample on both.
+void checkRanksEpochs(const std::string& out) {
+  for (int e : {0, 1, 2}) {
+    std::smatch m;
+    std::regex line("check: epoch " + std::to_string(e) +
+                    R"(: (\d+) samples, (\d+) once, (\d+) missing, steps per rank \[16, 16\], )"
+                    R"(whole True, disjoint True)");
+    INFO("epoch " << e);
+    CHECK(std::regex_search(out, m, line));
+    if (!m.empty()) {
+      CHECK(m[1] == "1000");
+      CHECK(m[2] == "1000");
+      CHECK(m[3] == "0");
+    }
+  }
+}
+
 // The cluster of make run with two dnn instances: two DDP ranks, one process each.
 const std::vector<std::string> kTwoRanks = {"--group", "data_group=2:ml.c5.xlarge", "--group",
                                             "dnn_group=2:ml.p3.2xlarge"};
@@ -731,22 +749,59 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
     // whole batches, the 40 left split 20 and 20).
     CHECK(out.find("check: rank 0 of 2, RANK=0 LOCAL_RANK=0, len 16") != std::string::npos);
     CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=0, len 16") != std::string::npos);
-    for (int e : {0, 1, 2}) {
-      std::smatch m;
-      std::regex line("check: epoch " + std::to_string(e) +
-                      R"(: (\d+) samples, (\d+) once, (\d+) missing, steps per rank \[16, 16\], )"
-                      R"(whole True, disjoint True)");
-      INFO("epoch " << e);
-      CHECK(std::regex_search(out, m, line));
-      if (!m.empty()) {
-        CHECK(m[1] == "1000");
-        CHECK(m[2] == "1000");
-        CHECK(m[3] == "0");
-      }
-    }
+    checkRanksEpochs(out);
     CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
     // Each rank's trainer counted its own share: 2 trainers, 500 samples an epoch each.
     CHECK(out.find("DDP: 2 ranks") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("1 dnn instance, 2 processes (TROUPE_PROCS_PER_HOST=2): 3 epochs of a DDP model") {
+    std::vector<std::string> cluster = {"--group", "data_group=2:ml.c5.xlarge", "--group",
+                                        "dnn_group=1:ml.p3.2xlarge", "--env",
+                                        "dnn_group:TROUPE_PROCS_PER_HOST=2"};
+    Run run(harness::sim(cluster, {PYTHON3, DDP_CHECK, "train", "1000"}), pythonEnv());
+    int code = run.wait(300s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+    CHECK(out.find("check: rank 0 of 2, RANK=0 LOCAL_RANK=0, len 16") != std::string::npos);
+    CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=1, len 16") != std::string::npos);
+    checkRanksEpochs(out);
+    CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("the second process of the dnn instance killed (SIGKILL) mid-epoch: the job fails "
+          "naming the rank") {
+    std::vector<std::string> cluster = {"--keep", "--group", "data_group=2:ml.c5.xlarge",
+                                        "--group", "dnn_group=1:ml.p3.2xlarge", "--env",
+                                        "dnn_group:TROUPE_PROCS_PER_HOST=2"};
+    Run run(harness::sim(cluster, {PYTHON3, DDP_CHECK, "slow", "3000"}), pythonEnv());
+    REQUIRE_OUTPUT(run, "check: rank 1 past step 5 of epoch 0", 180s);
+    auto dnn = harness::instanceIn(run, "dnn_group");
+    auto children = harness::readFile("/proc/" + std::to_string(dnn.pid) + "/task/" +
+                                      std::to_string(dnn.pid) + "/children");
+    int victim = 0;
+    std::istringstream pids(children);
+    for (int pid = 0; pids >> pid;) {
+      auto env = harness::readFile("/proc/" + std::to_string(pid) + "/environ");
+      if (env.find("TROUPE_LOCAL_PARENT=") != std::string::npos) victim = pid;
+    }
+    INFO("children of " << dnn.pid << ": " << children);
+    REQUIRE(victim != 0);
+    REQUIRE(kill(victim, SIGKILL) == 0);
+    int code = run.wait(240s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 1);
+    auto roots = harness::rootsOf(run);
+    REQUIRE(!roots.empty());
+    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
+    fs::remove_all(roots);
+    INFO("output/failure: " << failure);
+    CHECK(failure.find("DDP rank 1 of 2: the training script failed: the process of local rank 1 "
+                       "(pid " + std::to_string(victim) + ") was killed by signal 9") !=
+          std::string::npos);
     CHECK(run.leftovers().empty());
   }
   SECTION("rank 1's script raises in epoch 1: the job fails naming the rank") {

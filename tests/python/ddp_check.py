@@ -4,13 +4,15 @@ torch.distributed.init_process_group() unchanged, reading the environment troupe
 
     ddp_check.py MODE [SAMPLES]
 
-MODE: train (3 epochs of a small DDP model; rank 0 gathers every rank's sample ids and steps
+MODE: slow (train, 2 ms a sample, each rank saying when it is past step 5 of epoch 0: a fault
+the test injects lands inside the epoch), train (3 epochs of a small DDP model; rank 0 gathers every rank's sample ids and steps
 each epoch and checks every sample once, the same steps on every rank, and the same parameters
 on every rank at the end), raise (rank 1 raises inside epoch 1, after 3 steps). Prints
 `check: ...` lines; exits 1 on a failed check.
 """
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +30,8 @@ class Indexed(torch.utils.data.Dataset):
         return SAMPLES
 
     def __getitem__(self, i):
+        if MODE == "slow":
+            time.sleep(0.002)
         x = torch.tensor([(i * k) % 13 for k in range(1, 9)], dtype=torch.float32) / 13
         return x, i % 4
 
@@ -60,6 +64,8 @@ for epoch in range(3):
         ids += batch_ids.tolist()
         sizes.append(len(batch_ids))
         steps += 1
+        if epoch == 0 and steps == 5:
+            print(f"check: rank {rank} past step 5 of epoch 0", flush=True)
         if MODE == "raise" and rank == 1 and epoch == 1 and steps == 3:
             raise RuntimeError("rank 1 fails on purpose")
     everyone = [None] * world
