@@ -58,17 +58,55 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
       });
 }
 
+namespace {
+
+// The augmenters in `ids` that run outside the data group now, retired from every trainer and
+// stopped.
+kj::Promise<void> moveBack(Driver& job, const AugmenterSpec& spec,
+                           std::shared_ptr<std::vector<Ref<hetero::Trainer>>> trainers,
+                           const std::vector<uint64_t>& ids, const std::string& joined) {
+  std::vector<ActorAddress> outside;
+  for (auto id : ids) {
+    KJ_IF_MAYBE(a, job.current(id)) {
+      if (a->group != spec.dataGroup) outside.push_back(*a);
+    }
+  }
+  if (outside.empty()) return kj::READY_NOW;
+  auto retired = kj::heapArrayBuilder<kj::Promise<void>>(trainers->size());
+  for (auto& trainer : *trainers) {
+    auto req = trainer.retireSourcesRequest();
+    auto list = req.initIds(outside.size());
+    for (size_t i = 0; i < outside.size(); ++i) list.set(i, outside[i].id);
+    retired.add(req.send().ignoreResult());
+  }
+  return kj::joinPromises(retired.finish()).then([&job, outside, joined, spec]() {
+    printf("%zu augmenters outside %s (restarted on %s while it lacked room) stopped as %s "
+           "joined: its augmenters take their place\n",
+           outside.size(), spec.dataGroup.c_str(), outside.front().host.c_str(), joined.c_str());
+    fflush(stdout);
+    auto stops = kj::heapArrayBuilder<kj::Promise<void>>(outside.size());
+    for (auto& a : outside) stops.add(job.stop(a.id));
+    return kj::joinPromises(stops.finish());
+  });
+}
+
+}  // namespace
+
 void growOnJoin(Driver& job, const AugmenterSpec& spec, std::vector<Ref<hetero::Trainer>> trainers,
-                kj::TaskSet& tasks, AugmentersAdded added) {
+                kj::ArrayPtr<Ref<hetero::Augmenter>> augmenters, kj::TaskSet& tasks,
+                AugmentersAdded added) {
   // (Ref copies only from a non-const Ref: the lambdas share one vector.)
   auto all = std::make_shared<std::vector<Ref<hetero::Trainer>>>(kj::mv(trainers));
-  job.onNodeJoined([&job, spec, all, &tasks, added](const NodeInfo& node) mutable {
+  auto ids = std::make_shared<std::vector<uint64_t>>();
+  for (auto& a : augmenters) ids->push_back(a.address().id);
+  job.onNodeJoined([&job, spec, all, ids, &tasks, added](const NodeInfo& node) mutable {
     if (node.group() != spec.dataGroup.c_str()) return;
     std::string host = node.host().cStr();
     auto name = "augmenter-" + host + "." + std::to_string(node.incarnation());
     auto where = augmenterPlacement(spec).labels("host=" + host);
     tasks.add(job.spawnManyAsync<hetero::Augmenter>(where, augmenterOptions(spec, name))
-                  .then([all, host, added](kj::Array<Ref<hetero::Augmenter>> refs) mutable {
+                  .then([&job, spec, all, ids, host,
+                         added](kj::Array<Ref<hetero::Augmenter>> refs) mutable {
                     printf("%zu augmenters placed on %s as it joined the job\n", refs.size(),
                            host.c_str());
                     fflush(stdout);
@@ -80,7 +118,12 @@ void growOnJoin(Driver& job, const AugmenterSpec& spec, std::vector<Ref<hetero::
                       for (size_t i = 0; i < refs.size(); ++i) refs[i].address().toProto(list[i]);
                       sends.add(req.send().ignoreResult());
                     }
-                    return kj::joinPromises(sends.finish());
+                    auto before = *ids;
+                    for (auto& r : refs) ids->push_back(r.address().id);
+                    return kj::joinPromises(sends.finish())
+                        .then([&job, spec, all, before = kj::mv(before), host]() {
+                          return moveBack(job, spec, all, before, host);
+                        });
                   }));
   });
 }

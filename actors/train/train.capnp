@@ -221,4 +221,8 @@ interface Trainer extends(Troupe.Actor) {
   addSources @2 (sources :List(Troupe.ActorAddress)) $Troupe.concurrent;
   # More augmenters for the running train() (a node joined the job): they take shards from the
   # epoch's queue at once.
+  retireSources @3 (ids :List(UInt64)) $Troupe.concurrent;
+  # These augmenters (by actor id) serve no more: their shards go back to the queue from their
+  # acknowledged positions, and they are never asked again (the driver stops them next: they ran
+  # outside the data group, which has room again).
 }

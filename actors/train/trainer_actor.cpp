@@ -331,6 +331,23 @@ void TrainerActor::addAugmenter(const ActorAddress& address) {
       context().monitor(address.id).then([this, id = address.id](Exit why) { gone(id, why); }));
 }
 
+kj::Promise<void> TrainerActor::retireSources(RetireSourcesContext call) {
+  for (auto id : call.getParams().getIds()) {
+    for (uint32_t k = 0; k < augmenters_.size(); ++k) {
+      auto& a = augmenters_[k];
+      if (a.address.id != id || a.gone) continue;
+      a.gone = true;
+      spdlog::info("augmenter '{}' (#{}) on {} serves no more: the data group has room again",
+                   a.address.name, id, a.address.host);
+      for (uint32_t i = 0; i < sources_.size(); ++i) {
+        if (sources_[i].augmenter == static_cast<int32_t>(k)) unassign(i);
+      }
+    }
+  }
+  dispatch();
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> TrainerActor::addSources(AddSourcesContext call) {
   size_t before = augmenters_.size();
   for (auto a : call.getParams().getSources()) addAugmenter(ActorAddress::fromProto(a));

@@ -45,6 +45,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   kj::Promise<void> train(TrainContext call) override;
   kj::Promise<void> progress(ProgressContext call) override;
   kj::Promise<void> addSources(AddSourcesContext call) override;
+  kj::Promise<void> retireSources(RetireSourcesContext call) override;
 
   // Where augmenters deliver (the BatchSink capability handed to produce()).
   void deliver(hetero::Batch::Reader batch);

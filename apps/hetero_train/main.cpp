@@ -445,7 +445,8 @@ class Job {
     // A data node that joins the running job (a late host, one started again after a crash or a
     // partition) gets augmenters of its own, which take shards from the trainer's queue at once.
     troupe::train::growOnJoin(
-        job_, augmenterSpec(), troupe::train::trainerList(kj::arrayPtr(&trainer, 1)), tasks_,
+        job_, augmenterSpec(), troupe::train::trainerList(kj::arrayPtr(&trainer, 1)),
+        augmenters, tasks_,
         [this](const std::string& host, kj::ArrayPtr<troupe::Ref<hetero::Augmenter>> added) {
           for (auto& a : added) {
             placed_.push_back({a.address().name, "train.Augmenter", host, a.address().group});

@@ -147,6 +147,7 @@ class LearnerFeed final : public Feed {
   void end(std::string failure) override { learner_->end(std::move(failure)); }
   void abandon(uint32_t epoch) override { learner_->abandon(epoch); }
   void handedOver(double seconds) override { learner_->handedOver(seconds); }
+  train::Handoffs handoffs() override { return learner_->handoffs(); }
   ScriptLearner::Rank rank() override { return learner_->waitAttached(); }
   [[noreturn]] void waitForJobEnd() override {
     for (;;) pause();
@@ -201,7 +202,16 @@ class LocalRankFeed final : public Feed {
     simple('A', [&](Out& out) { out.u32(epoch); });
   }
   void handedOver(double seconds) override {
+    {
+      std::lock_guard lock(mutex_);
+      ++handoffs_.count;
+      handoffs_.seconds += seconds;
+    }
     simple('H', [&](Out& out) { out.f64(seconds); });
+  }
+  train::Handoffs handoffs() override {
+    std::lock_guard lock(mutex_);
+    return handoffs_;
   }
   ScriptLearner::Rank rank() override {
     std::lock_guard lock(mutex_);
@@ -235,6 +245,7 @@ class LocalRankFeed final : public Feed {
   int fd_;
   In in_;
   bool failed_ = false;
+  train::Handoffs handoffs_;
 };
 
 // How the process at the other end ended, if it has (it is this process's child).

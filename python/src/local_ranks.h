@@ -40,6 +40,8 @@ class Feed {
   virtual void end(std::string failure) = 0;
   virtual void abandon(uint32_t epoch) = 0;
   virtual void handedOver(double seconds) = 0;
+  // The handoffs this process's script made so far (handedOver()'s tally).
+  virtual train::Handoffs handoffs() = 0;
   virtual train::ScriptLearner::Rank rank() = 0;
   // After end(): the troupe process waits for the job's end, which ends it; a local rank's
   // process for the troupe process's (its socket closing), then exits (1 if its script failed).

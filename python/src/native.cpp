@@ -296,7 +296,7 @@ class Job {
     // A data node that joins the running job gets augmenters, which every trainer takes at once.
     troupe::train::growOnJoin(
         job, spec, troupe::train::trainerList(kj::arrayPtr(trainers.data(), trainers.size())),
-        tasks_);
+        augmenters, tasks_);
 
     // Each trainer starts training once its script called begin() (its first iter()).
     auto sources = KJ_MAP(a, augmenters) { return a.address(); };
@@ -646,6 +646,14 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("fd"), py::arg("parent"));
   m.def("begin", []() { feed().begin(); });
+  m.def(
+      "handoffs",
+      []() {
+        auto h = feed().handoffs();
+        return py::make_tuple(h.count, h.seconds);
+      },
+      "(batches, seconds): the handoffs so far, from asking for a batch that was already queued "
+      "to holding it as arrays.");
   m.def(
       "abandon", [](uint32_t epoch) { feed().abandon(epoch); },
       "The script left `epoch` (a break): its batches not yet handed over are not trained on.");

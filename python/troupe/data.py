@@ -746,6 +746,15 @@ class DataLoader:
             raise JobFailed(f"troupe.data: {item[2]}")
         return item
 
+    def handoffs(self):
+        """What handing batches over has cost so far on the trainer's side: ``{"batches": n,
+        "us_per_batch": t}``, from asking for a batch that was already queued to holding it as
+        tensors (waits for data are not in it). Zero batches outside a cluster."""
+        if self._local is not None:
+            return {"batches": 0, "us_per_batch": 0.0}
+        count, seconds = _native.handoffs()
+        return {"batches": count, "us_per_batch": 1e6 * seconds / count if count else 0.0}
+
     def state_dict(self):
         """The loader's position: each shard's acknowledged position in the epoch in progress.
         The batch received last counts as trained."""

@@ -270,6 +270,23 @@ class Judge {
           "rejoin (docs/lifecycle.md): the trainer gets batches from the process that rejoined "
           "on " + e.instance.host + ": its output must say 'first batch from ... " + fed + "'",
           obs_.output.find(fed) != std::string::npos);
+      // Augmenters restarted outside the data group while it lacked room (on the trainer's
+      // instance) go when the rejoined host brings the room back.
+      bool moved = false;
+      for (size_t at = obs_.output.find("restarting '"); at != std::string::npos && !moved;
+           at = obs_.output.find("restarting '", at + 1)) {
+        auto line = obs_.output.substr(at, obs_.output.find('\n', at) - at);
+        moved = line.find("(train.Augmenter #") != std::string::npos &&
+                line.find(" (data_group) (restart ") == std::string::npos;
+      }
+      if (moved) {
+        auto back = "stopped as " + e.instance.host + " joined";
+        add(Outcome::WRONG_EXIT,
+            "rejoin (docs/lifecycle.md): augmenters restarted outside data_group while " +
+                e.instance.host + " was away stop when it rejoins: the output must say '" +
+                back + "'",
+            obs_.output.find(back) != std::string::npos);
+      }
     }
   }
 
