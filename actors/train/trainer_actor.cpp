@@ -471,7 +471,8 @@ void TrainerActor::unassign(uint32_t index) {
 }
 
 void TrainerActor::streamBroke(uint32_t index, uint32_t augmenter, kj::Exception error) {
-  if (stopping_) return;  // the job is ending: nothing to resume
+  // The job is ending, or train() has (a script that ended): nothing to resume.
+  if (stopping_ || !training_) return;
   auto& a = augmenters_[augmenter];
   spdlog::warn(
       "shard {}: the stream from augmenter '{}' (#{}) on {} broke ({}); the shard goes back to "

@@ -358,6 +358,15 @@ def _in_cluster():
                 any(a == "--cluster" or a.startswith("--cluster=") for a in sys.argv))
 
 
+def _cpu_list(text):
+    """"0-3,6" -> {0, 1, 2, 3, 6} (the kernel's CPU list syntax, as TROUPE_CPUS has it)."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def _flatten(value, tensors):
     """A collated batch as a JSON-able structure over a flat list of arrays."""
     torch = _torch()
@@ -533,6 +542,10 @@ class DataLoader:
         # skipped, and every file or index skipped so far), by epoch.
         self.epoch_reports = {}
         self._pid = os.getpid()
+        if _in_cluster() and os.environ.get("TROUPE_CPUS"):
+            # troupe sim --pin / --cpus: the instance's CPUs, for its workers too (the runtime
+            # pins itself to them only when it starts, after they are forked).
+            os.sched_setaffinity(0, _cpu_list(os.environ["TROUPE_CPUS"]))
         workers = num_workers or len(os.sched_getaffinity(0))
         collate = collate_fn or torch.utils.data.default_collate
         # This process's DDP rank: troupe's (below) in a cluster; outside one torchrun's, if any.

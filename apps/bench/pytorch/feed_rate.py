@@ -4,7 +4,7 @@ them - the feed alone, no model. Run by bench_dataloader.py, once per loader:
 
     feed_rate.py torch DATA --report R [--epochs N] [--worker-cpu C]
         torch's DataLoader, one worker pinned to CPU C, the loop on the others
-    feed_rate.py troupe DATA --report R [--epochs N]
+    feed_rate.py troupe DATA --report R [--epochs N] [--step-ms T]
         troupe.data.DataLoader under troupe sim: its workers on the data instances
 
 Writes R: {"loader", "epochs": [{"batches", "samples", "seconds"}...], "handoff_us_per_batch"}.
@@ -33,6 +33,9 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--worker-cpu", type=int, default=1)
+    p.add_argument("--step-ms", type=float, default=0,
+                   help="a step this long per batch (a sleep): batches wait queued, as they do "
+                        "for a model slower than the feed")
     args = p.parse_args()
     torch.set_num_threads(1)
     train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transforms.Compose([
@@ -53,6 +56,8 @@ def main():
     for _ in range(args.epochs):
         start, batches, samples = time.perf_counter(), 0, 0
         for images, labels in loader:
+            if args.step_ms:
+                time.sleep(args.step_ms / 1000)
             batches += 1
             samples += len(labels)
         epochs.append({"batches": batches, "samples": samples,
