@@ -167,7 +167,8 @@ AugmenterActor::Stream& AugmenterActor::current(uint32_t shard, uint64_t session
   for (auto& [key, stream] : streams_) {
     if (uint32_t(key) == shard && stream.session == session) return stream;
   }
-  kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
+  kj::throwFatalException(
+      KJ_EXCEPTION(DISCONNECTED, "a newer produce() session replaced this one"));
 }
 
 kj::Promise<void> AugmenterActor::produce(ProduceContext call) {

@@ -48,17 +48,18 @@ void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropL
 Placement augmenterPlacement(const AugmenterSpec& spec);
 SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name);
 
-// On every data node that joins the running job: spawns its augmenters and adds them to every
-// trainer (addSources; one per DDP rank). Then the augmenters of `augmenters` (and of earlier
-// joins) that run outside the data group - restarted there when a data node was lost - are
-// retired from every trainer and stopped: the trainer's instance's CPUs are the trainer's. `added` (optional) hears of each batch of them, for the app's own
-// tables. The tasks live in `tasks`.
 // A list of the trainers `trainers` refers to (a Ref copies only from a non-const Ref).
 inline std::vector<Ref<hetero::Trainer>> trainerList(kj::ArrayPtr<Ref<hetero::Trainer>> trainers) {
   std::vector<Ref<hetero::Trainer>> out;
   for (auto& t : trainers) out.emplace_back(t);
   return out;
 }
+
+// On every data node that joins the running job: spawns its augmenters and adds them to every
+// trainer (addSources; one per DDP rank). Then the augmenters of `augmenters` (and of earlier
+// joins) that run outside the data group - restarted there when a data node was lost - are retired
+// from every trainer and stopped: the trainer's instance's CPUs are the trainer's. `added`
+// (optional) hears of each batch of them, for the app's own tables. The tasks live in `tasks`.
 using AugmentersAdded =
     std::function<void(const std::string& host, kj::ArrayPtr<Ref<hetero::Augmenter>> added)>;
 void growOnJoin(Driver& job, const AugmenterSpec& spec, std::vector<Ref<hetero::Trainer>> trainers,

@@ -350,7 +350,9 @@ class Job {
   static std::string hostOf(std::string address) {
     auto colon = address.rfind(':');
     if (colon != std::string::npos) address.resize(colon);
-    if (address.size() > 1 && address.front() == '[') address = address.substr(1, address.size() - 2);
+    if (address.size() > 1 && address.front() == '[') {
+      address = address.substr(1, address.size() - 2);
+    }
     return address;
   }
 

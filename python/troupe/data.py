@@ -486,6 +486,17 @@ class DataLoader:
     ``skip_errors=True`` the sample is left out of its batch, counted as skipped and listed in
     the report's ``skipped_files`` instead.
 
+    ``in_order=True`` hands the batches over in the epoch's order (shards of one batch: a batch
+    made early waits for those before it). A ``break`` leaves the epoch: its remaining batches are
+    not trained on and counted as ``abandoned`` in ``epoch_reports``; an older iterator used after
+    a newer ``iter()`` raises RuntimeError.
+
+    DDP: on a training group of several instances, or with ``TROUPE_PROCS_PER_HOST`` processes an
+    instance (default: one per GPU), each process is a rank; the loader sets MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE as torchrun does (make it before
+    ``init_process_group()``) and gives each rank a disjoint share of every epoch, the same
+    number of batches on each (``len(loader)``).
+
     A :class:`ImageDataset` takes troupe's C++ decoding and transforms on the data group instead
     of Python workers. Outside a troupe cluster (plain ``python3 train.py``) it is torch's own
     DataLoader with ``num_workers`` workers on this machine, and says so in one line.
@@ -614,7 +625,8 @@ class DataLoader:
         # same arguments, each fed by its trainer in this process over a socket pair.
         import socket
         import subprocess
-        command = [sys.executable] + list(getattr(sys, "orig_argv", [sys.executable] + sys.argv)[1:])
+        original = getattr(sys, "orig_argv", [sys.executable] + sys.argv)
+        command = [sys.executable] + list(original[1:])
         self._local_ranks = []
         for k in range(1, count):
             mine, theirs = socket.socketpair()

@@ -399,6 +399,38 @@ TEST_CASE("bench_pytorch runs the three setups and prints one JSON object of the
   CHECK(round["speedup"].get<double>() > 0);
 }
 
+TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's per-CPU rate and "
+          "handoff (loose floors: a 10x regression fails)",
+          "[pytorch][bench]") {
+  SKIP_WITHOUT_TORCH();
+  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
+      0) {
+    WARN("skipping: torchvision cannot be imported by " << PYTHON3
+                                                        << ": install python3-torchvision");
+    return;
+  }
+  auto out = tempPath("bench-dataloader.json");
+  auto data = tempPath("bench-dataloader-images");
+  // A small ImageFolder of its own (make_images: 6,000 + 1,000 by default; the bench's figures in
+  // docs/benchmarks.md are on that one).
+  auto make = std::string(MAKE_IMAGES) + " " + data + " --samples 1200 --test-samples 100";
+  REQUIRE(std::system((make + " > /dev/null 2>&1").c_str()) == 0);
+  auto command = std::string(PYTHON3) + " " + BENCH_DATALOADER + " --build " + BUILD_DIR +
+                 " --data " + data + " --rounds 1 --epochs 3 --json > " + out + " 2>&1";
+  int code = std::system(command.c_str());
+  auto text = harness::readFile(out);
+  unlink(out.c_str());
+  fs::remove_all(data);
+  INFO(text);
+  REQUIRE(code == 0);
+  auto j = nlohmann::json::parse(text);
+  REQUIRE(j["rounds"].size() == 1);
+  CHECK(j["rounds"][0]["torch_images_per_s"].get<double>() > 50);
+  CHECK(j["median_ratio"].get<double>() > 0.1);  // measured 1.03 (0.8-1.25)
+  CHECK(j["handoff_us_per_batch"].get<double>() > 0);
+  CHECK(j["handoff_us_per_batch"].get<double>() < 5000);  // measured 154
+}
+
 TEST_CASE("the installed package feeds a plain script written outside the tree",
           "[pytorch][package]") {
   SKIP_WITHOUT_TORCH();

@@ -3,12 +3,13 @@ whose samples carry their own index, so the script counts every sample itself.
 
     dataloader_check.py MODE [SAMPLES]
 
-MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest and
-the digest of their sequence), order (the same with in_order=True),
-skip (dataset[123] and dataset[500] raise, skip_errors=True: the trainer's epoch reports),
-slow (the same, 2 ms a sample: a fault the test injects lands inside an epoch), break (epoch 0
-left after 3 batches, epoch 1 whole, epoch 0's report counting the rest abandoned), fail (dataset[123] raises), types (bad arguments, each a
-Python error naming it). Prints `check: ...` lines; exits 1 on a failed check.
+MODE: plain (3 epochs, every sample once, whole batches but the last, the batches' digest and the
+digest of their sequence), order (the same with in_order=True), skip (dataset[123] and dataset[500]
+raise, skip_errors=True: the trainer's epoch reports), slow (the same, 2 ms a sample, 2 workers an
+instance: a fault the test injects lands inside an epoch), break (epoch 0 left after 3 batches,
+epoch 1 whole, epoch 0's report counting the rest abandoned), fail (dataset[123] raises), types
+(bad arguments, each a Python error naming it). Prints `check: ...` lines; exits 1 on a failed
+check.
 """
 import hashlib
 import signal
@@ -61,7 +62,8 @@ if MODE == "types":
     sys.exit(0)
 
 loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=7, with_ids=True,
-                                skip_errors=MODE == "skip", in_order=MODE == "order")
+                                skip_errors=MODE == "skip", in_order=MODE == "order",
+                                num_workers=2 if MODE == "slow" else None)
 print(f"check: len {len(loader)}", flush=True)
 epochs = 3
 for epoch in range(epochs):

@@ -4,11 +4,11 @@ torch.distributed.init_process_group() unchanged, reading the environment troupe
 
     ddp_check.py MODE [SAMPLES]
 
-MODE: slow (train, 2 ms a sample, each rank saying when it is past step 5 of epoch 0: a fault
-the test injects lands inside the epoch), train (3 epochs of a small DDP model; rank 0 gathers every rank's sample ids and steps
-each epoch and checks every sample once, the same steps on every rank, and the same parameters
-on every rank at the end), raise (rank 1 raises inside epoch 1, after 3 steps). Prints
-`check: ...` lines; exits 1 on a failed check.
+MODE: slow (train, 2 ms a sample, each rank saying when it is past step 5 of epoch 0: a fault the
+test injects lands inside the epoch), train (3 epochs of a small DDP model; rank 0 gathers every
+rank's sample ids and steps each epoch and checks every sample once, the same steps on every rank,
+and the same parameters on every rank at the end), raise (rank 1 raises inside epoch 1, after 3
+steps). Prints `check: ...` lines; exits 1 on a failed check.
 """
 import os
 import sys

@@ -9,12 +9,12 @@ the same torchvision pipeline (feed_rate.py: train_images.py's ImageFolder and t
            dnn_group=1:ml.p3.2xlarge on CPU 0 (the loop): troupe.data.DataLoader, the batches
            sent to the trainer over troupe's stream
 
-images/s is the epochs after the first two (the first pays the workers' start and the
-pipeline's fill; both loaders reach their pace in the third); "x torch" is troupe's over torch's in the same round: the whole cost of moving the worker
-to another instance, per CPU (the issue's goal: at least 0.9x). handoff is troupe's per-batch
-cost on the trainer's side where the batch was already queued (docs/pytorch.md; goal: under 1 ms),
-measured in a run of its own whose loop steps 80 ms a batch (a sleep), slower than the feed, so
-that batches wait queued.
+images/s is the epochs after the first two (the first pays the workers' start and the pipeline's
+fill; both loaders reach their pace in the third); "x torch" is troupe's over torch's in the same
+round: the whole cost of moving the worker to another instance, per CPU (the issue's goal: at least
+0.9x). handoff is troupe's per-batch cost on the trainer's side where the batch was already queued
+(docs/pytorch.md; goal: under 1 ms), measured in a run of its own whose loop steps 80 ms a batch (a
+sleep), slower than the feed, so that batches wait queued.
 
 Usage: bench_dataloader.py [--build DIR] [--data DIR] [--rounds N] [--epochs N] [--json]
 DATA defaults to the build's images-data (make run-images makes it; this makes it if missing).
