@@ -138,11 +138,12 @@ void ScriptLearner::abandon(uint32_t epoch) {
   queue_ = kj::mv(kept);
 }
 
-void ScriptLearner::end(std::string failure) {
+void ScriptLearner::end(std::string failure, bool died) {
   std::lock_guard lock(mutex_);
   if (ended_) return;
   ended_ = true;
   failure_ = kj::mv(failure);
+  died_ = died;
   if (holding_) {
     holding_->fulfill(StepResult{});
     holding_ = nullptr;
@@ -325,11 +326,19 @@ kj::Promise<void> ScriptLearner::ended() {
             ": ";
     }
   }
-  return whenEnded().then([who](std::string failure) {
-    if (!failure.empty()) {
-      kj::throwFatalException(
-          KJ_EXCEPTION(FAILED, kj::str(who, "the training script failed: ", failure)));
+  return whenEnded().then([this, who](std::string failure) -> kj::Promise<void> {
+    if (failure.empty()) return kj::READY_NOW;
+    auto error = KJ_EXCEPTION(FAILED, kj::str(who, "the training script failed: ", failure));
+    bool died;
+    {
+      std::lock_guard lock(mutex_);
+      died = died_;
     }
+    if (who.empty() || died || trainer_ == nullptr) return kj::mv(error);
+    // A rank's error in a collective is often another rank's death seen first (gloo: "Connection
+    // closed by peer"): that rank's own end, if it comes within 3 s, is the job's.
+    return trainer_->context().timer().afterDelay(3 * kj::SECONDS).then(
+        [error = kj::mv(error)]() mutable -> kj::Promise<void> { return kj::mv(error); });
   });
 }
 

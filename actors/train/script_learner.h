@@ -62,7 +62,9 @@ class ScriptLearner final : public Learner {
   // the script; next() skips to the epoch's end. The batch it holds counts as trained.
   void abandon(uint32_t epoch);
   // The script is done with the stream: `failure` empty when it ended well, else why it failed.
-  void end(std::string failure);
+  // `died`: its process ended without ending it (local_ranks.h), a failure that is no other
+  // rank's consequence.
+  void end(std::string failure, bool died = false);
   // next() returned a batch the trainer had queued, and the script held it as tensors `seconds`
   // after asking (Handoffs).
   void handedOver(double seconds);
@@ -116,6 +118,7 @@ class ScriptLearner final : public Learner {
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> begunFulfiller_;
   bool ended_ = false;
   std::string failure_;
+  bool died_ = false;
   std::vector<kj::Own<kj::CrossThreadPromiseFulfiller<std::string>>> endWaiters_;
   Handoffs handoffs_;
   std::optional<Rank> rank_;  // set by the first attach()

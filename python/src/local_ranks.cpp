@@ -363,7 +363,8 @@ void serveLocalRank(std::shared_ptr<ScriptLearner> learner, int fd, int pid, uin
     if (!ended) {
       // Its process ended before its script did: the rank is lost, and with it the job.
       learner->end("the process of local rank " + std::to_string(localRank) + " (pid " +
-                   std::to_string(pid) + ") " + howEnded(pid) + " before its script ended");
+                       std::to_string(pid) + ") " + howEnded(pid) + " before its script ended",
+                   true);
     }
     close(fd);
   }).detach();

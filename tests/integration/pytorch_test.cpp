@@ -770,38 +770,31 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
           "a disjoint share each, the same steps, every sample once across the ranks",
           "[pytorch][dataloader][ddp]") {
   SKIP_WITHOUT_TORCH();
-  SECTION("2 dnn instances, a rank each: 3 epochs of a DDP model") {
-    Run run(harness::sim(kTwoRanks, {PYTHON3, DDP_CHECK, "train", "1000"}), pythonEnv());
-    int code = run.wait(300s);
-    auto out = run.output();
-    INFO(out);
-    CHECK(code == 0);
-    CHECK(out.find("troupe sim: all 4 instances exited 0") != std::string::npos);
-    // Both ranks saw troupe's environment, the same length (1000 samples at 32: 15 rounds of two
-    // whole batches, the 40 left split 20 and 20).
-    CHECK(out.find("check: rank 0 of 2, RANK=0 LOCAL_RANK=0, len 16") != std::string::npos);
-    CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=0, len 16") != std::string::npos);
-    checkRanksEpochs(out);
-    CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
-    // Each rank's trainer counted its own share: 2 trainers, 500 samples an epoch each.
-    CHECK(out.find("DDP: 2 ranks") != std::string::npos);
-    CHECK(run.leftovers().empty());
-  }
-  SECTION("1 dnn instance, 2 processes (TROUPE_PROCS_PER_HOST=2): 3 epochs of a DDP model") {
-    std::vector<std::string> cluster = {"--group", "data_group=2:ml.c5.xlarge", "--group",
-                                        "dnn_group=1:ml.p3.2xlarge", "--env",
-                                        "dnn_group:TROUPE_PROCS_PER_HOST=2"};
+  // ddp_check.py's 3 epochs of a DDP model on `cluster` of `instances`, rank 1 being local rank
+  // `rank1Local` of its instance.
+  auto trains = [](const std::vector<std::string>& cluster, int instances, int rank1Local) {
     Run run(harness::sim(cluster, {PYTHON3, DDP_CHECK, "train", "1000"}), pythonEnv());
     int code = run.wait(300s);
     auto out = run.output();
     INFO(out);
     CHECK(code == 0);
-    CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+    CHECK(out.find("troupe sim: all " + std::to_string(instances) + " instances exited 0") !=
+          std::string::npos);
+    // Both ranks saw troupe's environment, the same length (1000 samples at 32: 15 rounds of two
+    // whole batches, the 40 left split 20 and 20).
     CHECK(out.find("check: rank 0 of 2, RANK=0 LOCAL_RANK=0, len 16") != std::string::npos);
-    CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=1, len 16") != std::string::npos);
+    CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=" + std::to_string(rank1Local) +
+                   ", len 16") != std::string::npos);
     checkRanksEpochs(out);
     CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
+    CHECK(out.find("DDP: 2 ranks") != std::string::npos);
     CHECK(run.leftovers().empty());
+  };
+  SECTION("2 dnn instances, a rank each: 3 epochs of a DDP model") { trains(kTwoRanks, 4, 0); }
+  SECTION("1 dnn instance, 2 processes (TROUPE_PROCS_PER_HOST=2): 3 epochs of a DDP model") {
+    trains({"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+            "--env", "dnn_group:TROUPE_PROCS_PER_HOST=2"},
+           3, 1);
   }
   SECTION("the second process of the dnn instance killed (SIGKILL) mid-epoch: the job fails "
           "naming the rank") {
