@@ -400,7 +400,7 @@ TEST_CASE("bench_pytorch runs the three setups and prints one JSON object of the
 }
 
 TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's per-CPU rate and "
-          "handoff (loose floors: a 10x regression fails)",
+          "handoff, with loose floors (a 10x regression fails)",
           "[pytorch][bench]") {
   SKIP_WITHOUT_TORCH();
   if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
