@@ -48,6 +48,15 @@ std::string whyNoTorch() {
     return;                                      \
   }
 
+// The head's output/failure of a run started with --keep (its roots are removed).
+std::string headFailure(Run& run) {
+  auto roots = harness::rootsOf(run);
+  REQUIRE(!roots.empty());
+  auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
+  fs::remove_all(roots);
+  return failure;
+}
+
 std::vector<std::string> feedCheck(std::vector<std::string> extra) {
   std::vector<std::string> argv = {PYTHON3, FEED_CHECK};
   argv.insert(argv.end(), extra.begin(), extra.end());
@@ -687,10 +696,7 @@ TEST_CASE("troupe.data.DataLoader: an exception in __getitem__ fails the job nam
     auto out = run.output();
     INFO(out);
     CHECK(code == 1);
-    auto roots = harness::rootsOf(run);
-    REQUIRE(!roots.empty());
-    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
-    fs::remove_all(roots);
+    auto failure = headFailure(run);
     INFO("output/failure: " << failure);
     CHECK(failure.find("dataset[123] raised ValueError: sample 123 is bad on purpose") !=
           std::string::npos);
@@ -819,10 +825,7 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
     auto out = run.output();
     INFO(out);
     CHECK(code == 1);
-    auto roots = harness::rootsOf(run);
-    REQUIRE(!roots.empty());
-    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
-    fs::remove_all(roots);
+    auto failure = headFailure(run);
     INFO("output/failure: " << failure);
     CHECK(failure.find("DDP rank 1 of 2: the training script failed: the process of local rank 1 "
                        "(pid " + std::to_string(victim) + ") was killed by signal 9") !=
@@ -837,10 +840,7 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
     auto out = run.output();
     INFO(out);
     CHECK(code == 1);
-    auto roots = harness::rootsOf(run);
-    REQUIRE(!roots.empty());
-    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
-    fs::remove_all(roots);
+    auto failure = headFailure(run);
     INFO("output/failure: " << failure);
     CHECK(failure.find("DDP rank 1 of 2: the training script failed: RuntimeError") !=
           std::string::npos);
