@@ -197,17 +197,20 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
           return std::make_pair(data, kj::mv(order));
         });
       })
-      .then([this, call, shard, session, epoch, from,
+      .then([this, call, shard, session, epoch, from, rank,
              sink](std::pair<std::shared_ptr<const Shard>, std::shared_ptr<std::vector<uint32_t>>>
                        loaded) mutable {
         auto data = loaded.first;
         auto order = loaded.second;
         KJ_REQUIRE(from <= order->size(), "resume position beyond the shard", from, order->size());
         return pump(shard, session, epoch, data, order, from, sink)
-            .then([this, call, shard, session, order]() mutable {
+            .then([this, call, shard, session, order, rank]() mutable {
               auto r = call.getResults();
               r.setEnd(order->size());
               r.setSamples(current(shard, session).produced);
+              // Done: the map holds only streams in progress (current() scans it per batch; with
+              // in_order a shard is one batch, so kept ones would grow with the epoch).
+              streams_.erase(uint64_t(rank) << 32 | shard);
             });
       });
 }
