@@ -1,7 +1,10 @@
 # Front for the two commands in README.md. Everything real lives in CMake.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Optimised, with line tables (-g1): a crash's backtrace names each function, file and line, and a
+# build compiles about a fifth faster than with full debug information (-g).
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+	"-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 
 .PHONY: run test build deps deps-run configure configure-run clean hello soak test-sanitize image \
 	test-image test-slurm compare scaling run-pytorch run-pytorch-stream bench-pytorch run-images
@@ -114,7 +117,8 @@ test: build
 # (a non-recoverable check aborts even when suppressed). Leaks are checked where LSan can run: in
 # the test binaries; troupe's own processes end with _exit(), which LSan never sees. Line tables
 # only (-g1): a report's frames still name each function, file and line, with less for CI's two
-# cores to compile and link than full debug information.
+# cores to compile and link than full debug information (node.cpp: 27 s, not 46 s with -g). The
+# build type is None, not Debug: Debug appends its own -g, which would override -g1.
 ASAN_BUILD ?= build-asan
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer
 # g++ 12's flow warnings misfire on sanitized code (52 in KJ's headers alone): not in this build.
@@ -127,7 +131,7 @@ SANITIZE_TESTS ?= ^(runtime:|net:|actors[.]|cluster:|train:|faults:|security:)
 SANITIZE_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:check_initialization_order=1:exitcode=86 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=86:suppressions=$(CURDIR)/tests/sanitize/ubsan.supp
 test-sanitize: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTROUPE_NO_CUDA=ON \
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=None -DTROUPE_NO_CUDA=ON \
 	  "-DCMAKE_C_FLAGS=-O1 -g1 $(SANITIZE)" \
 	  "-DCMAKE_CXX_FLAGS=-O1 -g1 $(SANITIZE) $(SANITIZE_WARNINGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE)" > /dev/null

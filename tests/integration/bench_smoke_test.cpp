@@ -1,9 +1,9 @@
-// The benches no other test runs (bench_scheduler, bench_rpc, bench_cluster, bench_membership,
-// bench_images),
-// each run small as docs/benchmarks.md runs it, with loose floors: a regression of 10x or more
-// fails (ctest label `bench`), while a loaded machine (every CPU busy 3x over) stays above them.
-// The floors sit about 10x under this 2-core VM's figures (docs/benchmarks.md); they judge that the
-// benches run and are not broken, never how fast troupe is.
+// The benches (bench_scheduler, bench_rpc, bench_cluster, bench_membership, bench_images; the
+// stream and advisor benches in bench_stream_test.cpp and bench_advise_test.cpp), each run small
+// as docs/benchmarks.md runs it, with loose floors: a regression of 10x or more fails (ctest label
+// `bench`), while a loaded machine (every CPU busy 3x over) stays above them. The floors sit about
+// 10x under this 2-core VM's figures (docs/benchmarks.md); they judge that the benches run and are
+// not broken, never how fast troupe is.
 
 #include <catch2/catch.hpp>
 #include <chrono>

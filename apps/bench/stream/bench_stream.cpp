@@ -319,6 +319,12 @@ class SinkServer final : public Sink::Server {
     all_ = paf.promise.fork();
     fulfiller_ = kj::mv(paf.fulfiller);
   }
+  ~SinkServer() noexcept(false) {
+    if (fulfiller_->isWaiting()) {
+      fulfiller_->reject(KJ_EXCEPTION(FAILED, kj::str("the sink was released after ", batches_,
+                                                      " of ", expected_, " batches")));
+    }
+  }
   kj::Promise<void> whenAll() { return all_.addBranch(); }
 
   kj::Promise<void> push(PushContext context) override {
@@ -479,8 +485,10 @@ class ConsumerActor final : public ActorBase<Consumer> {
     auto addresses = p.getProducers();
     uint32_t each = p.getBatches() / addresses.size();
     uint64_t size = p.getBatchBytes();
-    auto arrivals = kj::heapArrayBuilder<kj::Promise<void>>(addresses.size());
-    auto responses = kj::heapArrayBuilder<kj::Promise<double>>(addresses.size());
+    // Per producer: its produce() call's answer, then every batch it sent arrived. The answer
+    // first, so that a call that failed is reported with its own reason, not as the sink it
+    // released early.
+    auto producersDone = kj::heapArrayBuilder<kj::Promise<double>>(addresses.size());
     double start = now(), cpu0 = cpuSeconds(RUSAGE_SELF), loop0 = cpuSeconds(RUSAGE_THREAD);
     for (auto address : addresses) {
       auto producer = this->context().resolve<Producer>(ActorAddress::fromProto(address));
@@ -489,19 +497,19 @@ class ConsumerActor final : public ActorBase<Consumer> {
         grant.setCredits(1);
         grant.send().detach([](kj::Exception&&) {});
       });
-      arrivals.add(sink->whenAll());
+      auto arrived = sink->whenAll();
       auto request = producer.produceRequest();
       request.setSink(kj::mv(sink));
       request.setBatches(each);
       request.setBatchBytes(size);
       request.setCredits(p.getCredits());
-      responses.add(request.send().then([](auto r) { return r.getCpuSeconds(); }));
+      producersDone.add(request.send().then([arrived = kj::mv(arrived)](auto r) mutable {
+        double cpu = r.getCpuSeconds();
+        return arrived.then([cpu]() { return cpu; });
+      }));
     }
     uint64_t batches = uint64_t(each) * addresses.size();
-    return kj::joinPromises(arrivals.finish())
-        .then([responses = responses.finish()]() mutable {
-          return kj::joinPromises(kj::mv(responses));
-        })
+    return kj::joinPromises(producersDone.finish())
         .then([context, start, cpu0, loop0, batches, size](kj::Array<double> cpus) mutable {
           auto f = context.getResults().initFigures();
           f.setSeconds(now() - start);
