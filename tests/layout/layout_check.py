@@ -4,9 +4,14 @@
 1. Every `#include "<folder>/..."` in runtime/src/<folder>/ names a folder that the folder's
    troupe_part(... FOLDERS ...) in runtime/CMakeLists.txt lists: a new arrow between the runtime's
    parts is a decision written down there, not an accident.
-2. Every .cpp of a folder is in its SOURCES.
-3. No file of runtime/ or actors/ is longer than LIMIT lines unless it says why at its top (a line
-   starting "// Why this file is long:" within its first 20 lines).
+2. No two folders reach each other, directly or around a loop, through those lists: the runtime's
+   arrows point one way (a part reaches one above it through an interface it owns, as node/
+   reaches the head through HeadLink), and no folder includes the entry point troupe/run.h (the
+   options it reads are troupe/run_options.h).
+3. Every .cpp of a folder is in its SOURCES.
+4. No source file of the tree (.cpp, .h, .cu, .py; not build folders) is longer than LIMIT lines
+   unless it says why at its top: a line starting "// Why this file is long:" ("# ..." in Python)
+   within its first 20 lines.
 
 Usage: layout_check.py ROOT [--expect-failures] (the second form reads a fixture tree and prints
 what it finds without failing, for the test that shows the check can fail).
@@ -17,6 +22,7 @@ import sys
 
 LIMIT = 650
 REASON = re.compile(r"^// Why this file is long:", re.M)
+PY_REASON = re.compile(r"^# Why this file is long:", re.M)
 
 
 def parts(cmake_text):
@@ -32,6 +38,25 @@ def parts(cmake_text):
                 sections[current].append(word)
         out[folder] = sections
     return out
+
+
+def cycles(graph):
+    """Each loop of `graph` (folder -> the folders it includes) once, as a path back to its start."""
+    found, seen = [], set()
+
+    def walk(path):
+        for nxt in graph.get(path[-1], []):
+            if nxt == path[0]:
+                key = frozenset(path)
+                if key not in seen:
+                    seen.add(key)
+                    found.append(path + [nxt])
+            elif nxt not in path and nxt > path[0]:
+                walk(path + [nxt])
+
+    for start in sorted(graph):
+        walk([start])
+    return found
 
 
 def check(root):
@@ -57,6 +82,9 @@ def check(root):
                 problems.append(f"{rel}: not in troupe_part({folder} SOURCES ...)")
             with open(path) as f:
                 for n, line in enumerate(f, 1):
+                    if re.match(r'\s*#\s*include\s+"troupe/run\.h"', line):
+                        problems.append(f"{rel}:{n}: includes troupe/run.h, the entry point above "
+                                        "every part; include troupe/run_options.h for RunOptions")
                     m = re.match(r'\s*#\s*include\s+"(\w+)/', line)
                     if not m or m.group(1) == folder or m.group(1) not in folders:
                         continue
@@ -65,19 +93,27 @@ def check(root):
                             f"{rel}:{n}: includes {m.group(1)}/, which troupe_part({folder} "
                             f"FOLDERS {' '.join(sorted(allowed)) or '(none)'}) does not list; "
                             "add it there (and to docs/architecture.md) if the arrow is meant")
-    for top in ("runtime", "actors"):
-        for dirpath, _, files in os.walk(os.path.join(root, top)):
-            for name in sorted(files):
-                if not name.endswith((".cpp", ".h", ".cu")):
-                    continue
-                path = os.path.join(dirpath, name)
-                text = open(path).read()
-                lines = text.count("\n")
-                head = "\n".join(text.split("\n")[:20])
-                if lines > LIMIT and not REASON.search(head):
-                    problems.append(f"{os.path.relpath(path, root)}: {lines} lines, over {LIMIT}, "
-                                    "and no '// Why this file is long:' line at its top; split it "
-                                    "along its sections or say why it is one file")
+    for cycle in cycles({f: declared[f]["FOLDERS"] for f in folders if f in declared}):
+        problems.append(f"runtime/CMakeLists.txt: the folders {' -> '.join(cycle)} reach each "
+                        "other in a loop; give the lower one an interface it owns, which the "
+                        "upper one implements, and drop the arrow back up")
+    for dirpath, dirs, files in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        # Not the tree's own: build folders, hidden ones, and (on the real tree) the fixture.
+        dirs[:] = [d for d in dirs if not d.startswith((".", "build"))
+                   and os.path.join(rel_dir, d) != os.path.join("tests", "layout", "fixture")]
+        for name in sorted(files):
+            if not name.endswith((".cpp", ".h", ".cu", ".py")):
+                continue
+            path = os.path.join(dirpath, name)
+            text = open(path, errors="replace").read()
+            lines = text.count("\n")
+            head = "\n".join(text.split("\n")[:20])
+            reason = PY_REASON if name.endswith(".py") else REASON
+            if lines > LIMIT and not reason.search(head):
+                problems.append(f"{os.path.relpath(path, root)}: {lines} lines, over {LIMIT}, "
+                                "and no 'Why this file is long:' line at its top; split it "
+                                "along its sections or say why it is one file")
     return problems
 
 

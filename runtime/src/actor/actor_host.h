@@ -10,7 +10,7 @@
 
 #include "troupe.capnp.h"
 #include "troupe/actor.h"
-#include "troupe/run.h"
+#include "troupe/run_options.h"
 #include "troupe/sagemaker.h"
 
 namespace troupe {

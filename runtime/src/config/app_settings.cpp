@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "troupe/exit_codes.h"
-#include "troupe/run.h"
+#include "troupe/run_options.h"
 #include "troupe/secret.h"
 
 namespace troupe {

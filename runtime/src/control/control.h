@@ -30,7 +30,7 @@
 
 #include "control/detector.h"
 #include "net/secure.h"
-#include "troupe/run.h"
+#include "troupe/run_options.h"
 
 namespace troupe {
 

@@ -12,6 +12,10 @@ namespace troupe {
 // =======================================================================================
 // ClusterSession
 
+proto::Cluster::Client Head::session(kj::Maybe<Connection&> connection) {
+  return kj::heap<ClusterSession>(*this, connection);
+}
+
 kj::Promise<void> ClusterSession::join(JoinContext call) {
   auto p = call.getParams();
   auto id = head_.join(NodeInfo::fromProto(p.getInfo()), p.getNode());

@@ -28,17 +28,9 @@ std::map<std::string, unsigned> parseStartWith(const std::vector<std::string>& i
 // --start-with GROUP=N items, checked against the cluster description: group -> N. Throws
 // ConfigError naming the item. Every node checks them, so a bad one fails every instance at once.
 
-constexpr unsigned kDrainWindowMs = 1500;
-// In the head's refusal of a process that claims a live host without a higher incarnation; the
-// refused process leaves that host's output/failure to the live one (run.cpp).
-constexpr const char* kTwoProcesses = "two processes claim to be it";
-// In the head's refusal of a host that joins as the job ends, before "NAME: reason)" of the job's
-// exit code; the worker reads the code from it and ends with it (worker.cpp).
-constexpr const char* kJobEnding = "cannot join: the job is ending (";
-// A worker's SIGTERM is a drain unless the head itself is stopped within this long (a stop of
-// the whole job signals every instance at about the same time).
+// kDrainWindowMs, kTwoProcesses and kJobEnding, which a worker reads too: node/head_link.h.
 
-class Head final : private kj::TaskSet::ErrorHandler {
+class Head final : public HeadLink, private kj::TaskSet::ErrorHandler {
  public:
   Head(NodeRuntime& node, DriverFunction driver, std::vector<std::string> appArgs);
   ~Head() noexcept(false);
@@ -92,8 +84,11 @@ class Head final : private kj::TaskSet::ErrorHandler {
   // Called once as the job ends, after the cascade (Driver::onJobEnd).
   std::vector<NodeInfo> nodes() const;
   const std::vector<std::string>& membershipChanges() const { return membership_; }
-  proto::Node::Client nodeAt(const std::string& address, kj::Maybe<proto::Node::Client> otherwise);
-  void status(proto::JobStatus::Builder out) const;
+  // -- HeadLink (what the node this head runs on asks of it) --
+  proto::Cluster::Client session(kj::Maybe<Connection&> connection) override;
+  proto::Node::Client nodeAt(const std::string& address,
+                             kj::Maybe<proto::Node::Client> otherwise) override;
+  void status(proto::JobStatus::Builder out) const override;
   // The job as the head sees it, for `troupe status` (head_status.cpp): nodes with their last
   // heartbeat and load, groups, and every actor with its state and mailbox depth.
 

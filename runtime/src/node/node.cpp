@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "head/head.h"
 #include "trace/trace_collect.h"
 #include "troupe/exit_codes.h"
 #include "troupe/log.h"
@@ -171,7 +170,7 @@ class GateServer final : public proto::Gate::Server {
     KJ_IF_MAYBE(head, node_.head()) {
       kj::Maybe<Connection&> conn;
       if (connection_ != nullptr) conn = *connection_;
-      results.setCluster(kj::heap<ClusterSession>(*head, conn));
+      results.setCluster(head->session(conn));
     }
     return kj::READY_NOW;
   }

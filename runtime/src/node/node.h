@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actor/actor_host.h"
+#include "node/head_link.h"
 #include "loop/cpu_meter.h"
 #include "net/coalescing_stream.h"
 #include "net/lending.h"
@@ -20,11 +21,10 @@
 #include "troupe/actor.h"
 #include "troupe/config.h"
 #include "troupe/registry.h"
-#include "troupe/run.h"
+#include "troupe/run_options.h"
 
 namespace troupe {
 
-class Head;
 class RefusalLog;
 
 // An accepted connection's place among its node's unauthenticated ones, while it lives.
@@ -119,8 +119,9 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   proto::Cluster::Client cluster() override;
   // The head's Cluster capability (local on the head).
   void setCluster(proto::Cluster::Client cluster) { cluster_ = kj::mv(cluster); }
-  void setHead(Head& head) { head_ = head; }
-  kj::Maybe<Head&> head() { return head_; }
+  void setHead(HeadLink& head) { head_ = head; }
+  kj::Maybe<HeadLink&> head() { return head_; }
+  // The head this node hosts (on the head's instance only).
 
   // -- hosting --
   proto::Actor::Client host(proto::SpawnSpec::Reader spec, ActorAddress address);
@@ -217,7 +218,7 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   kj::TaskSet tasks_;
   proto::Node::Client self_;
   kj::Maybe<proto::Cluster::Client> cluster_;
-  kj::Maybe<Head&> head_;
+  kj::Maybe<HeadLink&> head_;
   kj::Own<JobTls> tls_;  // null with --insecure
   kj::Own<RefusalLog> refusals_;
   CpuMeter cpu_;

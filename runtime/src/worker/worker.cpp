@@ -15,7 +15,7 @@
 #include <random>
 
 #include "control/control.h"
-#include "head/head.h"  // kDrainWindowMs: how long the head drains a leaving worker
+#include "node/head_link.h"  // kDrainWindowMs, kJobEnding: what a worker and its head agree on
 #include "node/node.h"
 #include "troupe/exit_codes.h"
 
