@@ -41,6 +41,7 @@
 #include <random>
 
 #include "advise_cmd.h"
+#include "env_cmd.h"
 #include "cpu_quota.h"
 #include "job_file.h"
 #include "netns.h"
@@ -60,99 +61,6 @@ using nlohmann::json;
 
 namespace {
 
-// `troupe env`'s settings: where the description is, and the node's own flags.
-struct EnvOptions {
-  std::string root, cluster;
-  troupe::NodeFlags node;
-};
-
-// A figure and where it came from, for `troupe env`.
-json figureJson(const troupe::Figure& f) {
-  return {{"value", f.value}, {"source", f.source}, {"detail", f.detail}};
-}
-
-// What this node would report to the head (troupe/node_size.h), each figure with its source.
-json nodeJson(const troupe::ClusterConfig* config, const troupe::NodeFlags& flags) {
-  troupe::NodeLabels labels;
-  troupe::NodeResources resources;
-  std::string type;
-  if (config != nullptr) {
-    auto& group = config->groupOf(config->currentHost);
-    labels = group.labels;
-    resources = group.resources;
-    type = config->currentInstanceType;
-  }
-  auto d = troupe::describeNode(type, labels, resources, flags, troupe::probeMachine());
-  json l = json::object(), r = json::object();
-  for (auto& [k, v] : d.labels) l[k] = {{"value", v}, {"source", d.labelSources[k]}};
-  for (auto& [k, v] : d.resources) r[k] = {{"value", v}, {"source", d.resourceSources[k]}};
-  return {{"instance_type", type},
-          {"vcpus", figureJson(d.size.vcpus)},
-          {"gpus", figureJson(d.size.gpus)},
-          {"memory_bytes", figureJson(d.size.memoryBytes)},
-          {"labels", l},
-          {"resources", r},
-          {"notes", d.size.notes}};
-}
-
-json describeConfig(const troupe::ClusterConfig& config) {
-  json groups = json::object();
-  for (auto& g : config.groups) {
-    groups[g.name] = {{"instance_type", g.instanceType}, {"hosts", g.hosts}};
-  }
-  return {{"description", config.source},
-          {"current_host", config.currentHost},
-          {"current_group", config.currentGroup},
-          {"current_instance_type", config.currentInstanceType},
-          {"network_interface", config.networkInterface},
-          {"hosts", config.hosts},
-          {"groups", groups},
-          {"is_heterogeneous", config.groups.size() > 1},
-          {"head", config.headHost("")}};
-}
-
-// `troupe env`: what a node reads, through the same functions troupe::run() uses: the cluster
-// description (a SageMaker-shaped root with its hyperparameters and channels; else --cluster, a
-// Slurm job's or a pod's environment) and what this node would report, with where each figure
-// came from.
-int printEnvironment(const EnvOptions& o) {
-  try {
-    const char* smRoot = getenv("TROUPE_SM_ROOT");
-    auto root = o.root.empty() ? troupe::SageMakerEnv::defaultRoot() : o.root;
-    bool sageMaker = !o.root.empty() || (smRoot != nullptr && *smRoot != '\0') ||
-                     (o.cluster.empty() && fs::exists(root + "/input/config/resourceconfig.json"));
-    json out;
-    std::optional<troupe::ClusterConfig> config;
-    if (sageMaker) {
-      auto sm = troupe::SageMakerEnv::load(root);
-      config = troupe::ClusterConfig::load(sm.resourceConfigPath());
-      out = describeConfig(*config);
-      json hps = json::object();
-      for (auto& key : sm.keys()) hps[key] = json::parse(sm.getJson(key));
-      out["root"] = sm.root();
-      out["hyperparameters"] = hps;
-      out["channels"] = sm.channels();
-    } else {
-      auto env = troupe::processEnvironment();
-      if (!o.cluster.empty()) {
-        config = troupe::ClusterConfig::load(o.cluster);
-      } else if (auto slurm = troupe::clusterFromSlurm(env)) {
-        config = troupe::ClusterConfig::parse(*slurm, "the Slurm job's environment");
-      } else if (auto k8s = troupe::clusterFromK8s(env)) {
-        config = troupe::ClusterConfig::parse(*k8s, "the pod's environment");
-      }
-      out = config ? describeConfig(*config)
-                   : json{{"description", "none: a one-node cluster on this machine"}};
-    }
-    out["node"] = nodeJson(config ? &*config : nullptr, o.node);
-    printf("%s\n", out.dump(2).c_str());
-    return 0;
-  } catch (const troupe::ConfigError& e) {
-    fprintf(stderr, "troupe env: %s\n", e.what());
-    return troupe::CONFIG_ERROR;
-  }
-}
-
 struct Options {
   std::vector<std::string> groupArgs, envArgs, hpArgs, channelArgs, cpuArgs, cpuQuotaArgs, app,
       startLateArgs, scaleUpArgs;
@@ -160,7 +68,7 @@ struct Options {
   unsigned nodeRestarts = 2;
   std::string headGroup, tokenFile, refusedToken, trace, checkpoints, interruptRandom,
       interruptWhen, out, startLateAfter;
-  EnvOptions envOptions;
+  sim::EnvOptions envOptions;
   unsigned seed = 0, graceMs = 10000, lingerMs = 15000, interruptSeed = 0, restarts = 0;
   int64_t interruptAfterMs = -1;
   bool keep = false, pin = false, netns = false, interruptHard = false, env = false;
@@ -175,23 +83,7 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   CLI::App cli("troupe: a Ray-like actor runtime for heterogeneous clusters");
   cli.require_subcommand(1);
   auto* sim = cli.add_subcommand("sim", "run APP as a simulated heterogeneous cluster on loopback");
-  auto* envCmd = cli.add_subcommand(
-      "env",
-      "print, as JSON, what a node sees: its cluster description (from a SageMaker-shaped root: "
-      "also hyperparameters, decoded, and channels) and what it reports to the head (vcpus, "
-      "gpus, memory, labels, resources), each with where it came from");
-  auto& e = o.envOptions;
-  envCmd->add_option("--root", e.root, "the root (default: $TROUPE_SM_ROOT, else /opt/ml)");
-  envCmd->add_option("--cluster", e.cluster, "a cluster file, as the app's --cluster")
-      ->envname("TROUPE_CLUSTER_FILE");
-  envCmd->add_option("--vcpus", e.node.size.vcpus, "as the app's --vcpus")->envname("TROUPE_VCPUS");
-  envCmd->add_option("--gpus", e.node.size.gpus, "as the app's --gpus")->envname("TROUPE_GPUS");
-  envCmd->add_option("--memory-bytes", e.node.size.memoryBytes, "as the app's --memory-bytes")
-      ->envname("TROUPE_MEMORY_BYTES");
-  envCmd->add_option("--labels", e.node.labels, "as the app's --labels: KEY=VALUE[,...]")
-      ->envname("TROUPE_LABELS");
-  envCmd->add_option("--resources", e.node.resources, "as the app's --resources: NAME=AMOUNT[,...]")
-      ->envname("TROUPE_RESOURCES");
+  auto* envCmd = sim::addEnvCommand(cli, o.envOptions);
   auto* statusCmd = sim::addStatusCommand(cli, o.status);
   auto* adviseCmd = cli.add_subcommand(
       "advise",
@@ -612,7 +504,7 @@ class InterruptPlan {
 int runSim(int argc, char* argv[]) {
   Options o;
   if (auto code = parseOptions(argc, argv, o)) return *code;
-  if (o.env) return printEnvironment(o.envOptions);
+  if (o.env) return sim::runEnv(o.envOptions);
   if (o.statusCommand) return sim::runStatus(o.status);
   if (o.advise) return runAdvise(o.adviseOptions);
   sim::JobSpec spec;
