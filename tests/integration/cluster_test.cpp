@@ -1,4 +1,5 @@
 // Multi-process clusters on loopback: how jobs end, on every path, and that nothing is left.
+// The actor runtime under the same clusters (mailboxes, deadlines, capacity): cluster_runtime_test.cpp.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cluster_test.h"
 #include "harness.h"
 
 using namespace std::chrono_literals;
@@ -20,16 +22,10 @@ using harness::count;
 using harness::instanceIn;
 using harness::probe;
 using harness::Run;
+using cluster_test::kThree;
+using cluster_test::with;
 
 namespace {
-
-const std::vector<std::string> kThree = {"--group", "data_group=2:ml.c5.xlarge", "--group",
-                                         "dnn_group=1:ml.p3.2xlarge"};
-
-std::vector<std::string> with(std::vector<std::string> a, std::vector<std::string> b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // Every instance but the head exited HEAD_LOST.
 void checkWorkersLostHead(const Run& run, const std::string& headHost) {
@@ -585,265 +581,5 @@ TEST_CASE("a silent head (SIGSTOP): workers exit HEAD_LOST after the head timeou
   bool afterAnswers = out.find(" ms (--head-timeout-ms 1500)") != std::string::npos;
   bool beforeFirst = out.find(" ms since joining (--head-timeout-ms 1500;") != std::string::npos;
   CHECK((afterAnswers || beforeFirst));
-  CHECK(run.leftovers().empty());
-}
-
-namespace {
-
-// The integer after `prefix` in `out` (the first occurrence), or -1.
-long numberAfter(const std::string& out, const std::string& prefix) {
-  auto at = out.find(prefix);
-  if (at == std::string::npos) return -1;
-  return std::strtol(out.c_str() + at + prefix.size(), nullptr, 10);
-}
-
-}  // namespace
-
-TEST_CASE("mailbox: two concurrent calls to a default actor never interleave",
-          "[cluster][mailbox]") {
-  Run run(harness::sim(kThree, probe("mailbox")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // docs/guide.md "Mailbox": one call at a time, in arrival order; a call that awaits (hold()
-  // awaits a timer) holds the actor until it returns.
-  CHECK(out.find("MAILBOX a peak 1 b peak 1 log +a -a +b -b") != std::string::npos);
-  // ActorBase::mailboxDepth(): both calls arrived and not returned, one of them running; the
-  // depth() query itself is $concurrent, so it is answered meanwhile and not counted.
-  CHECK(out.find("DEPTH 2 RUNNING 1") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE("mailbox: maxConcurrency(4) lets four calls run at once, and not five",
-          "[cluster][mailbox]") {
-  Run run(harness::sim(kThree, probe("concurrency")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // SpawnOptions::maxConcurrency(4): four hold() calls ran together at the most ...
-  CHECK(out.find("CONCURRENCY peak 4 ") != std::string::npos);
-  // ... and the fifth entered only after one of the first four returned.
-  auto log = out.substr(out.find("CONCURRENCY peak"));
-  REQUIRE(log.find("+c4") != std::string::npos);
-  CHECK(log.find(" -c") < log.find("+c4"));
-  CHECK(out.find("DEPTH 5 RUNNING 4") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE(
-    "a monitor sees two restarts, then one down (an exception escaping a method fails the "
-    "actor)",
-    "[cluster][lifecycle]") {
-  Run run(harness::sim(kThree, probe("restart-notices")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // docs/lifecycle.md: an exception escaping a method fails the actor (its restart policy
-  // applies) and fails that call with the exception.
-  CHECK(count(out, "THROW FAILED thrown on purpose") == 3);
-  CHECK(out.find("THROW RETURNED") == std::string::npos);
-  // Driver::monitor(id, onRestart): one notice per restart, naming the new incarnation and why
-  // the previous one ended ...
-  CHECK(count(out, "RESTARTED #") == 2);
-  CHECK(out.find("RESTARTED #1 incarnation 2 after failed: actor 'r' (probe.Probe #1)") !=
-        std::string::npos);
-  CHECK(out.find("method Probe.throwNow threw: thrown on purpose: throw 1") != std::string::npos);
-  CHECK(out.find("RESTARTED #1 incarnation 3 after failed:") != std::string::npos);
-  // ... then exactly one down, after both notices, once the limit is passed.
-  CHECK(count(out, "DOWN ") == 1);
-  CHECK(out.find("DOWN failed:") > out.find("RESTARTED #1 incarnation 3"));
-  CHECK(out.find("throw 3 (restart limit reached: 2 within 60000 ms)") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE("MethodError::FAIL_CALL: an exception fails only the call and the actor runs on",
-          "[cluster][lifecycle]") {
-  Run run(harness::sim(kThree, probe("fail-call-only")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  CHECK(out.find("THROW FAILED thrown on purpose: keep running") != std::string::npos);
-  // Still the first incarnation: it neither exited nor restarted.
-  CHECK(out.find("ALIVE incarnation 1") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE("a call past its deadline fails with OVERLOADED naming the actor and the method",
-          "[cluster][deadline]") {
-  Run run(harness::sim(kThree, probe("deadlines")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // SpawnOptions::callDeadline(300 ms): enforced by the actor's node, for every caller.
-  CHECK(out.find("DEFAULT OVERLOADED after ") != std::string::npos);
-  CHECK(out.find("call Probe.hold to 'slow' (probe.Probe #1) on ") != std::string::npos);
-  CHECK(out.find("did not return within 300 ms (the actor's call deadline") != std::string::npos);
-  auto ms = numberAfter(out, "DEFAULT OVERLOADED after ");
-  CHECK(ms >= 300);
-  CHECK(ms < 2500);  // long before the 3 s the call would have taken
-  // The call was cancelled there: its place in the mailbox went to the next call.
-  CHECK(out.find("AFTER DEADLINE OK") != std::string::npos);
-  // Ref::within(200 ms): the caller's own deadline for these calls.
-  CHECK(out.find("PERCALL OVERLOADED after ") != std::string::npos);
-  CHECK(out.find("call Probe.hold to 'free' (probe.Probe #2) on ") != std::string::npos);
-  CHECK(out.find("did not return within 200 ms (the caller's deadline") != std::string::npos);
-  CHECK(numberAfter(out, "PERCALL OVERLOADED after ") < 2500);
-  // A call within its deadline returns normally through the same kind of reference.
-  CHECK(out.find("WITHIN OK") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE("a stop waits the instance's --stop-timeout-ms for onStop() when the spawn sets none",
-          "[cluster][lifecycle]") {
-  auto app = probe("stop-timeout");
-  auto shortApp = app, longApp = app;
-  shortApp.insert(shortApp.end(), {"--stop-timeout-ms", "300"});
-  longApp.insert(longApp.end(), {"--stop-timeout-ms", "1500"});
-  Run fast(harness::sim(kThree, shortApp));
-  REQUIRE(fast.wait(30s) == 0);
-  Run slow(harness::sim(kThree, longApp));
-  REQUIRE(slow.wait(30s) == 0);
-  auto a = fast.output(), b = slow.output();
-  INFO(a << "\n----\n" << b);
-  // The actor was spawned without SpawnOptions::stopTimeout: the instance's --stop-timeout-ms is
-  // its deadline (docs/lifecycle.md), after which it is killed.
-  CHECK(a.find("did not stop cleanly within 300 ms") != std::string::npos);
-  CHECK(b.find("did not stop cleanly within 1500 ms") != std::string::npos);
-  auto took300 = numberAfter(a, "STOP TOOK "), took1500 = numberAfter(b, "STOP TOOK ");
-  CHECK(took300 >= 300);
-  CHECK(took300 < 1500);
-  CHECK(took1500 >= 1500);
-  CHECK(fast.leftovers().empty());
-  CHECK(slow.leftovers().empty());
-}
-
-TEST_CASE("a spawn waits for capacity that frees up, and fails with the reason when none does",
-          "[cluster][capacity]") {
-  Run run(harness::sim(kThree, probe("capacity-wait")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // SpawnOptions::waitForCapacity + job.spawnAsync: the second one-GPU actor waited until the
-  // first was stopped (600 ms later), then started on the GPU node.
-  CHECK(out.find("waiting up to 10000 ms for capacity") != std::string::npos);
-  auto waited = numberAfter(out, "G2 PLACED after ");
-  CHECK(waited >= 600);
-  CHECK(waited < 5000);
-  CHECK(out.find("G2 PLACED") > out.find("STOPPING g1"));
-  // A wait that ends with the GPU still taken fails OVERLOADED with why it did not fit.
-  CHECK(out.find("G3 OVERLOADED after ") != std::string::npos);
-  CHECK(numberAfter(out, "G3 OVERLOADED after ") >= 400);
-  CHECK(out.find("cannot place 'probe.Probe' within 400 ms (SpawnOptions::waitForCapacity): no "
-                 "node in group 'dnn_group' has 1 free gpu") != std::string::npos);
-  CHECK(out.find("G3 PLACED") == std::string::npos);
-  // A placement no node could ever take does not wait.
-  CHECK(out.find("G64 FAILED after 0 ms: cannot place 'probe.Probe': no node in group "
-                 "'dnn_group' has 64 free gpus") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-// Three data nodes of 4 vCPUs and the dnn node (the head): actors of 3 vCPUs, one per data node.
-const std::vector<std::string> kFour = {"--group", "data_group=3:ml.c5.xlarge", "--group",
-                                        "dnn_group=1:ml.p3.2xlarge"};
-
-TEST_CASE("a restart waits for capacity that frees up, and ends the actor with the reason when "
-          "none does",
-          "[cluster][capacity]") {
-  Run run(harness::sim(kFour, probe("restart-wait")));
-  int code = run.wait(60s);
-  auto out = run.output();
-  INFO(out);
-  CHECK(harness::headDoneHostKilled(code, out));  // its probe kills a node for good
-  // Never frees: a's node was killed, no data node has 3 free vCPUs; its restart waited its 700
-  // ms (SpawnOptions::waitForCapacity) and a monitor got one down naming why, and no restart.
-  CHECK(out.find("its restart waits up to 700 ms for capacity") != std::string::npos);
-  auto aDown = numberAfter(out, "A DOWN after ");
-  CHECK(aDown >= 700);
-  CHECK(aDown < 5000);
-  CHECK(out.find("(could not restart it within 700 ms (SpawnOptions::waitForCapacity): no node "
-                 "in group 'data_group' has 3 free cpus") != std::string::npos);
-  CHECK(out.find("RESTARTED #1 ") == std::string::npos);
-  // Frees up: b's node was killed, c was stopped 600 ms later, b restarted on c's node; the
-  // monitor heard of the restart, and a call through b's reference waited for it.
-  CHECK(out.find("its restart waits up to 10000 ms for capacity") != std::string::npos);
-  auto placed = numberAfter(out, "B PLACED after ");
-  CHECK(placed >= 600);
-  CHECK(placed < 5000);
-  auto stopping = out.find("STOPPING c on ");
-  REQUIRE(stopping != std::string::npos);
-  auto cHost = out.substr(stopping + 14, out.find('\n', stopping) - stopping - 14);
-  CHECK(out.find("B PLACED after " + std::to_string(placed) + " ms on " + cHost +
-                 " incarnation 2") != std::string::npos);
-  CHECK(harness::count(out, "RESTARTED #4 incarnation 2") == 1);
-  CHECK(out.find("RESTARTED #4 incarnation 2") < out.find("B PLACED"));
-  CHECK(out.find("B DOWN shutdown: stopped") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE("a job that ends while a restart waits for capacity exits at once, every process reaped",
-          "[cluster][capacity]") {
-  auto begun = std::chrono::steady_clock::now();
-  Run run(harness::sim(kFour, probe("restart-wait-at-end")));
-  // The promise (docs/lifecycle.md): the wait (60 s) ends with the job, the job's status is the
-  // driver's, and no process is left.
-  int code = run.wait(30s);
-  auto took = std::chrono::steady_clock::now() - begun;
-  auto out = run.output();
-  INFO(out);
-  REQUIRE(harness::headDoneHostKilled(code, out));  // the driver's 0; its probe killed a node
-  CHECK(out.find("its restart waits up to 60000 ms for capacity") != std::string::npos);
-  CHECK(out.find("DRIVER RETURNS while a's restart waits") != std::string::npos);
-  CHECK(out.find("its restart no longer waits") != std::string::npos);
-  CHECK(took < 20s);
-  CHECK(run.leftovers().empty());
-}
-
-TEST_CASE("a gang spawn that cannot fully place places none", "[cluster][capacity]") {
-  Run run(harness::sim(kThree, probe("gang")));
-  REQUIRE(run.wait(30s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // Driver::spawnGang: the third member (a second one-GPU actor for the one GPU) does not fit ...
-  CHECK(
-      out.find("GANG1 FAILED cannot place the gang of 3 (none was started): gang member 2 of 3") !=
-      std::string::npos);
-  // ... so neither the first nor the second was started or named.
-  CHECK(out.find("started 'd1'") == std::string::npos);
-  CHECK(out.find("started 't1'") == std::string::npos);
-  CHECK(out.find("NAMES LEFT 00") != std::string::npos);
-  // Nothing was reserved either: a gang needing that GPU fits right after, every member started.
-  CHECK(out.find("GANG2 PLACED 2 on data_group and dnn_group") != std::string::npos);
-  CHECK(run.leftovers().empty());
-}
-
-// Hidden ([.]): run only by the ctest test "tests:the harness fails a test whose process printed a
-// sanitizer report" (tests/integration/CMakeLists.txt), which expects it to fail.
-TEST_CASE("harness: a sanitizer report in a started process's output is reported",
-          "[.][harness]") {
-  Run run({"/bin/sh", "-c", "echo '==7==ERROR: AddressSanitizer: heap-use-after-free (a stand-in)'"});
-  CHECK(run.wait(10s) == 0);
-}
-
-TEST_CASE("a node whose log nobody reads does not block on it: lines are dropped and counted",
-          "[cluster][logging]") {
-  // The fault hunt's case: troupe sim stopped 45 s, and the head's loop blocked writing its log.
-  // Here the sim (the reader of every instance's output) is stopped for 6 s while the job logs
-  // 800 KB. A writer that waits for the reader never drops a line; this one must drop most of the
-  // flood and say how many once the reader is back.
-  Run run(harness::sim({"--group", "dnn_group=1:ml.p3.2xlarge"}, probe("log-flood")));
-  REQUIRE_OUTPUT(run, "READY", 30s);
-  REQUIRE(kill(run.pid(), SIGSTOP) == 0);
-  std::this_thread::sleep_for(6s);
-  REQUIRE(kill(run.pid(), SIGCONT) == 0);
-  CHECK(run.wait(60s) == 0);
-  auto out = run.output();
-  INFO(out.substr(out.size() > 3000 ? out.size() - 3000 : 0));
-  std::smatch m;
-  REQUIRE(std::regex_search(out, m, std::regex(R"(\.\.\. (\d+) log line\(s\) dropped here: )"
-                                               R"(the log's reader fell behind or stopped)")));
-  auto written = harness::count(out, "] flood line ");
-  CHECK(std::stoul(m[1]) > 1000);
-  CHECK(written + std::stoul(m[1]) >= 4000);  // every flood line written or counted
-  CHECK(out.find("after the flood, second 8") != std::string::npos);
   CHECK(run.leftovers().empty());
 }
