@@ -76,9 +76,7 @@ class EventLoop {
 
   kj::WaitScope& waitScope() { return io_.waitScope; }
   kj::AsyncIoProvider& io() { return *io_.provider; }
-  kj::LowLevelAsyncIoProvider& lowLevel() { return *io_.lowLevelProvider; }
   kj::Timer& timer() { return io_.provider->getTimer(); }
-  kj::UnixEventPort& eventPort() { return io_.unixEventPort; }
   unsigned poolThreads() const { return poolThreads_; }
 
   uv_loop_t* uv() { return &uv_; }
