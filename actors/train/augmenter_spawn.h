@@ -38,6 +38,29 @@ struct AugmenterSpec {
   bool python = false;  // a script's Dataset, from the process's batch maker (batch_maker.h)
 };
 
+// An AugmenterSpec from an app's settings: any type with the fields of the same names (seed,
+// batchSize, dataDir, restarts, perNode, dataGroup, dataset, transform, skipBadSamples, dropLast),
+// as hetero_train's and the Python package's settings have; what is the app's own it sets after.
+template <typename Settings>
+AugmenterSpec augmenterSpecOf(const Settings& s, uint64_t samples, augment::AugmentConfig augment,
+                              bool batched) {
+  AugmenterSpec spec;
+  spec.seed = s.seed;
+  spec.batchSize = s.batchSize;
+  spec.dataDir = s.dataDir;
+  spec.samples = samples;
+  spec.augment = augment;
+  spec.restarts = s.restarts;
+  spec.perNode = s.perNode;
+  spec.dataGroup = s.dataGroup;
+  spec.dataset = s.dataset;
+  spec.transform = s.transform;
+  spec.skipBadSamples = s.skipBadSamples;
+  spec.batched = batched;
+  spec.dropLast = s.dropLast;
+  return spec;
+}
+
 // TrainerArgs' and AugmenterArgs' parts for a dataset: a sample as the transform writes it, and
 // the epoch cut as torch's DataLoader cuts it.
 void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape,

@@ -199,21 +199,7 @@ class Job {
 
   // What hetero_train's augmenters are (augmenter_spawn.h).
   troupe::train::AugmenterSpec augmenterSpec() const {
-    troupe::train::AugmenterSpec spec;
-    spec.seed = s_.seed;
-    spec.batchSize = s_.batchSize;
-    spec.dataDir = s_.dataDir;
-    spec.samples = samples_;
-    spec.augment = s_.augmentConfig;
-    spec.restarts = s_.restarts;
-    spec.perNode = s_.perNode;
-    spec.dataGroup = s_.dataGroup;
-    spec.dataset = s_.dataset;
-    spec.transform = s_.transform;
-    spec.skipBadSamples = s_.skipBadSamples;
-    spec.batched = s_.source != nullptr;
-    spec.dropLast = s_.dropLast;
-    return spec;
+    return troupe::train::augmenterSpecOf(s_, samples_, s_.augmentConfig, s_.source != nullptr);
   }
 
   void printPlacements() {

@@ -145,25 +145,14 @@ class Job {
     KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set", s.samples,
                available);
     samples_ = s.samples ? s.samples : available;
-    troupe::train::AugmenterSpec spec;
-    spec.seed = s.seed;
-    spec.batchSize = s.batchSize;
-    spec.dataDir = s.dataDir;
-    spec.samples = samples_;
-    spec.augment = s.augment == "light" ? troupe::augment::AugmentConfig::light()
+    auto augment = s.augment == "light" ? troupe::augment::AugmentConfig::light()
                                         : troupe::augment::AugmentConfig::heavy();
-    if (s.blur >= 0) spec.augment.blurKernel = s.blur;
-    spec.augment.validate();
-    spec.restarts = s.restarts;
-    spec.perNode = s.perNode;
-    spec.dataGroup = s.dataGroup;
-    spec.dataset = s.dataset;
-    spec.transform = s.transform;
-    spec.skipBadSamples = s.skipBadSamples;
-    spec.batched = format_.source != nullptr || s.python;
+    if (s.blur >= 0) augment.blurKernel = s.blur;
+    augment.validate();
+    auto spec = troupe::train::augmenterSpecOf(s, samples_, augment,
+                                               format_.source != nullptr || s.python);
     spec.python = s.python;
     spec.shuffle = s.shuffle;
-    spec.dropLast = s.dropLast;
     auto augmenters =
         job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
                                          troupe::train::augmenterOptions(spec, "augmenter"));
