@@ -4,6 +4,7 @@
 // under ASan, whose slowness is not a regression, nor built there.
 #include <sched.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -19,7 +20,8 @@ TEST_CASE("bench_pipeline --json carries the advisor's predicted step beside the
           "[bench][advise]") {
   cpu_set_t set;
   REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
-  if (CPU_COUNT(&set) < 2) {
+  const int cpus = CPU_COUNT(&set);
+  if (cpus < 2) {
     WARN("skipping: bench_pipeline pins two instances to two CPUs; this process may use "
          << CPU_COUNT(&set));
     return;
@@ -45,9 +47,19 @@ TEST_CASE("bench_pipeline --json carries the advisor's predicted step beside the
           Approx(s["predicted_step_ms"].get<double>() / s["measured_step_ms"].get<double>() - 1));
     // docs/advisor.md: within 15% on a quiet machine (32 of 34). Here, loose: within a factor
     // of two either way, so a model that is broken (a wrong sign, a lost term) fails, while a
-    // loaded machine's jitter does not.
-    CHECK(std::fabs(std::log(s["predicted_step_ms"].get<double>() /
-                             s["measured_step_ms"].get<double>())) < std::log(2.0));
+    // busy machine's jitter does not (make test's own two jobs load this VM 2-4). Loaded past
+    // twice its CPUs (other work took most of the runs' time, which the model knows nothing of)
+    // the bound says nothing: said, not checked.
+    double ratio = s["predicted_step_ms"].get<double>() / s["measured_step_ms"].get<double>();
+    double load = std::max(j["load_average"]["before"].get<double>(),
+                           j["load_average"]["after"].get<double>());
+    if (load <= 2 * cpus) {
+      CHECK(std::fabs(std::log(ratio)) < std::log(2.0));
+    } else {
+      WARN("the advisor's bound not checked: load average " << load << " on " << cpus
+                                                            << " CPUs; predicted/measured "
+                                                            << ratio);
+    }
   }
   CHECK(j["per_blur"][0]["recommended_data_instances"].is_number());
   CHECK(j.contains("targets_met"));

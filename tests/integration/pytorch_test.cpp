@@ -345,8 +345,17 @@ TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's 
   REQUIRE(j["rounds"].size() == 1);
   CHECK(j["rounds"][0]["torch_images_per_s"].get<double>() > 50);
   CHECK(j["median_ratio"].get<double>() > 0.1);  // measured 1.03 (0.8-1.25)
-  CHECK(j["handoff_us_per_batch"].get<double>() > 0);
-  CHECK(j["handoff_us_per_batch"].get<double>() < 5000);  // measured 154
+  if (j["handoff_us_per_batch"].is_null()) {
+    // Only batches already queued when the script asks are measured: none on a machine so loaded
+    // that the data side fell behind the bench's 80 ms step; the bench says so.
+    CHECK(j["handoff_batches"] == 0);
+    CHECK(j["handoff_note"].get<std::string>().find("not measured") == 0);
+    WARN("handoff not checked: " << j["handoff_note"].get<std::string>());
+  } else {
+    CHECK(j["handoff_batches"].get<int>() > 0);
+    CHECK(j["handoff_us_per_batch"].get<double>() > 0);
+    CHECK(j["handoff_us_per_batch"].get<double>() < 5000);  // measured 154
+  }
 }
 
 TEST_CASE("the installed package feeds a plain script written outside the tree",

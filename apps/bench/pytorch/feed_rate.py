@@ -7,7 +7,8 @@ them - the feed alone, no model. Run by bench_dataloader.py, once per loader:
     feed_rate.py troupe DATA --report R [--epochs N] [--step-ms T]
         troupe.data.DataLoader under troupe sim: its workers on the data instances
 
-Writes R: {"loader", "epochs": [{"batches", "samples", "seconds"}...], "handoff_us_per_batch"}.
+Writes R: {"loader", "epochs": [{"batches", "samples", "seconds"}...], "handoff_us_per_batch",
+"handoff_batches" (how many batches the handoff was measured on)}.
 """
 import argparse
 import json
@@ -64,9 +65,11 @@ def main():
                        "seconds": time.perf_counter() - start})
         print(f"feed_rate {args.loader}: {samples} samples in {epochs[-1]['seconds']:.2f} s",
               flush=True)
-    handoff = loader.handoffs()["us_per_batch"] if args.loader == "troupe" else None
+    handoffs = loader.handoffs() if args.loader == "troupe" else None
     with open(args.report, "w") as f:
-        json.dump({"loader": args.loader, "epochs": epochs, "handoff_us_per_batch": handoff}, f)
+        json.dump({"loader": args.loader, "epochs": epochs,
+                   "handoff_us_per_batch": handoffs["us_per_batch"] if handoffs else None,
+                   "handoff_batches": handoffs["batches"] if handoffs else None}, f)
 
 
 if __name__ == "__main__":
