@@ -53,7 +53,8 @@ void cgroupMounts(std::string& v2, std::string& v1) {
 
 }  // namespace
 
-CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
+CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus, bool capped)
+    : capped_(capped) {
   long periodUs = std::clamp(long(std::ceil(kMinQuotaUs / std::max(cpus, 1e-6))), kShortPeriodUs,
                              kLongPeriodUs);
   long quotaUs = std::lround(cpus * periodUs);
@@ -73,7 +74,8 @@ CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
       return;
     }
     dir_ = v2 + "/" + name;
-    if (!writeTo(dir_ + "/cpu.max", std::to_string(quotaUs) + " " + std::to_string(periodUs))) {
+    auto quota = capped ? std::to_string(quotaUs) : std::string("max");
+    if (!writeTo(dir_ + "/cpu.max", quota + " " + std::to_string(periodUs))) {
       why_ = "cannot write " + dir_ + "/cpu.max";
     } else if (!writeTo(dir_ + "/cpu.weight", std::to_string(weight))) {
       why_ = "cannot write " + dir_ + "/cpu.weight";
@@ -85,7 +87,7 @@ CpuQuotaCgroup::CpuQuotaCgroup(const std::string& name, double cpus) {
     }
     dir_ = v1 + "/" + name;
     if (!writeTo(dir_ + "/cpu.cfs_period_us", std::to_string(periodUs)) ||
-        !writeTo(dir_ + "/cpu.cfs_quota_us", std::to_string(quotaUs)) ||
+        !writeTo(dir_ + "/cpu.cfs_quota_us", capped ? std::to_string(quotaUs) : "-1") ||
         !writeTo(dir_ + "/cpu.shares", std::to_string(std::max(2L, weight * 1024 / 100)))) {
       why_ = "cannot write " + dir_ + "/cpu.cfs_quota_us";
     }

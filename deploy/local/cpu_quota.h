@@ -2,6 +2,14 @@
 // is CPUS (a fraction allowed), to emulate an instance smaller than one of this machine's CPUs
 // (bench_pipeline's sweeps of data-group sizes). cgroup v2 cpu.max where the v2 hierarchy has the
 // cpu controller, else v1 cpu.cfs_quota_us; needs a hierarchy this process may write (root).
+//
+// The default CPU budget (--cpu-scale auto) is a weight alone, no quota: its budgets divide the
+// whole machine, on CPUs of their own where they pack, so under contention each instance gets its
+// share, and a quota would add only its stalls. A quota's period refills at its rate: kernel time
+// spent past it (a long system call, page reclaim) is a debt repaid before any thread of the
+// cgroup runs again. On this VM (Linux 6.18) a 0.5-CPU cgroup whose thread spent ~0.7 s in one
+// system call froze for 1.3-2.5 s, a sleeping thread of it too; in `make test` beside busy loops a
+// healthy data instance froze 4-9 s, its event loop and control thread alike, and was fenced.
 
 #pragma once
 
@@ -12,9 +20,10 @@ namespace sim {
 
 class CpuQuotaCgroup {
  public:
-  // Creates the cgroup `name` (a single path component) limited to `cpus` CPUs. When that cannot
-  // be done, `why()` says why and `wrap()` must not be used.
-  CpuQuotaCgroup(const std::string& name, double cpus);
+  // Creates the cgroup `name` (a single path component) weighted for `cpus` CPUs and, when
+  // `capped`, limited to them. When that cannot be done, `why()` says why and `wrap()` must not
+  // be used.
+  CpuQuotaCgroup(const std::string& name, double cpus, bool capped = true);
   ~CpuQuotaCgroup();  // removes the cgroup (its processes have exited by then)
   CpuQuotaCgroup(const CpuQuotaCgroup&) = delete;
   CpuQuotaCgroup& operator=(const CpuQuotaCgroup&) = delete;
@@ -24,6 +33,7 @@ class CpuQuotaCgroup {
 
   const std::string& why() const { return why_; }
   const std::string& dir() const { return dir_; }
+  bool capped() const { return capped_; }
 
   // `argv` run inside the cgroup: a shell moves itself in, then execs `argv`, so every thread the
   // program starts is in it from the first instruction.
@@ -31,6 +41,7 @@ class CpuQuotaCgroup {
 
  private:
   std::string dir_, why_;
+  bool capped_ = true;
 };
 
 }  // namespace sim

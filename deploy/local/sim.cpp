@@ -122,11 +122,11 @@ std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
                   "its own limited to CPUS CPUs, to emulate instances smaller than a CPU (needs "
                   "root and a cgroup hierarchy with the cpu controller)");
   sim->add_option("--cpu-scale", o.cpuScale,
-                  "auto, off or CPUS: every instance in a cgroup limited to its instance type's "
+                  "auto, off or CPUS: every instance in a cgroup given its instance type's "
                   "vCPUs times CPUS CPUs of this machine, so the cluster has its types' CPU "
-                  "ratios (auto: this machine's CPUs over the cluster's vCPUs, at most 1; none, "
-                  "with a note, where cgroups cannot be made). --cpus, --pin and --cpu-quota "
-                  "place an instance instead")
+                  "ratios (auto: this machine's CPUs over the cluster's vCPUs, at most 1, as a "
+                  "weight without a quota; a number: a quota; none, with a note, where cgroups "
+                  "cannot be made). --cpus, --pin and --cpu-quota place an instance instead")
       ->capture_default_str();
   auto* membership = "Membership";
   sim->add_option("--node-restarts", o.nodeRestarts,

@@ -253,7 +253,9 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
   for (auto& in : instances) {
     if (in.cpuQuota <= 0) continue;
     auto name = "troupe-sim-" + std::to_string(getpid()) + "-" + std::to_string(number) + "-" + in.host;
-    in.cgroup = std::make_unique<CpuQuotaCgroup>(name, in.cpuQuota);
+    // The default budget is a weight: a quota's debt freezes a whole instance (cpu_quota.h).
+    bool capped = !(in.cpuScale > 0 && spec_.cpuScale == JobSpec::kAutoCpuScale);
+    in.cgroup = std::make_unique<CpuQuotaCgroup>(name, in.cpuQuota, capped);
     if (in.cgroup->why().empty()) continue;
     if (in.cpuScale > 0 && spec_.cpuScale == JobSpec::kAutoCpuScale) {
       // The default budget where cgroups cannot be made: none, said on one line.
@@ -326,10 +328,15 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       }
     };
     in.process = kj::heap<troupe::ChildProcess>(loop_, kj::mv(opts));
+    std::string budget;  // a weight alone (the default budget), or a quota
+    if (in.cpuQuota > 0) {
+      budget = (in.cgroup && !in.cgroup->capped() ? " cpu-share=" : " cpu-quota=") +
+               formatCpus(in.cpuQuota);
+    }
     printf("troupe sim: %-8s %-12s %-16s %-16s pid=%d%s%s%s%s\n", in.host.c_str(), in.group.c_str(),
            in.instanceType.c_str(), in.address.c_str(), in.process->pid(),
            in.cpus.empty() ? "" : " cpus=", in.cpus.c_str(),
-           in.cpuQuota > 0 ? (" cpu-quota=" + formatCpus(in.cpuQuota)).c_str() : "",
+           budget.c_str(),
            in.incarnation > 0 ? (" incarnation=" + std::to_string(in.incarnation)).c_str() : "");
     fflush(stdout);
   };

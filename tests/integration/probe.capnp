@@ -36,6 +36,9 @@ interface Probe extends(Troupe.Actor) {
         -> (sent :UInt64, bytes :UInt64) $Troupe.concurrent;
   # Looks up the actor named `consumer` and calls its work() `count` times with `bytes` of
   # payload, `window` calls in flight; `sent`: calls answered, `bytes`: the sizes it answered.
+  populate @12 (mb :UInt32) -> (ms :UInt32);
+  # Maps `mb` MiB with MAP_POPULATE and unmaps it: one system call that spends a long time in the
+  # kernel (zeroing the pages), as a large read, a page reclaim or a big unmap does. `ms`: its time.
 }
 
 enum FailPoint {

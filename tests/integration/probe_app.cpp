@@ -3,11 +3,14 @@
 // Its scenarios: probe_app.h.
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -144,6 +147,18 @@ class Probe final : public troupe::ActorBase<probe::Probe> {
     while (std::chrono::steady_clock::now() < until) {
     }
     call.getResults().setBytes(call.getParams().getPayload().size());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> populate(PopulateContext call) override {
+    auto start = std::chrono::steady_clock::now();
+    size_t bytes = size_t(call.getParams().getMb()) << 20;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    KJ_REQUIRE(p != MAP_FAILED, "mmap of the populate call failed", strerror(errno));
+    munmap(p, bytes);
+    call.getResults().setMs(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count());
     return kj::READY_NOW;
   }
   kj::Promise<void> feed(FeedContext call) override { return feedCo(call); }

@@ -441,6 +441,29 @@ troupe::Co<void> stall(Job& job) {
   say("DONE");
 }
 
+// An actor on a data node makes `--rounds` system calls of `--mb` MiB each that stay in the kernel
+// a long time (Probe.populate), a second apart: under a CPU quota the cgroup repays that time with
+// every thread stopped, and the node's control thread says so when it stalls.
+troupe::Co<void> kernelTime(Job& job) {
+  uint32_t mb = 3072, rounds = 3;
+  auto& args = job.args();
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--mb") mb = std::stoul(args[i + 1]);
+    if (args[i] == "--rounds") rounds = std::stoul(args[i + 1]);
+  }
+  auto data = job.spawn<probe::Probe>("probe.Probe", troupe::Placement::group("data_group").cpus(0),
+                                      labelled("kernel-time"));
+  co_await data.pingRequest().send();
+  for (uint32_t i = 0; i < rounds; ++i) {
+    auto req = data.populateRequest();
+    req.setMb(mb);
+    auto r = co_await req.send();
+    say("POPULATED " + std::to_string(mb) + " MiB in " + std::to_string(r.getMs()) + " ms");
+    co_await job.timer().afterDelay(1 * kj::SECONDS);
+  }
+  say("DONE");
+}
+
 // Two calls that fail for a reason the app caused, each printed as the caller sees it: one
 // through a reference made for another interface than the actor serves, one to an actor whose
 // node the test kills (the test sends SIGKILL on "ERRORS-READY <host>").
@@ -499,6 +522,7 @@ Scenario runtimeScenario(const std::string& name) {
     return [](Job& job) -> kj::Promise<void> { return restartWaitAtEnd(job); };
   if (name == "busy-head") return [](Job& job) -> kj::Promise<void> { return busyHead(job); };
   if (name == "stall") return [](Job& job) -> kj::Promise<void> { return stall(job); };
+  if (name == "kernel-time") return [](Job& job) -> kj::Promise<void> { return kernelTime(job); };
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };

@@ -97,6 +97,20 @@ TEST_CASE("cgroup v1 quotas and memory limits are read where v1 holds the contro
   CHECK(m.cgroupMemory == 1ull << 30);
 }
 
+TEST_CASE("the time a CPU quota throttled is read from cpu.stat along the cgroup's ancestors",
+          "[node-size]") {
+  CHECK(parseThrottledUs("usage_usec 9\nnr_throttled 3\nthrottled_usec 4053000\n") == 4053000u);
+  CHECK(parseThrottledUs("nr_periods 5\nnr_throttled 2\nthrottled_time 2500000\n") == 2500u);
+  CHECK(parseThrottledUs("usage_usec 9\n") == std::nullopt);
+  FakeRoot r;
+  cgroupV2Machine(r);
+  r.write("sys/fs/cgroup/job/cpu.stat", "throttled_usec 7\n");
+  r.write("sys/fs/cgroup/job/step/cpu.stat", "throttled_usec 0\n");
+  auto files = cgroupCpuStatFiles(r.path());
+  CHECK(files == std::vector<std::string>{r.path() + "/sys/fs/cgroup/job/step/cpu.stat",
+                                          r.path() + "/sys/fs/cgroup/job/cpu.stat"});
+}
+
 TEST_CASE("a container's cgroup namespace mount starts at the container's cgroup", "[node-size]") {
   FakeRoot r;
   r.write("proc/self/mountinfo",

@@ -91,6 +91,15 @@ MachineFacts probeMachine(const std::string& root = "");
 // proc/driver/nvidia/gpus/<entries>, dev/neuron<N>. Unreadable or malformed files throw
 // ConfigError naming the file.
 
+// -- CPU throttling --
+
+std::vector<std::string> cgroupCpuStatFiles(const std::string& root = "");
+// The cpu.stat files of this process's cgroup and of each ancestor up to its mount (the v2
+// hierarchy, and v1's holding "cpu"), where they exist: where a CPU quota throttles this process.
+std::optional<uint64_t> parseThrottledUs(const std::string& cpuStat);
+// cpu.stat's time throttled, in microseconds: v2 "throttled_usec N", v1 "throttled_time N" (ns).
+// None without either line.
+
 struct SizeFlags {
   unsigned vcpus = 0, gpus = 0;  // --vcpus, --gpus; 0: not given
   uint64_t memoryBytes = 0;      // --memory-bytes; 0: not given

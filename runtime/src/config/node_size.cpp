@@ -304,6 +304,33 @@ std::optional<uint64_t> parseMemTotal(const std::string& meminfo) {
   return std::nullopt;
 }
 
+std::vector<std::string> cgroupCpuStatFiles(const std::string& root) {
+  std::vector<std::string> files;
+  for (auto& dir : cgroupDirs(root, "cpu")) {
+    std::optional<int> none;
+    std::string from;
+    lowestUpwards<int>(
+        dir,
+        [&](const std::string& folder, std::string&) -> std::optional<int> {
+          if (fs::exists(folder + "/cpu.stat")) files.push_back(folder + "/cpu.stat");
+          return std::nullopt;
+        },
+        none, from);
+  }
+  return files;
+}
+
+std::optional<uint64_t> parseThrottledUs(const std::string& cpuStat) {
+  std::stringstream ss(cpuStat);
+  std::string key;
+  uint64_t value = 0;
+  while (ss >> key >> value) {
+    if (key == "throttled_usec") return value;
+    if (key == "throttled_time") return value / 1000;
+  }
+  return std::nullopt;
+}
+
 MachineFacts probeMachine(const std::string& root) {
   MachineFacts m;
   probeCpus(root, m);

@@ -439,6 +439,13 @@ int64_t ControlClient::frozenMs() {
   return std::max(frozenMs_, late > int64_t(settings_.nodeTimeoutMs) ? late : 0);
 }
 
+std::string ControlClient::frozenNote() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (frozenMs_ > 0) return throttleNote(frozenHeld_);
+  int64_t late = nextBeat_ == SteadyTime::max() ? 0 : msBetween(nextBeat_, Clock::now());
+  return late > int64_t(settings_.nodeTimeoutMs) ? throttleNote(throttle_.since()) : "";
+}
+
 std::string ControlClient::roundTrips() {
   std::vector<float> ms;
   uint64_t answered;
@@ -515,6 +522,7 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
           .then([this, &stream, expected]() {
             auto now = Clock::now();
             int64_t late = std::max<int64_t>(0, msBetween(expected, now));
+            ThrottleWatch::Held held;
             {
               // However late this round runs is this thread's own stall (the process was frozen
               // or starved): the head's answers may be waiting unread. It is not the head's
@@ -523,13 +531,17 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
               std::lock_guard<std::mutex> lock(client.mutex_);
               client.nextBeat_ = SteadyTime::max();  // not waiting on the timer while it writes
               client.lastHeard_ = std::min(now, client.lastHeard_ + std::chrono::milliseconds(late));
+              held = client.throttle_.since();
+              client.throttle_.mark();
               if (late > client.settings_.nodeTimeoutMs) {
                 client.frozenMs_ = late;
+                client.frozenHeld_ = held;
                 client.thawedAt_ = now;
               }
             }
             if (late > client.settings_.heartbeatMs) {
-              spdlog::warn("this node's control thread stalled for {} ms", late);
+              spdlog::warn("this node's control thread stalled for {} ms{}", late,
+                           throttleNote(held));
             }
             auto message = kj::heap<capnp::MallocMessageBuilder>(64);
             message->initRoot<proto::ControlBeat>().setSeq(++seq);

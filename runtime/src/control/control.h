@@ -29,6 +29,7 @@
 #include <kj/async-io.h>
 
 #include "control/detector.h"
+#include "control/throttle.h"
 #include "net/secure.h"
 #include "troupe/run_options.h"
 
@@ -146,6 +147,9 @@ class ControlClient final : public ControlThread {
   // The head has answered at least once on this path.
   // The head answered "fenced": why it declared this node lost.
   int64_t frozenMs();
+  std::string frozenNote();
+  // What held that stall back, when a cgroup's CPU quota did (throttle.h): "; its cgroup's ..." or
+  // "".
   std::string roundTrips();
   // "N heartbeats answered, round trip p50 X ms, p99 Y ms, max Z ms" (the last 10,000).
   // This thread's last stall past the node timeout (the head has fenced this node, unless it
@@ -160,6 +164,8 @@ class ControlClient final : public ControlThread {
   SteadyTime lastHeard_ = std::chrono::steady_clock::now();
   std::optional<std::string> fenced_;
   int64_t frozenMs_ = 0;
+  ThrottleWatch throttle_;            // marked at every heartbeat round
+  ThrottleWatch::Held frozenHeld_;  // what the quota held of the stall frozenMs_ says
   SteadyTime thawedAt_{};
   SteadyTime nextBeat_ = SteadyTime::max();
   std::vector<float> roundTripsMs_;  // a ring of the last 10,000

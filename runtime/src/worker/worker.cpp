@@ -226,7 +226,8 @@ class Worker::Impl {
                                     std::to_string(behind / kj::MILLISECONDS) +
                                     " ms, past the node timeout (" +
                                     std::to_string(node_.options().nodeTimeoutMs) +
-                                    " ms), and the head has cut it off (" + why + ")");
+                                    " ms), and the head has cut it off (" + why + ")" +
+                                    control_->frozenNote());
       return;
     }
     node_.requestExit(HEAD_LOST,
