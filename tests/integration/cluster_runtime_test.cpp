@@ -353,3 +353,17 @@ TEST_CASE("a node stalled by its CPU quota says the quota held it back, and trou
   CHECK(sharedOut.find("was lost") == std::string::npos);
   CHECK(shared.leftovers().empty());
 }
+
+// A spawn hands out the actor's address at once; another actor that resolves it on the actor's
+// node before the head's host() call has arrived there waits for it (NodeRuntime::findOrAwait).
+TEST_CASE("an actor called by address before its node has hosted it gets the call once hosted",
+          "[cluster][address]") {
+  Run run(harness::sim(kThree, probe("early-resolve")));
+  REQUIRE_OUTPUT(run, "EARLY-RESOLVE: ", 60s);
+  CHECK(run.wait(60s) == 0);
+  auto out = run.output();
+  INFO(out);
+  CHECK(out.find("EARLY-RESOLVE: 1 call answered") != std::string::npos);
+  CHECK(out.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}

@@ -464,6 +464,46 @@ troupe::Co<void> kernelTime(Job& job) {
   say("DONE");
 }
 
+// An actor's address used by another actor before the actor is hosted: a spawn hands the address
+// out at once, and here the head's host() call to node X is held up behind 48 MiB on the head's
+// connection to X (X's loop held meanwhile), while B on node Y looks the actor up by name and
+// calls it over Y's own connection to X, which arrives first. X waits for the host() it has not
+// seen yet and answers; before, it said the actor "is not hosted" and the call failed.
+troupe::Co<void> earlyResolve(Job& job) {
+  auto data = troupe::Placement::group("data_group").cpus(0);
+  auto holder = job.spawn<probe::Probe>("probe.Probe", data, labelled("holder"));
+  auto x = holder.address().host;
+  auto caller = job.spawn<probe::Probe>(
+      "probe.Probe", troupe::Placement::group("data_group").cpus(0).labels("host!=" + x),
+      labelled("caller"));
+  co_await holder.pingRequest().send();
+  co_await caller.pingRequest().send();
+  auto hold = holder.workRequest();
+  hold.setSpinUs(1500 * 1000);
+  auto held = hold.send().ignoreResult();
+  co_await job.timer().afterDelay(300 * kj::MILLISECONDS);
+  auto bulk = holder.echoRequest();
+  bulk.setPayload(kj::heapArray<kj::byte>(48u << 20));
+  auto echoed = bulk.send().ignoreResult();
+  auto late = job.spawn<probe::Probe>(
+      "probe.Probe", troupe::Placement::any().labels("host=" + x).cpus(0), labelled("late"));
+  auto feed = caller.feedRequest();
+  feed.setConsumer("late");
+  feed.setCount(1);
+  feed.setBytes(16);
+  feed.setWindow(1);
+  try {
+    auto r = co_await feed.send();
+    say("EARLY-RESOLVE: " + std::to_string(r.getSent()) + " call answered");
+  } catch (const kj::Exception& e) {
+    say(std::string("EARLY-RESOLVE: failed: ") + e.getDescription().cStr());
+  }
+  co_await kj::mv(held);
+  co_await kj::mv(echoed);
+  co_await late.pingRequest().send();
+  say("DONE");
+}
+
 // Two calls that fail for a reason the app caused, each printed as the caller sees it: one
 // through a reference made for another interface than the actor serves, one to an actor whose
 // node the test kills (the test sends SIGKILL on "ERRORS-READY <host>").
@@ -523,6 +563,8 @@ Scenario runtimeScenario(const std::string& name) {
   if (name == "busy-head") return [](Job& job) -> kj::Promise<void> { return busyHead(job); };
   if (name == "stall") return [](Job& job) -> kj::Promise<void> { return stall(job); };
   if (name == "kernel-time") return [](Job& job) -> kj::Promise<void> { return kernelTime(job); };
+  if (name == "early-resolve")
+    return [](Job& job) -> kj::Promise<void> { return earlyResolve(job); };
   if (name == "gang") return [](Job& job) -> kj::Promise<void> { return gang(job); };
   if (name == "deadlines") return [](Job& job) -> kj::Promise<void> { return deadlines(job); };
   if (name == "stop-timeout") return [](Job& job) -> kj::Promise<void> { return stopTimeout(job); };

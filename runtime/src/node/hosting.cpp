@@ -39,7 +39,25 @@ proto::Actor::Client NodeRuntime::host(proto::SpawnSpec::Reader spec, ActorAddre
                        .eagerlyEvaluate(nullptr);
   spdlog::debug("hosting {}", address.describe());
   actors_.emplace(id, kj::mv(hosted));
+  hostedEver_.insert(id);
+  auto waiting = awaitingHost_.find(id);
+  if (waiting != awaitingHost_.end()) {
+    for (auto& f : waiting->second) f->fulfill();
+    awaitingHost_.erase(waiting);
+  }
   return created.client;
+}
+
+kj::Promise<kj::Maybe<proto::Actor::Client>> NodeRuntime::findOrAwait(uint64_t id) {
+  KJ_IF_MAYBE(client, find(id)) { return kj::Maybe<proto::Actor::Client>(*client); }
+  if (hostedEver_.count(id) > 0 || exiting()) return kj::Maybe<proto::Actor::Client>(nullptr);
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  awaitingHost_[id].push_back(kj::mv(paf.fulfiller));
+  return loop_.timer()
+      .timeoutAfter(kHostAwait, kj::mv(paf.promise))
+      .then([this, id]() { return find(id); },
+            // Not hosted within the bound (or this node is going away): nothing.
+            [](kj::Exception&&) { return kj::Maybe<proto::Actor::Client>(nullptr); });
 }
 
 kj::Maybe<proto::Actor::Client> NodeRuntime::find(uint64_t id) {

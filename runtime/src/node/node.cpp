@@ -86,14 +86,17 @@ class NodeServer final : public proto::Node::Server {
   }
   kj::Promise<void> resolve(ResolveContext call) override {
     auto id = call.getParams().getId();
-    KJ_IF_MAYBE(client, node_.find(id)) {
-      call.getResults().setActor(*client);
-      return kj::READY_NOW;
-    }
-    return KJ_EXCEPTION(DISCONNECTED,
-                        kj::str("actor #", id, " is not hosted on ", node_.info().host(),
-                                ": it has exited or lives elsewhere now; ask the "
-                                "cluster for its current address"));
+    return node_.findOrAwait(id).then(
+        [this, call, id](kj::Maybe<proto::Actor::Client> found) mutable -> kj::Promise<void> {
+          KJ_IF_MAYBE(client, found) {
+            call.getResults().setActor(*client);
+            return kj::READY_NOW;
+          }
+          return KJ_EXCEPTION(DISCONNECTED,
+                              kj::str("actor #", id, " is not hosted on ", node_.info().host(),
+                                      ": it has exited or lives elsewhere now; ask the "
+                                      "cluster for its current address"));
+        });
   }
   kj::Promise<void> stop(StopContext call) override {
     auto p = call.getParams();

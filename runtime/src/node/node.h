@@ -7,6 +7,7 @@
 #include <kj/async-io.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,11 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   // -- hosting --
   proto::Actor::Client host(proto::SpawnSpec::Reader spec, ActorAddress address);
   kj::Maybe<proto::Actor::Client> find(uint64_t id);
+  kj::Promise<kj::Maybe<proto::Actor::Client>> findOrAwait(uint64_t id);
+  // find(), and for an id never hosted here yet, its host() awaited up to kHostAwait: a spawn
+  // hands out the actor's address at once, and another actor may resolve it here before the
+  // head's host() call has arrived. An id hosted here before, now gone, answers nothing at once.
+  static constexpr kj::Duration kHostAwait = 10 * kj::SECONDS;
   kj::Promise<void> stopActor(uint64_t id, Exit reason, kj::Duration timeout);
   // Runs the actor's onStop() within `timeout`, then drops it.
   void killActor(uint64_t id, Exit reason);
@@ -231,6 +237,8 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   uint64_t nextPeerGeneration_ = 0;
   std::map<uint64_t, Hosted> actors_;    // by id, which is start order
   std::map<uint64_t, Hosted> retiring_;  // exited, waiting for their calls and pool jobs to end
+  std::set<uint64_t> hostedEver_;        // every id host() has started here
+  std::map<uint64_t, std::vector<kj::Own<kj::PromiseFulfiller<void>>>> awaitingHost_;
   uint64_t nextRetired_ = 0;
   std::vector<ActorAddress> headActors_;
   std::map<uint64_t, uint32_t> incarnations_;  // noteRestart(): actor id -> newest incarnation
