@@ -8,8 +8,8 @@
 // share, and a quota would add only its stalls. A quota's period refills at its rate: kernel time
 // spent past it (a long system call, page reclaim) is a debt repaid before any thread of the
 // cgroup runs again. On this VM (Linux 6.18) a 0.5-CPU cgroup whose thread spent ~0.7 s in one
-// system call froze for 1.3-2.5 s, a sleeping thread of it too; in `make test` beside busy loops a
-// healthy data instance froze 4-9 s, its event loop and control thread alike, and was fenced.
+// system call froze for 1.3-2.5 s, a sleeping thread of it too (a test: cluster_runtime_test.cpp,
+// "a node stalled by its CPU quota ...").
 
 #pragma once
 

@@ -395,10 +395,13 @@ kj::Promise<void> ControlServer::judge(kj::Timer& timer) {
         declared.push_back({id, p.fencedWhy});
       }
     }
+    // Read on this thread only; a tick a tenth of a heartbeat apart.
+    auto held = throttle_.since();
+    throttle_.mark();
     if (late > settings_.heartbeatMs) {
       spdlog::warn("the head's control thread stalled for {:.0f} ms; not counted against the "
-                   "workers",
-                   late);
+                   "workers{}",
+                   late, throttleNote(held));
     }
     for (auto& [id, why] : declared) {
       spdlog::debug("control path: node {} is lost: {}", id, why);
