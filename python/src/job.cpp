@@ -161,7 +161,7 @@ class Job {
     auto places = rankPlaces(job, spec.batched);
     auto ranks = static_cast<uint32_t>(places.size());
     std::string masterAddr = hostOf(job.node().address().cStr());
-    uint16_t masterPort = ranks > 1 ? freePort() : 0;
+    uint16_t masterPort = freePort();  // one rank too: torchrun sets it for one process
     std::vector<troupe::Ref<hetero::Trainer>> trainers;
     for (uint32_t rank = 0; rank < ranks; ++rank) {
       trainers.push_back(job.spawn<hetero::Trainer>(

@@ -241,6 +241,22 @@ class AugmentedBatches:
 
 # -- troupe.data.DataLoader: a script's own Dataset on the data group --------------------------
 
+class _RankShare:
+    """``DataLoader.sampler``: what a DDP script asks of a DistributedSampler."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+    def __len__(self):
+        loader = self._loader
+        _, used, _ = _native.epoch_order(len(loader.dataset), 0, 0, False, loader.batch_size,
+                                         loader.drop_last, loader.rank, loader.world_size)
+        return used
+
+
 class DataLoader:
     """torch's ``DataLoader``, its workers moved to the data group (docs/pytorch.md)::
 
@@ -386,10 +402,11 @@ class DataLoader:
         """This process's DDP rank, into the environment as torchrun sets it."""
         rank = _native.rank()
         self.rank, self.world_size = rank["RANK"], rank["WORLD_SIZE"]
+        # torch.distributed.init_process_group() reads them; set for one rank too, as torchrun
+        # --nproc_per_node 1 does, so a DDP script runs unchanged on one instance.
+        for name, value in rank.items():
+            os.environ[name] = str(value)
         if self.world_size > 1:
-            # torch.distributed.init_process_group() reads them.
-            for name, value in rank.items():
-                os.environ[name] = str(value)
             print(f"troupe.data: DDP rank {self.rank} of {self.world_size}, local rank "
                   f"{rank['LOCAL_RANK']} of {rank['LOCAL_WORLD_SIZE']} (MASTER_ADDR="
                   f"{rank['MASTER_ADDR']} MASTER_PORT={rank['MASTER_PORT']}): {len(self)} "
@@ -448,6 +465,12 @@ class DataLoader:
                                              self.drop_last, self.rank, self.world_size)
             self._length = (used + self.batch_size - 1) // self.batch_size
         return self._length
+
+    @property
+    def sampler(self):
+        """For code written for DistributedSampler: ``loader.sampler.set_epoch(epoch)`` is
+        :meth:`set_epoch`, ``len(loader.sampler)`` this rank's samples an epoch."""
+        return _RankShare(self)
 
     def set_epoch(self, epoch):
         """For code written for DistributedSampler: the next ``iter()`` must be epoch ``epoch``

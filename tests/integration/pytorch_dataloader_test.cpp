@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "harness.h"
 #include "pytorch_test.h"
@@ -415,3 +417,80 @@ for epoch in range(2):
   CHECK(run.leftovers().empty());
 }
 
+
+TEST_CASE("a torchrun DDP script outside the tree, its DataLoader statement changed, trains under "
+          "troupe sim alone and as 2 DDP ranks, every sample once an epoch as the script counts",
+          "[pytorch][dataloader][ddp][example]") {
+  SKIP_WITHOUT_TORCH();
+  // The user's script (examples/pytorch/train_ddp_plain.py), copied out of the tree. First as
+  // torchrun runs it: two processes with the environment torchrun sets (Debian's torchrun 1.13
+  // itself does not start under Python 3.11).
+  auto dir = tempPath("ddp-example");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto plain = harness::readFile(DDP_EXAMPLE_PLAIN);
+  std::ofstream(dir + "/plain.py") << plain;
+  const std::vector<std::string> args = {"--samples", "1000", "--epochs", "3"};
+  auto epochLine = [](int epoch, const std::string& steps) {
+    return std::regex("epoch " + std::to_string(epoch) + "/3: 1000 samples, 1000 distinct of " +
+                      "1000, steps per rank \\[" + steps + "\\], train accuracy ([0-9.]+)");
+  };
+  auto checkEpochs = [&](const std::string& out, const std::string& steps) {
+    for (int e = 1; e <= 3; ++e) {
+      INFO("epoch " << e);
+      std::smatch m;
+      REQUIRE(std::regex_search(out, m, epochLine(e, steps)));
+      if (e == 3) CHECK(std::stod(m[1]) > 0.5);  // four classes: chance 0.25
+    }
+  };
+  {
+    std::random_device seed;
+    auto port = std::to_string(20000 + seed() % 20000);
+    std::vector<std::unique_ptr<Run>> ranks;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> argv = {PYTHON3, dir + "/plain.py"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      ranks.push_back(std::make_unique<Run>(
+          argv, std::vector<std::string>{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+                                         "RANK=" + std::to_string(r), "WORLD_SIZE=2",
+                                         "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2"}));
+    }
+    CHECK(ranks[1]->wait(240s) == 0);
+    CHECK(ranks[0]->wait(60s) == 0);
+    auto out = ranks[0]->output();
+    INFO("torch's own launch, rank 0:\n" << out << "\nrank 1:\n" << ranks[1]->output());
+    checkEpochs(out, "16, 16");
+  }
+  // The one statement docs/pytorch.md changes: torch's DataLoader (and its DistributedSampler)
+  // becomes troupe.data's.
+  auto from = std::string(
+      "DataLoader(dataset, args.batch_size, num_workers=2, sampler=DistributedSampler(\n"
+      "        dataset, num_replicas=int(os.environ[\"WORLD_SIZE\"]), "
+      "rank=int(os.environ[\"RANK\"])))");
+  auto at = plain.find(from);
+  REQUIRE(at != std::string::npos);
+  auto mine = plain;
+  mine.replace(at, from.size(), "troupe.data.DataLoader(dataset, args.batch_size, shuffle=True)");
+  auto imports = mine.find("import torch\n");
+  REQUIRE(imports != std::string::npos);
+  mine.insert(imports, "import troupe.data\n");
+  std::ofstream(dir + "/mine.py") << mine;
+  std::vector<std::string> app = {PYTHON3, dir + "/mine.py"};
+  app.insert(app.end(), args.begin(), args.end());
+  // Alone (one dnn instance, one rank: troupe sets what torchrun sets for one process), then 2
+  // dnn instances, 2 DDP ranks.
+  for (auto [cluster, instances, steps] :
+       {std::make_tuple(kCluster, 3, "32"), std::make_tuple(kTwoRanks, 4, "16, 16")}) {
+    Run run(harness::sim(cluster, app), pythonEnv());
+    int code = run.wait(300s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(out.find("troupe sim: all " + std::to_string(instances) + " instances exited 0") !=
+          std::string::npos);
+    CHECK((out.find("DDP: 2 ranks") != std::string::npos) == (instances == 4));
+    checkEpochs(out, steps);
+    CHECK(run.leftovers().empty());
+  }
+  fs::remove_all(dir);
+}

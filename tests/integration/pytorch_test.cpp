@@ -358,6 +358,40 @@ TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's 
   }
 }
 
+TEST_CASE("bench_ddp runs one DDP rank and two on the same data group and says each rank's data "
+          "wait, with loose floors",
+          "[pytorch][bench][ddp]") {
+  SKIP_WITHOUT_TORCH();
+  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
+      0) {
+    WARN("skipping: torchvision cannot be imported by " << PYTHON3
+                                                        << ": install python3-torchvision");
+    return;
+  }
+  auto out = tempPath("bench-ddp.json");
+  auto data = tempPath("bench-ddp-images");
+  auto make = std::string(MAKE_IMAGES) + " " + data + " --samples 1200 --test-samples 100";
+  REQUIRE(std::system((make + " > /dev/null 2>&1").c_str()) == 0);
+  auto command = std::string(PYTHON3) + " " + BENCH_DDP + " --build " + BUILD_DIR + " --data " +
+                 data + " --rounds 1 --epochs 2 --json > " + out + " 2>&1";
+  int code = std::system(command.c_str());
+  auto text = harness::readFile(out);
+  unlink(out.c_str());
+  fs::remove_all(data);
+  INFO(text);
+  REQUIRE(code == 0);
+  auto j = nlohmann::json::parse(text);
+  REQUIRE(j["rounds"].size() == 1);
+  auto& round = j["rounds"][0];
+  CHECK(round["one_rank_images_per_s"].get<double>() > 20);
+  CHECK(round["two_ranks_images_per_s"].get<double>() > 20);
+  REQUIRE(round["two_ranks_wait_ms_per_batch"].size() == 2);
+  // Loose bounds: ten seconds' wait a batch is a broken feed, not a slow machine.
+  CHECK(round["one_rank_wait_ms_per_batch"].get<double>() >= 0);
+  CHECK(round["one_rank_wait_ms_per_batch"].get<double>() < 10000);
+  for (auto& w : round["two_ranks_wait_ms_per_batch"]) CHECK(w.get<double>() >= 0);
+}
+
 TEST_CASE("the installed package feeds a plain script written outside the tree",
           "[pytorch][package]") {
   SKIP_WITHOUT_TORCH();

@@ -1,0 +1,73 @@
+"""ddp_wait: how long each DDP rank waits for its batches from troupe.data.DataLoader, run on every
+instance by bench_ddp.py:
+
+    ddp_wait.py DATA --report R [--epochs N] [--step-ms T] [--batch-size B]
+
+train_images.py's ImageFolder and torchvision transforms on the data group; on each rank a step
+that stands for a GPU's: a sleep of T ms, then an all_reduce of one number (DDP's collective, which
+keeps the ranks in step). Data wait: the time a rank spends in next() on the loader. Rank 0 gathers
+every rank's figures and writes R: {"ranks", "epochs": [{"wait_s": [per rank], "seconds",
+"batches": [per rank], "samples"}...]}.
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torchvision
+from torchvision import transforms
+
+import troupe.data
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("data")
+    p.add_argument("--report", required=True)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--step-ms", type=float, default=150)
+    p.add_argument("--batch-size", type=int, default=64)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transforms.Compose([
+        transforms.RandomResizedCrop(32, scale=(0.5, 1.0)), transforms.RandomHorizontalFlip(),
+        transforms.ColorJitter(0.4, 0.4, 0.4), transforms.ToTensor(),
+        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
+    loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    epochs = []
+    for _ in range(args.epochs):
+        start, wait, batches, samples = time.perf_counter(), 0.0, 0, 0
+        it = iter(loader)
+        while True:
+            asked = time.perf_counter()
+            try:
+                _, labels = next(it)
+            except StopIteration:
+                break
+            wait += time.perf_counter() - asked
+            time.sleep(args.step_ms / 1000)
+            dist.all_reduce(torch.ones(1))
+            batches += 1
+            samples += len(labels)
+        everyone = [None] * world
+        dist.all_gather_object(everyone, (wait, batches, samples))
+        epochs.append({"wait_s": [w for w, _, _ in everyone],
+                       "batches": [b for _, b, _ in everyone],
+                       "samples": sum(s for _, _, s in everyone),
+                       "seconds": time.perf_counter() - start})
+        if rank == 0:
+            waits = [round(w, 2) for w in epochs[-1]["wait_s"]]
+            print(f"ddp_wait: {world} ranks, {epochs[-1]['samples']} samples in "
+                  f"{epochs[-1]['seconds']:.1f} s, waits {waits} s", flush=True)
+    if rank == 0:
+        with open(args.report, "w") as f:
+            json.dump({"ranks": world, "epochs": epochs}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
