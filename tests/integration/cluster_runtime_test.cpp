@@ -292,6 +292,13 @@ TEST_CASE("a node whose log nobody reads does not block on it: lines are dropped
 TEST_CASE("a node stalled by its CPU quota says the quota held it back, and troupe sim's default "
           "budget (a weight, no quota) stalls no node",
           "[cluster][control][cpu-quota]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan the 3 GiB MAP_POPULATE takes 5 s, holding the process's memory-map lock: every
+  // thread that faults meanwhile waits, the control thread too, and the node loses the head.
+  WARN("skipping: under AddressSanitizer a 3 GiB MAP_POPULATE stalls every thread of the process "
+       "on its memory-map lock, quota or not");
+  return;
+#endif
   const std::string stalled = "this node's control thread stalled for ";
   const std::string held = "; its cgroup's CPU quota throttled it ";
   // The data nodes' stall lines of a run's output.

@@ -344,12 +344,7 @@ TEST_CASE("a torch DataLoader script outside the tree, one line changed (and the
           "with torchvision's transforms on the data group",
           "[pytorch][dataloader][example]") {
   SKIP_WITHOUT_TORCH();
-  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
-      0) {
-    WARN("skipping: torchvision cannot be imported by " << PYTHON3
-                                                        << ": install python3-torchvision");
-    return;
-  }
+  SKIP_WITHOUT_TORCHVISION();
   // The user's script (examples/pytorch/train_images_plain.py), copied out of the tree and
   // changed as docs/pytorch.md says: torch's DataLoader becomes troupe.data's.
   auto dir = tempPath("dataloader-example");

@@ -321,12 +321,7 @@ TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's 
           "handoff, with loose floors (a 10x regression fails)",
           "[pytorch][bench]") {
   SKIP_WITHOUT_TORCH();
-  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
-      0) {
-    WARN("skipping: torchvision cannot be imported by " << PYTHON3
-                                                        << ": install python3-torchvision");
-    return;
-  }
+  SKIP_WITHOUT_TORCHVISION();
   auto out = tempPath("bench-dataloader.json");
   auto data = tempPath("bench-dataloader-images");
   // A small ImageFolder of its own (make_images: 6,000 + 1,000 by default; the bench's figures in
@@ -362,12 +357,7 @@ TEST_CASE("bench_ddp runs one DDP rank and two on the same data group and says e
           "wait, with loose floors",
           "[pytorch][bench][ddp]") {
   SKIP_WITHOUT_TORCH();
-  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) !=
-      0) {
-    WARN("skipping: torchvision cannot be imported by " << PYTHON3
-                                                        << ": install python3-torchvision");
-    return;
-  }
+  SKIP_WITHOUT_TORCHVISION();
   auto out = tempPath("bench-ddp.json");
   auto data = tempPath("bench-ddp-images");
   auto make = std::string(MAKE_IMAGES) + " " + data + " --samples 1200 --test-samples 100";

@@ -44,6 +44,15 @@ inline std::string whyNoTorch() {
     return;                                      \
   }
 
+// Where PyTorch imports but torchvision does not: the cases that use its transforms skip.
+#define SKIP_WITHOUT_TORCHVISION()                                                             \
+  if (std::system((std::string(PYTHON3) + " -c 'import torchvision' > /dev/null 2>&1").c_str()) \
+      != 0) {                                                                                  \
+    WARN("skipping: torchvision cannot be imported by " << PYTHON3                            \
+                                                        << ": install python3-torchvision");   \
+    return;                                                                                    \
+  }
+
 // The head's output/failure of a run started with --keep (its roots are removed).
 inline std::string headFailure(Run& run) {
   auto roots = harness::rootsOf(run);

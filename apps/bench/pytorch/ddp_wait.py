@@ -11,15 +11,13 @@ every rank's figures and writes R: {"ranks", "epochs": [{"wait_s": [per rank], "
 """
 import argparse
 import json
-import os
 import time
 
 import torch
 import torch.distributed as dist
-import torchvision
-from torchvision import transforms
 
 import troupe.data
+from feed_rate import image_folder  # the same ImageFolder and transforms as bench_dataloader's
 
 
 def main():
@@ -31,10 +29,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     args = p.parse_args()
     torch.set_num_threads(1)
-    train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transforms.Compose([
-        transforms.RandomResizedCrop(32, scale=(0.5, 1.0)), transforms.RandomHorizontalFlip(),
-        transforms.ColorJitter(0.4, 0.4, 0.4), transforms.ToTensor(),
-        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
+    train = image_folder(args.data)
     loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

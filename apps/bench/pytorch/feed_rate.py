@@ -20,6 +20,14 @@ import torchvision
 from torchvision import transforms
 
 
+def image_folder(data):
+    """train_images.py's training set: DATA/train as an ImageFolder, with its transforms."""
+    return torchvision.datasets.ImageFolder(os.path.join(data, "train"), transforms.Compose([
+        transforms.RandomResizedCrop(32, scale=(0.5, 1.0)), transforms.RandomHorizontalFlip(),
+        transforms.ColorJitter(0.4, 0.4, 0.4), transforms.ToTensor(),
+        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
+
+
 def pin_worker(cpu):
     def init(_):
         os.sched_setaffinity(0, {cpu})
@@ -39,10 +47,7 @@ def main():
                         "for a model slower than the feed")
     args = p.parse_args()
     torch.set_num_threads(1)
-    train = torchvision.datasets.ImageFolder(os.path.join(args.data, "train"), transforms.Compose([
-        transforms.RandomResizedCrop(32, scale=(0.5, 1.0)), transforms.RandomHorizontalFlip(),
-        transforms.ColorJitter(0.4, 0.4, 0.4), transforms.ToTensor(),
-        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
+    train = image_folder(args.data)
     if args.loader == "torch":
         loader = torch.utils.data.DataLoader(train, args.batch_size, shuffle=True, num_workers=1,
                                              persistent_workers=True,
