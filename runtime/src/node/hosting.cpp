@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "node/node.h"
 #include "trace/trace_collect.h"
 #include "troupe/exit_codes.h"
@@ -51,6 +53,13 @@ proto::Actor::Client NodeRuntime::host(proto::SpawnSpec::Reader spec, ActorAddre
 kj::Promise<kj::Maybe<proto::Actor::Client>> NodeRuntime::findOrAwait(uint64_t id) {
   KJ_IF_MAYBE(client, find(id)) { return kj::Maybe<proto::Actor::Client>(*client); }
   if (hostedEver_.count(id) > 0 || exiting()) return kj::Maybe<proto::Actor::Client>(nullptr);
+  // Waits that ended (timed out, their caller gone) leave fulfillers nobody waits on.
+  for (auto it = awaitingHost_.begin(); it != awaitingHost_.end();) {
+    auto& waits = it->second;
+    waits.erase(std::remove_if(waits.begin(), waits.end(), [](auto& f) { return !f->isWaiting(); }),
+                waits.end());
+    it = waits.empty() ? awaitingHost_.erase(it) : std::next(it);
+  }
   auto paf = kj::newPromiseAndFulfiller<void>();
   awaitingHost_[id].push_back(kj::mv(paf.fulfiller));
   return loop_.timer()
