@@ -254,10 +254,10 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     if (in.cpuQuota <= 0) continue;
     auto name = "troupe-sim-" + std::to_string(getpid()) + "-" + std::to_string(number) + "-" + in.host;
     // The default budget is a weight: a quota's debt freezes a whole instance (cpu_quota.h).
-    bool capped = !(in.cpuScale > 0 && spec_.cpuScale == JobSpec::kAutoCpuScale);
-    in.cgroup = std::make_unique<CpuQuotaCgroup>(name, in.cpuQuota, capped);
+    bool defaultBudget = in.cpuScale > 0 && spec_.cpuScale == JobSpec::kAutoCpuScale;
+    in.cgroup = std::make_unique<CpuQuotaCgroup>(name, in.cpuQuota, !defaultBudget);
     if (in.cgroup->why().empty()) continue;
-    if (in.cpuScale > 0 && spec_.cpuScale == JobSpec::kAutoCpuScale) {
+    if (defaultBudget) {
       // The default budget where cgroups cannot be made: none, said on one line.
       noBudget = in.cgroup->why();
       for (auto& other : instances) {

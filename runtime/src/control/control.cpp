@@ -395,13 +395,16 @@ kj::Promise<void> ControlServer::judge(kj::Timer& timer) {
         declared.push_back({id, p.fencedWhy});
       }
     }
-    // Read on this thread only; a tick a tenth of a heartbeat apart.
-    auto held = throttle_.since();
-    throttle_.mark();
+    // What held this thread back (throttle.h), read on this thread only: marked once a
+    // heartbeat interval, not every tick, and read out after a stall.
     if (late > settings_.heartbeatMs) {
       spdlog::warn("the head's control thread stalled for {:.0f} ms; not counted against the "
                    "workers{}",
-                   late, throttleNote(held));
+                   late, throttleNote(throttle_.since()));
+    }
+    if (late > settings_.heartbeatMs || now - throttleMarkedMs_ >= settings_.heartbeatMs) {
+      throttle_.mark();
+      throttleMarkedMs_ = now;
     }
     for (auto& [id, why] : declared) {
       spdlog::debug("control path: node {} is lost: {}", id, why);

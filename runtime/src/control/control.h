@@ -128,6 +128,7 @@ class ControlServer final : public ControlThread {
   std::string host_;
   uint16_t port_;
   ThrottleWatch throttle_;  // the judge's, on the control thread
+  double throttleMarkedMs_ = 0;
   SteadyTime epoch_ = std::chrono::steady_clock::now();
   std::mutex mutex_;
   std::map<uint32_t, Peer> peers_;
