@@ -452,6 +452,14 @@ std::string ControlClient::frozenNote() {
   return late > int64_t(settings_.nodeTimeoutMs) ? throttleNote(throttle_.since()) : "";
 }
 
+std::string ControlClient::stallNote() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto ago = msBetween(stallAt_, Clock::now());
+  if (stallMs_ == 0 || ago > 60000) return "";
+  return "; this node's control thread had stalled " + std::to_string(stallMs_) + " ms, " +
+         std::to_string(ago) + " ms before" + throttleNote(stallHeld_);
+}
+
 std::string ControlClient::roundTrips() {
   std::vector<float> ms;
   uint64_t answered;
@@ -539,6 +547,12 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
               client.lastHeard_ = std::min(now, client.lastHeard_ + std::chrono::milliseconds(late));
               held = client.throttle_.since();
               client.throttle_.mark();
+              if (late > client.settings_.heartbeatMs &&
+                  (late >= client.stallMs_ || now - client.stallAt_ > std::chrono::minutes(1))) {
+                client.stallMs_ = late;
+                client.stallHeld_ = held;
+                client.stallAt_ = now;
+              }
               if (late > client.settings_.nodeTimeoutMs) {
                 client.frozenMs_ = late;
                 client.frozenHeld_ = held;

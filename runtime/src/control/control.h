@@ -152,6 +152,10 @@ class ControlClient final : public ControlThread {
   std::string frozenNote();
   // What held that stall back, when a cgroup's CPU quota did (throttle.h): "; its cgroup's ..." or
   // "".
+  std::string stallNote();
+  // Its longest stall past a heartbeat interval within the last minute, and what held it back:
+  // "; its control thread stalled N ms, M ms before this (...)", or "". For a node the head
+  // fenced, which may have thawed before it read the head's answer.
   std::string roundTrips();
   // "N heartbeats answered, round trip p50 X ms, p99 Y ms, max Z ms" (the last 10,000).
   // This thread's last stall past the node timeout (the head has fenced this node, unless it
@@ -169,6 +173,9 @@ class ControlClient final : public ControlThread {
   ThrottleWatch throttle_;            // marked at every heartbeat round
   ThrottleWatch::Held frozenHeld_;  // what the quota held of the stall frozenMs_ says
   SteadyTime thawedAt_{};
+  int64_t stallMs_ = 0;             // the longest recent stall past a heartbeat interval
+  ThrottleWatch::Held stallHeld_;
+  SteadyTime stallAt_{};
   SteadyTime nextBeat_ = SteadyTime::max();
   std::vector<float> roundTripsMs_;  // a ring of the last 10,000
   uint64_t answered_ = 0;  // when the beat timer is due; max while not waiting

@@ -119,7 +119,7 @@ class NodeServer final : public proto::Node::Server {
   kj::Promise<void> fence(FenceContext call) override {
     node_.requestExit(FENCED, std::string("the head declared this node lost and cut it off (") +
                                   call.getParams().getReason().cStr() +
-                                  "); its actors run elsewhere now");
+                                  "); its actors run elsewhere now" + node_.stallNote());
     return kj::READY_NOW;
   }
   kj::Promise<void> peerLost(PeerLostContext call) override {

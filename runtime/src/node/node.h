@@ -6,6 +6,7 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -166,6 +167,10 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   // ", and with it 'trainer' (train.Trainer #1)" when the head hosted actors, else "".
 
   // -- the end --
+  void setStallNote(std::function<std::string()> note) { stallNote_ = kj::mv(note); }
+  std::string stallNote() const { return stallNote_ ? stallNote_() : ""; }
+  // What the control thread saw of this node's recent stalls (ControlClient::stallNote), added to
+  // the reason of a FENCED exit: the head fences a node it stopped hearing from.
   void requestExit(int code, std::string reason);
   // Ends this process with `code` once the current turn is over. The first call wins. A node
   // that asked to leave (leaving()) and is then declared lost exits 0, as a drained one does.
@@ -258,6 +263,7 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
   const std::string* lastMethod_ = nullptr;
   int exitCode_ = -1;
   std::string exitReason_;
+  std::function<std::string()> stallNote_;  // setStallNote
   bool leaving_ = false;
   kj::Own<kj::PromiseFulfiller<void>> exitFulfiller_;
   kj::ForkedPromise<void> exitRequested_;

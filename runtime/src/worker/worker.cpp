@@ -206,6 +206,7 @@ class Worker::Impl {
     node_.tasks().add(conn->onDisconnect().then(
         [this]() { headGone("the connection closed"); },
         [this](kj::Exception&& e) { headGone(e.getDescription().cStr()); }));
+    node_.setStallNote([this]() { return control_ ? control_->stallNote() : std::string(); });
     headConnection_ = kj::mv(conn);
     auto interval = node_.options().heartbeatMs * kj::MILLISECONDS;
     node_.tasks().add(heartbeatLoop(node_.loop().timer().now() + interval));
@@ -244,7 +245,7 @@ class Worker::Impl {
       node_.loopLate(stall);  // its control thread kept the heartbeats going meanwhile
       if (auto why = control_->fenced()) {
         node_.requestExit(FENCED, "the head declared this node lost (" + *why +
-                                      "); its actors run elsewhere now");
+                                      "); its actors run elsewhere now" + control_->stallNote());
         return kj::Promise<void>(kj::READY_NOW);
       }
       // Counted from the join until the first answer: a head lost right after it is lost within
@@ -268,7 +269,8 @@ class Worker::Impl {
         if (reply.getFenced()) {
           node_.requestExit(FENCED, std::string("the head declared this node lost (") +
                                         reply.getReason().cStr() +
-                                        "); its actors run elsewhere now");
+                                        "); its actors run elsewhere now" +
+                                        control_->stallNote());
         }
       }));
       return heartbeatLoop(now + interval);
@@ -309,6 +311,10 @@ class Worker::Impl {
   }
 
   NodeRuntime& node_;
+  struct ForgetStallNote {  // the node may outlive this worker: it stops asking it then
+    NodeRuntime& node;
+    ~ForgetStallNote() { node.setStallNote(nullptr); }
+  } forgetStallNote_{node_};
   std::string headAddress_;
   kj::TimePoint deadline_;
   kj::Duration backoff_ = 100 * kj::MILLISECONDS;
