@@ -67,6 +67,16 @@ ScriptLearner::Item ScriptLearner::next() {
   return item;
 }
 
+ScriptLearner::Peeked ScriptLearner::peek() {
+  std::unique_lock lock(mutex_);
+  if (holding_) {
+    holding_->fulfill(StepResult{});  // the batch it held is trained: the trainer goes on
+    holding_ = nullptr;
+  }
+  changed_.wait(lock, [this] { return !queue_.empty(); });
+  return Peeked{queue_.front().kind, stopping_};
+}
+
 std::string ScriptLearner::state() {
   const kj::Executor* executor;
   {
@@ -345,6 +355,10 @@ kj::Promise<void> ScriptLearner::ended() {
 kj::Promise<void> ScriptLearner::stopping() {
   Item item;
   item.kind = Item::kStopped;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
   push(kj::mv(item));
   return whenEnded().ignoreResult();
 }

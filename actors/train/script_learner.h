@@ -48,6 +48,15 @@ class ScriptLearner final : public Learner {
   };
   // Blocks until the next item. The batch the script received before counts as trained.
   Item next();
+  // Blocks until there is a next item, as next() does, and says its kind without taking it, and
+  // whether the job is stopping (a kStopped item waits in the queue, maybe behind batches): the
+  // DDP ranks' scripts agree on the step they stop at before any takes its next batch
+  // (troupe.data's DataLoader). The batch the script received before counts as trained.
+  struct Peeked {
+    Item::Kind kind;
+    bool stopping;
+  };
+  Peeked peek();
   // The trainer's state (checkpoint.h's bytes, without a model), between two of the script's
   // steps: the batch it received last counts as trained. Blocks; throws std::runtime_error when
   // the trainer is not running.
@@ -108,6 +117,7 @@ class ScriptLearner final : public Learner {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Item> queue_;
+  bool stopping_ = false;  // stopping() was called: a kStopped item is in the queue
   // The step of the batch the script holds: fulfilled when it asks for the next item.
   kj::Own<kj::CrossThreadPromiseFulfiller<StepResult>> holding_;
   std::deque<kj::Own<kj::CrossThreadPromiseFulfiller<StepResult>>> queuedSteps_;

@@ -139,6 +139,7 @@ class LearnerFeed final : public Feed {
  public:
   explicit LearnerFeed(std::shared_ptr<ScriptLearner> learner) : learner_(std::move(learner)) {}
   ScriptLearner::Item next() override { return learner_->next(); }
+  ScriptLearner::Peeked peek() override { return learner_->peek(); }
   std::string state() override { return learner_->state(); }
   uint32_t resumeFrom(const std::string& bytes, const std::string& name) override {
     return learner_->resumeFrom(bytes, name);
@@ -164,6 +165,13 @@ class LocalRankFeed final : public Feed {
     std::lock_guard lock(mutex_);
     request('N');
     return getItem(in_);
+  }
+  ScriptLearner::Peeked peek() override {
+    std::lock_guard lock(mutex_);
+    request('P');
+    auto kind = ScriptLearner::Item::Kind(in_.u8());
+    bool stopping = in_.u8() != 0;
+    return ScriptLearner::Peeked{kind, stopping};
   }
   std::string state() override {
     std::lock_guard lock(mutex_);
@@ -301,6 +309,12 @@ void serveLocalRank(std::shared_ptr<ScriptLearner> learner, int fd, int pid, uin
               toTensors(item.batch);
             }
             putItem(out, item);
+            break;
+          }
+          case 'P': {
+            auto peeked = learner->peek();
+            out.u8(uint8_t(peeked.kind));
+            out.u8(peeked.stopping ? 1 : 0);
             break;
           }
           case 'S':

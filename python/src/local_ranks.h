@@ -11,6 +11,7 @@
 //   'N' next                    -> an item: u8 kind, u32 epoch, str text; a batch adds u8 waited,
 //                                  u32 n, n x u32 id, str structure, u32 t, t x tensor (str dtype,
 //                                  u32 d, d x i64 shape, u64 offset, u64 bytes), str bytes
+//   'P' peek                    -> u8 kind, u8 stopping
 //   'S' state                   -> u8 0, str bytes | u8 1, str why
 //   'L' str bytes, str name     -> u8 0, u32 epoch | u8 1 (RuntimeError) or 2 (StateError), str why
 //   'B' begin, 'A' u32 epoch (abandon), 'H' f64 seconds (handed over), 'E' str failure (end)
@@ -34,6 +35,7 @@ class Feed {
  public:
   virtual ~Feed() = default;
   virtual train::ScriptLearner::Item next() = 0;
+  virtual train::ScriptLearner::Peeked peek() = 0;
   virtual std::string state() = 0;
   virtual uint32_t resumeFrom(const std::string& bytes, const std::string& name) = 0;
   virtual void begin() = 0;

@@ -319,6 +319,18 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(kindName(item.kind), item.epoch, item.text, py::none(), py::none());
       },
       py::arg("normalize") = true);
+  m.def(
+      "peek",
+      []() -> py::tuple {
+        ScriptLearner::Peeked peeked;
+        {
+          py::gil_scoped_release release;
+          peeked = feed().peek();
+        }
+        return py::make_tuple(kindName(peeked.kind), peeked.stopping);
+      },
+      "(kind, stopping): waits for the next item and says its kind without taking it, and "
+      "whether the job is stopping. The batch received before counts as trained.");
   m.def("state", []() {
     std::string bytes;
     {

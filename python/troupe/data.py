@@ -340,6 +340,7 @@ class DataLoader:
         self._epoch = 0
         self._live = None
         self._begun = False
+        self._stop_group = None  # DDP: the gloo group the ranks agree on a stop in (_agree_stop)
         self._report = None
         # Each finished epoch's counts as the trainer kept them (samples, duplicates, missing,
         # skipped, and every file or index skipped so far), by epoch.
@@ -520,6 +521,7 @@ class DataLoader:
                 raise RuntimeError(f"DataLoader: this iterator's epoch {epoch} was left when "
                                    f"iter(loader) started epoch {self._epoch - 1}: two live "
                                    "iterators; take batches from the newest one only")
+            self._agree_stop()
             item = self._next()
             if item[0] == "epoch_end":
                 self._record(item)
@@ -544,6 +546,31 @@ class DataLoader:
                 yield batch, self._torch.from_numpy(item[4])
             else:
                 yield batch
+
+    def _agree_stop(self):
+        """DDP: the ranks stop at the same step. A rank that stopped alone would leave the others
+        waiting in their next collective (an all-reduce of gradients) until the instances are
+        killed; so before taking its next item each rank says whether its job is stopping, in an
+        all-reduce of one integer, and all stop there if any is. Every rank takes the same number
+        of items an epoch (the same batches, then the epoch's end), so they meet at each."""
+        dist = self._torch.distributed
+        if self.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+            return  # one process, or ranks that never meet in a collective
+        if self._stop_group is None:
+            # A CPU tensor's all-reduce needs gloo; with NCCL's default group, a gloo group of
+            # every rank (made here, at the same item on every rank).
+            self._stop_group = (dist.group.WORLD if dist.get_backend() == "gloo"
+                                else dist.new_group(backend="gloo"))
+        kind, stopping = _native.peek()
+        flag = self._torch.tensor([1 if stopping or kind == "stopped" else 0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._stop_group)
+        if flag.item():
+            # The item it would take next waits untaken: a state_dict() leaves it out, and a
+            # resume sends it again.
+            if self._on_stop is not None:
+                self._on_stop()
+            raise Stopped("SIGTERM or SIGINT on an instance of the job (every DDP rank stops "
+                          "at this step)")
 
     def _drain(self, epoch):
         while True:

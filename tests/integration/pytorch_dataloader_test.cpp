@@ -323,6 +323,69 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
   }
 }
 
+// A spot reclaim under DDP: SIGTERM to every instance at a random moment inside epoch 0. Each
+// rank's loader agrees with the others on the step they stop at (an all-reduce before each item):
+// a rank that stopped alone left the others in their gradients' all-reduce until SIGKILL, every
+// instance 137. Then the job again, each rank from its own state_dict().
+TEST_CASE("SIGTERM to every instance under DDP: every rank stops at the same step and saves, "
+          "every instance exits 6, and the job run again resumes each rank, every sample once",
+          "[pytorch][dataloader][ddp][resume]") {
+  SKIP_WITHOUT_TORCH();
+  auto cycle = [](std::vector<std::string> cluster, int instances, const std::string& name) {
+    auto dir = tempPath(name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    auto seed = std::random_device()();
+    for (auto arg : {"--interrupt-when", "check: rank 1 past step 5 of epoch 0",
+                     "--interrupt-random-ms", "0:300", "--restarts-on-interrupt", "1"}) {
+      cluster.push_back(arg);
+    }
+    cluster.insert(cluster.end(), {"--interrupt-seed", std::to_string(seed)});
+    Run run(harness::sim(cluster, {PYTHON3, DDP_CHECK, "stop", "3000", dir}), pythonEnv());
+    int code = run.wait(300s);
+    auto out = "--interrupt-seed " + std::to_string(seed) + "\n" + run.output();
+    INFO(out);
+    CHECK(code == 0);
+    REQUIRE(out.find("troupe sim: interrupting the job as a spot reclaim does") !=
+            std::string::npos);
+    CHECK(out.find("run 1 ended with 6 (INTERRUPTED) after the interruption") !=
+          std::string::npos);
+    // Both ranks stopped after the same step of the same epoch, and resumed from there.
+    std::map<int, std::string> stopped, resumed;
+    static const std::regex stop(R"(check: rank (\d) stopped after (step \d+ of epoch \d+))");
+    static const std::regex resume(R"(check: rank (\d) resumed after (step \d+ of epoch \d+))");
+    for (std::sregex_iterator it(out.begin(), out.end(), stop), end; it != end; ++it) {
+      stopped[std::stoi((*it)[1])] = (*it)[2];
+    }
+    for (std::sregex_iterator it(out.begin(), out.end(), resume), end; it != end; ++it) {
+      resumed[std::stoi((*it)[1])] = (*it)[2];
+    }
+    REQUIRE(stopped.size() == 2);
+    CHECK(stopped[0] == stopped[1]);
+    CHECK(resumed == stopped);
+    // The script's own count across both runs: every epoch's samples once, the same steps.
+    for (int e : {0, 1, 2}) {
+      std::smatch m;
+      std::regex line("check: epoch " + std::to_string(e) +
+                      R"(: 3000 samples, 3000 once, 0 missing, steps per rank \[47, 47\], )"
+                      R"(whole True, disjoint True)");
+      INFO("epoch " << e);
+      CHECK(std::regex_search(out, m, line));
+    }
+    CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
+    CHECK(out.find("troupe sim: all " + std::to_string(instances) + " instances exited 0") !=
+          std::string::npos);
+    CHECK(run.leftovers().empty());
+    std::filesystem::remove_all(dir);
+  };
+  SECTION("2 dnn instances, a rank each") { cycle(kTwoRanks, 4, "ddp-stop-2x1"); }
+  SECTION("1 dnn instance, 2 processes") {
+    cycle({"--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+           "--env", "dnn_group:TROUPE_PROCS_PER_HOST=2"},
+          3, "ddp-stop-1x2");
+  }
+}
+
 TEST_CASE("troupe's native module imports and answers without PyTorch", "[pytorch][native]") {
   // No skip: a package that does not import is a failure, torch or not.
   Run run({PYTHON3, "-c",

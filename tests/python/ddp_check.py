@@ -2,13 +2,16 @@
 torch DDP script is, the DataLoader first (data instances serve from it and never return), then
 torch.distributed.init_process_group() unchanged, reading the environment troupe set.
 
-    ddp_check.py MODE [SAMPLES]
+    ddp_check.py MODE [SAMPLES [STATE_DIR]]
 
 MODE: slow (train, 2 ms a sample, each rank saying when it is past step 5 of epoch 0: a fault the
 test injects lands inside the epoch), train (3 epochs of a small DDP model; rank 0 gathers every
 rank's sample ids and steps each epoch and checks every sample once, the same steps on every rank,
 and the same parameters on every rank at the end), raise (rank 1 raises inside epoch 1, after 3
-steps). Prints `check: ...` lines; exits 1 on a failed check.
+steps), stop (slow's samples and train's checks; each rank saves its model, its loader's
+state_dict() and the epoch's ids so far to STATE_DIR/rank<r>.pt when the job stops, saying at which
+step, and a run that finds them resumes from them: a job stopped and run again is checked as one).
+Prints `check: ...` lines; exits 1 on a failed check.
 """
 import os
 import sys
@@ -20,6 +23,7 @@ import troupe.data
 
 MODE = sys.argv[1]
 SAMPLES = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+STATE_DIR = sys.argv[3] if len(sys.argv) > 3 else None
 BATCH = 32
 
 
@@ -30,7 +34,7 @@ class Indexed(torch.utils.data.Dataset):
         return SAMPLES
 
     def __getitem__(self, i):
-        if MODE == "slow":
+        if MODE in ("slow", "stop"):
             time.sleep(0.002)
         x = torch.tensor([(i * k) % 13 for k in range(1, 9)], dtype=torch.float32) / 13
         return x, i % 4
@@ -41,7 +45,21 @@ def fail(text):
     sys.exit(1)
 
 
-loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=11, with_ids=True)
+# What this rank has trained of the epoch in progress: saved with the model when the job stops.
+progress = {"epoch": 0, "ids": [], "steps": 0, "sizes": []}
+
+
+def save():
+    path = os.path.join(STATE_DIR, f"rank{rank}.pt")
+    torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                "loader": loader.state_dict(), **progress}, path + ".new")
+    os.replace(path + ".new", path)
+    print(f"check: rank {rank} stopped after step {progress['steps']} of epoch "
+          f"{progress['epoch']}, state saved", flush=True)
+
+
+loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=11, with_ids=True,
+                                on_stop=save if MODE == "stop" else None)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 print(f"check: rank {rank} of {world}, RANK={os.environ.get('RANK')} "
@@ -50,10 +68,24 @@ if rank != loader.rank or world != loader.world_size:
     fail(f"torch.distributed says rank {rank} of {world}, the loader {loader.rank} of "
          f"{loader.world_size}")
 torch.manual_seed(0)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
+linear = torch.nn.Linear(8, 4)
+saved = None
+if MODE == "stop" and os.path.exists(os.path.join(STATE_DIR, f"rank{rank}.pt")):
+    saved = torch.load(os.path.join(STATE_DIR, f"rank{rank}.pt"))
+    linear.load_state_dict(saved["model"])
+    loader.load_state_dict(saved["loader"])
+    print(f"check: rank {rank} resumed after step {saved['steps']} of epoch {saved['epoch']}",
+          flush=True)
+model = torch.nn.parallel.DistributedDataParallel(linear)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for epoch in range(3):
+if saved is not None:
+    optimizer.load_state_dict(saved["optimizer"])
+loss = torch.zeros(())
+for epoch in range(saved["epoch"] if saved else 0, 3):
     ids, steps, sizes = [], 0, []
+    if saved is not None and epoch == saved["epoch"]:
+        ids, steps, sizes = list(saved["ids"]), saved["steps"], list(saved["sizes"])
+    progress.update(epoch=epoch, ids=ids, sizes=sizes, steps=steps)
     for (x, y), batch_ids in loader:
         if not torch.equal(y, batch_ids % 4):
             fail(f"epoch {epoch}: a batch's labels are not its samples'")
@@ -64,6 +96,7 @@ for epoch in range(3):
         ids += batch_ids.tolist()
         sizes.append(len(batch_ids))
         steps += 1
+        progress["steps"] = steps
         if epoch == 0 and steps == 5:
             print(f"check: rank {rank} past step 5 of epoch 0", flush=True)
         if MODE == "raise" and rank == 1 and epoch == 1 and steps == 3:
@@ -77,12 +110,16 @@ for epoch in range(3):
                 counts[i] = counts.get(i, 0) + 1
         once = sum(1 for v in counts.values() if v == 1)
         per_rank = [s for _, s, _ in everyone]
-        whole = all(all(n == BATCH for n in sz[:-1]) for _, _, sz in everyone)
+        # every batch whole but the rank's short last one, whichever order they came in
+        whole = all(all(n == BATCH for n in sorted(sz)[1:]) for _, _, sz in everyone)
         disjoint = len(set().union(*[set(i) for i, _, _ in everyone])) == \
             sum(len(i) for i, _, _ in everyone)
         print(f"check: epoch {epoch}: {sum(counts.values())} samples, {once} once, "
               f"{SAMPLES - len(counts)} missing, steps per rank {per_rank}, whole {whole}, "
               f"disjoint {disjoint}, loss {loss.item():.4f}", flush=True)
+        if not whole:
+            print(f"check: smallest batches per rank {[sorted(sz)[:3] for _, _, sz in everyone]}",
+                  flush=True)
 params = torch.cat([p.detach().flatten() for p in model.parameters()])
 gathered = [torch.zeros_like(params) for _ in range(world)]
 dist.all_gather(gathered, params)
