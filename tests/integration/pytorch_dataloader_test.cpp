@@ -16,6 +16,7 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "harness.h"
@@ -384,6 +385,67 @@ TEST_CASE("SIGTERM to every instance under DDP: every rank stops at the same ste
            "--env", "dnn_group:TROUPE_PROCS_PER_HOST=2"},
           3, "ddp-stop-1x2");
   }
+}
+
+// A rank lost without warning: its process killed at a random moment past step 25 of epoch 0.
+// The other rank, waiting in an all-reduce, saves nothing; the states every rank saved every 10
+// steps are what the job run again resumes from.
+TEST_CASE("a DDP rank's process killed mid-epoch fails the job naming the rank, and the job run "
+          "again resumes every rank from the newest step all saved, every sample once",
+          "[pytorch][dataloader][ddp][resume]") {
+  SKIP_WITHOUT_TORCH();
+  auto dir = tempPath("ddp-kill");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> cluster = {"--group", "data_group=2:ml.c5.xlarge", "--group",
+                                      "dnn_group=1:ml.p3.2xlarge", "--env",
+                                      "dnn_group:TROUPE_PROCS_PER_HOST=2"};
+  auto seed = std::random_device()();
+  std::mt19937 rng(seed);
+  auto delayMs = std::uniform_int_distribution<int>(0, 300)(rng);
+  INFO("seed " << seed << ": the kill " << delayMs << " ms past step 25");
+  Run first(harness::sim(cluster, {PYTHON3, DDP_CHECK, "stop", "3000", dir}), pythonEnv());
+  REQUIRE_OUTPUT(first, "check: rank 1 past step 25 of epoch 0", 180s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+  auto dnn = harness::instanceIn(first, "dnn_group");
+  auto children = harness::readFile("/proc/" + std::to_string(dnn.pid) + "/task/" +
+                                    std::to_string(dnn.pid) + "/children");
+  int victim = 0;
+  std::istringstream pids(children);
+  for (int pid = 0; pids >> pid;) {
+    auto env = harness::readFile("/proc/" + std::to_string(pid) + "/environ");
+    if (env.find("TROUPE_LOCAL_PARENT=") != std::string::npos) victim = pid;
+  }
+  REQUIRE(victim != 0);
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  CHECK(first.wait(240s) == 1);
+  auto out = first.output();
+  INFO(out);
+  CHECK(out.find("DDP rank 1 of 2: the training script failed: the process of local rank 1") !=
+        std::string::npos);
+  CHECK(first.leftovers().empty());
+
+  Run again(harness::sim(cluster, {PYTHON3, DDP_CHECK, "stop", "3000", dir}), pythonEnv());
+  CHECK(again.wait(300s) == 0);
+  auto out2 = again.output();
+  INFO(out2);
+  std::smatch m0, m1;
+  static const std::regex rank0(R"(check: rank 0 resumed after (step \d+ of epoch 0))");
+  static const std::regex rank1(R"(check: rank 1 resumed after (step \d+ of epoch 0))");
+  REQUIRE(std::regex_search(out2, m0, rank0));
+  REQUIRE(std::regex_search(out2, m1, rank1));
+  CHECK(m0[1] == m1[1]);
+  WARN("the job run again: both ranks resumed after " << m0[1] << " (seed " << seed << ")");
+  CHECK(std::stoi(m0[1].str().substr(5)) >= 20);  // a state of step 20 or later: saved past 25
+  for (int e : {0, 1, 2}) {
+    INFO("epoch " << e);
+    CHECK(std::regex_search(out2, std::regex("check: epoch " + std::to_string(e) +
+                                             R"(: 3000 samples, 3000 once, 0 missing, steps per )"
+                                             R"(rank \[47, 47\], whole True, disjoint True)")));
+  }
+  CHECK(out2.find("troupe sim: all 3 instances exited 0") != std::string::npos);
+  CHECK(again.leftovers().empty());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("troupe's native module imports and answers without PyTorch", "[pytorch][native]") {

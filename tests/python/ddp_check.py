@@ -9,8 +9,9 @@ test injects lands inside the epoch), train (3 epochs of a small DDP model; rank
 rank's sample ids and steps each epoch and checks every sample once, the same steps on every rank,
 and the same parameters on every rank at the end), raise (rank 1 raises inside epoch 1, after 3
 steps), stop (slow's samples and train's checks; each rank saves its model, its loader's
-state_dict() and the epoch's ids so far to STATE_DIR/rank<r>.pt when the job stops, saying at which
-step, and a run that finds them resumes from them: a job stopped and run again is checked as one).
+state_dict() and the epoch's ids so far to STATE_DIR/rank<r>.<step>.pt every 10 steps and when the
+job stops, saying at which step then, and a run that finds them resumes from the newest step every
+rank saved: a job stopped, or failed, and run again is checked as one).
 Prints `check: ...` lines; exits 1 on a failed check.
 """
 import os
@@ -45,21 +46,42 @@ def fail(text):
     sys.exit(1)
 
 
-# What this rank has trained of the epoch in progress: saved with the model when the job stops.
+# What this rank has trained of the epoch in progress: saved with the model every 10 steps and
+# when the job stops, to STATE_DIR/rank<r>.<global step>.pt (the newest two kept). A run resumes
+# from the newest step every rank saved: a rank killed between its save and another's leaves
+# that step incomplete.
 progress = {"epoch": 0, "ids": [], "steps": 0, "sizes": []}
+EVERY = 10
 
 
-def save():
-    path = os.path.join(STATE_DIR, f"rank{rank}.pt")
+def state_path(r, step):
+    return os.path.join(STATE_DIR, f"rank{r}.{step}.pt")
+
+
+def saved_steps(r):
+    steps = []
+    for name in os.listdir(STATE_DIR):
+        head, _, tail = name.partition(".")
+        if head == f"rank{r}" and tail.endswith(".pt") and tail[:-3].isdigit():
+            steps.append(int(tail[:-3]))
+    return sorted(steps)
+
+
+def save(stopping=False):
+    step = progress["epoch"] * len(loader) + progress["steps"]
+    path = state_path(rank, step)
     torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
                 "loader": loader.state_dict(), **progress}, path + ".new")
     os.replace(path + ".new", path)
-    print(f"check: rank {rank} stopped after step {progress['steps']} of epoch "
-          f"{progress['epoch']}, state saved", flush=True)
+    for old in saved_steps(rank)[:-2]:
+        os.remove(state_path(rank, old))
+    if stopping:
+        print(f"check: rank {rank} stopped after step {progress['steps']} of epoch "
+              f"{progress['epoch']}, state saved", flush=True)
 
 
 loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=11, with_ids=True,
-                                on_stop=save if MODE == "stop" else None)
+                                on_stop=(lambda: save(True)) if MODE == "stop" else None)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 print(f"check: rank {rank} of {world}, RANK={os.environ.get('RANK')} "
@@ -70,8 +92,11 @@ if rank != loader.rank or world != loader.world_size:
 torch.manual_seed(0)
 linear = torch.nn.Linear(8, 4)
 saved = None
-if MODE == "stop" and os.path.exists(os.path.join(STATE_DIR, f"rank{rank}.pt")):
-    saved = torch.load(os.path.join(STATE_DIR, f"rank{rank}.pt"))
+common = set(saved_steps(0)) if MODE == "stop" else set()
+for r in range(1, world):
+    common &= set(saved_steps(r))
+if common:
+    saved = torch.load(state_path(rank, max(common)))
     linear.load_state_dict(saved["model"])
     loader.load_state_dict(saved["loader"])
     print(f"check: rank {rank} resumed after step {saved['steps']} of epoch {saved['epoch']}",
@@ -97,8 +122,10 @@ for epoch in range(saved["epoch"] if saved else 0, 3):
         sizes.append(len(batch_ids))
         steps += 1
         progress["steps"] = steps
-        if epoch == 0 and steps == 5:
-            print(f"check: rank {rank} past step 5 of epoch 0", flush=True)
+        if MODE == "stop" and steps % EVERY == 0:
+            save()
+        if epoch == 0 and steps in (5, 25):
+            print(f"check: rank {rank} past step {steps} of epoch 0", flush=True)
         if MODE == "raise" and rank == 1 and epoch == 1 and steps == 3:
             raise RuntimeError("rank 1 fails on purpose")
     everyone = [None] * world
