@@ -50,13 +50,17 @@ std::shared_ptr<ScriptLearner> ScriptLearner::find(uint64_t id) {
 
 // -- the script's side --
 
-ScriptLearner::Item ScriptLearner::next() {
-  std::unique_lock lock(mutex_);
+void ScriptLearner::awaitItem(std::unique_lock<std::mutex>& lock) {
   if (holding_) {
     holding_->fulfill(StepResult{});  // the batch it held is trained: the trainer goes on
     holding_ = nullptr;
   }
   changed_.wait(lock, [this] { return !queue_.empty(); });
+}
+
+ScriptLearner::Item ScriptLearner::next() {
+  std::unique_lock lock(mutex_);
+  awaitItem(lock);
   auto item = kj::mv(queue_.front());
   queue_.pop_front();
   if (item.kind == Item::kBatch) {
@@ -69,11 +73,7 @@ ScriptLearner::Item ScriptLearner::next() {
 
 ScriptLearner::Peeked ScriptLearner::peek() {
   std::unique_lock lock(mutex_);
-  if (holding_) {
-    holding_->fulfill(StepResult{});  // the batch it held is trained: the trainer goes on
-    holding_ = nullptr;
-  }
-  changed_.wait(lock, [this] { return !queue_.empty(); });
+  awaitItem(lock);
   return Peeked{queue_.front().kind, stopping_};
 }
 

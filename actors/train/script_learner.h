@@ -113,6 +113,8 @@ class ScriptLearner final : public Learner {
 
  private:
   void push(Item item);
+  // next() and peek(): the batch held before is trained; then waits for an item (holds mutex_).
+  void awaitItem(std::unique_lock<std::mutex>& lock);
   uint64_t id_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable changed_;

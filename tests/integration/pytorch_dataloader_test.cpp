@@ -243,6 +243,21 @@ void checkRanksEpochs(const std::string& out) {
   }
 }
 
+// The process of local rank 1 on the dnn instance of `run` (TROUPE_PROCS_PER_HOST=2): the child
+// of the instance's troupe process that it started again for that rank; 0 when none.
+int localRankProcess(Run& run) {
+  auto dnn = harness::instanceIn(run, "dnn_group");
+  auto children = harness::readFile("/proc/" + std::to_string(dnn.pid) + "/task/" +
+                                    std::to_string(dnn.pid) + "/children");
+  std::istringstream pids(children);
+  for (int pid = 0; pids >> pid;) {
+    auto env = harness::readFile("/proc/" + std::to_string(pid) + "/environ");
+    if (env.find("TROUPE_LOCAL_PARENT=") != std::string::npos) return pid;
+  }
+  WARN("no local rank among the children of " << dnn.pid << ": " << children);
+  return 0;
+}
+
 // The cluster of make run with two dnn instances: two DDP ranks, one process each.
 const std::vector<std::string> kTwoRanks = {"--group", "data_group=2:ml.c5.xlarge", "--group",
                                             "dnn_group=2:ml.p3.2xlarge"};
@@ -284,16 +299,7 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
                                         "dnn_group:TROUPE_PROCS_PER_HOST=2"};
     Run run(harness::sim(cluster, {PYTHON3, DDP_CHECK, "slow", "3000"}), pythonEnv());
     REQUIRE_OUTPUT(run, "check: rank 1 past step 5 of epoch 0", 180s);
-    auto dnn = harness::instanceIn(run, "dnn_group");
-    auto children = harness::readFile("/proc/" + std::to_string(dnn.pid) + "/task/" +
-                                      std::to_string(dnn.pid) + "/children");
-    int victim = 0;
-    std::istringstream pids(children);
-    for (int pid = 0; pids >> pid;) {
-      auto env = harness::readFile("/proc/" + std::to_string(pid) + "/environ");
-      if (env.find("TROUPE_LOCAL_PARENT=") != std::string::npos) victim = pid;
-    }
-    INFO("children of " << dnn.pid << ": " << children);
+    int victim = localRankProcess(run);
     REQUIRE(victim != 0);
     REQUIRE(kill(victim, SIGKILL) == 0);
     int code = run.wait(240s);
@@ -407,15 +413,7 @@ TEST_CASE("a DDP rank's process killed mid-epoch fails the job naming the rank, 
   Run first(harness::sim(cluster, {PYTHON3, DDP_CHECK, "stop", "3000", dir}), pythonEnv());
   REQUIRE_OUTPUT(first, "check: rank 1 past step 25 of epoch 0", 180s);
   std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
-  auto dnn = harness::instanceIn(first, "dnn_group");
-  auto children = harness::readFile("/proc/" + std::to_string(dnn.pid) + "/task/" +
-                                    std::to_string(dnn.pid) + "/children");
-  int victim = 0;
-  std::istringstream pids(children);
-  for (int pid = 0; pids >> pid;) {
-    auto env = harness::readFile("/proc/" + std::to_string(pid) + "/environ");
-    if (env.find("TROUPE_LOCAL_PARENT=") != std::string::npos) victim = pid;
-  }
+  int victim = localRankProcess(first);
   REQUIRE(victim != 0);
   REQUIRE(kill(victim, SIGKILL) == 0);
   CHECK(first.wait(240s) == 1);
