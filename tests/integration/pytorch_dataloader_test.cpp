@@ -225,19 +225,20 @@ TEST_CASE("troupe.data.DataLoader: an exception in __getitem__ fails the job nam
   }
 }
 
-// ddp_check.py's epochs as rank 0 gathered them: 1000 samples, every one once over the 2 ranks, 16
-// steps each, whole batches but each rank's last, no sample on both.
-void checkRanksEpochs(const std::string& out) {
+// ddp_check.py's epochs as rank 0 gathered them: `samples` samples, every one once over the 2
+// ranks, `steps` steps each, whole batches but each rank's last, no sample on both.
+void checkRanksEpochs(const std::string& out, int samples = 1000, int steps = 16) {
   for (int e : {0, 1, 2}) {
     std::smatch m;
     std::regex line("check: epoch " + std::to_string(e) +
-                    R"(: (\d+) samples, (\d+) once, (\d+) missing, steps per rank \[16, 16\], )"
-                    R"(whole True, disjoint True)");
+                    R"(: (\d+) samples, (\d+) once, (\d+) missing, steps per rank \[)" +
+                    std::to_string(steps) + ", " + std::to_string(steps) +
+                    R"(\], whole True, disjoint True)");
     INFO("epoch " << e);
     CHECK(std::regex_search(out, m, line));
     if (!m.empty()) {
-      CHECK(m[1] == "1000");
-      CHECK(m[2] == "1000");
+      CHECK(m[1] == std::to_string(samples));
+      CHECK(m[2] == std::to_string(samples));
       CHECK(m[3] == "0");
     }
   }
@@ -371,14 +372,7 @@ TEST_CASE("SIGTERM to every instance under DDP: every rank stops at the same ste
     CHECK(stopped[0] == stopped[1]);
     CHECK(resumed == stopped);
     // The script's own count across both runs: every epoch's samples once, the same steps.
-    for (int e : {0, 1, 2}) {
-      std::smatch m;
-      std::regex line("check: epoch " + std::to_string(e) +
-                      R"(: 3000 samples, 3000 once, 0 missing, steps per rank \[47, 47\], )"
-                      R"(whole True, disjoint True)");
-      INFO("epoch " << e);
-      CHECK(std::regex_search(out, m, line));
-    }
+    checkRanksEpochs(out, 3000, 47);
     CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
     CHECK(out.find("troupe sim: all " + std::to_string(instances) + " instances exited 0") !=
           std::string::npos);
@@ -435,12 +429,7 @@ TEST_CASE("a DDP rank's process killed mid-epoch fails the job naming the rank, 
   CHECK(m0[1] == m1[1]);
   WARN("the job run again: both ranks resumed after " << m0[1] << " (seed " << seed << ")");
   CHECK(std::stoi(m0[1].str().substr(5)) >= 20);  // a state of step 20 or later: saved past 25
-  for (int e : {0, 1, 2}) {
-    INFO("epoch " << e);
-    CHECK(std::regex_search(out2, std::regex("check: epoch " + std::to_string(e) +
-                                             R"(: 3000 samples, 3000 once, 0 missing, steps per )"
-                                             R"(rank \[47, 47\], whole True, disjoint True)")));
-  }
+  checkRanksEpochs(out2, 3000, 47);
   CHECK(out2.find("troupe sim: all 3 instances exited 0") != std::string::npos);
   CHECK(again.leftovers().empty());
   std::filesystem::remove_all(dir);
