@@ -380,6 +380,9 @@ TEST_CASE("bench_ddp runs one DDP rank and two on the same data group and says e
   CHECK(round["one_rank_wait_ms_per_batch"].get<double>() >= 0);
   CHECK(round["one_rank_wait_ms_per_batch"].get<double>() < 10000);
   for (auto& w : round["two_ranks_wait_ms_per_batch"]) CHECK(w.get<double>() >= 0);
+  // The stop agreement's all-reduce: measured, and a tenth of a second would be a broken one.
+  CHECK(round["stop_agreement_us_per_batch"].get<double>() > 0);
+  CHECK(round["stop_agreement_us_per_batch"].get<double>() < 100000);
 }
 
 TEST_CASE("the installed package feeds a plain script written outside the tree",

@@ -54,7 +54,7 @@ def steady(report):
         wait = sum(e["wait_s"][r] for e in later)
         per_batch.append(1000 * wait / sum(e["batches"][r] for e in later))
         share.append(100 * wait / seconds)
-    return per_batch, share, sum(e["samples"] for e in later) / seconds
+    return per_batch, share, sum(e["samples"] for e in later) / seconds, report["agreement_us"]
 
 
 def main():
@@ -83,6 +83,7 @@ def main():
                          "one_rank_images_per_s": one[2],
                          "two_ranks_wait_ms_per_batch": two[0], "two_ranks_wait_pct": two[1],
                          "two_ranks_images_per_s": two[2],
+                         "stop_agreement_us_per_batch": two[3],
                          "ratio": max(two[0]) / one[0][0] if one[0][0] > 0 else None})
     summary = {"rounds": rows, "epochs": args.epochs, "step_ms": args.step_ms, "batch_size": 64,
                "data": data}
@@ -104,6 +105,9 @@ def main():
     if summary["median_ratio"] is not None:
         print(f"median: the slower rank of 2 waits {summary['median_ratio']:.2f}x what one rank "
               "waits a batch")
+    agreement = ", ".join(f"{r['stop_agreement_us_per_batch']:.0f}" for r in rows)
+    print(f"the ranks' stop agreement (in the 2 ranks' wait): {agreement} us a batch (a gloo "
+          "all-reduce of one integer, mean of 500)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ train_images.py's ImageFolder and torchvision transforms on the data group; on e
 that stands for a GPU's: a sleep of T ms, then an all_reduce of one number (DDP's collective, which
 keeps the ranks in step). Data wait: the time a rank spends in next() on the loader. Rank 0 gathers
 every rank's figures and writes R: {"ranks", "epochs": [{"wait_s": [per rank], "seconds",
-"batches": [per rank], "samples"}...]}.
+"batches": [per rank], "samples"}...], "agreement_us"}: with several ranks, what the loader's stop
+agreement costs a batch (a gloo all-reduce of one integer, as DataLoader._agree_stop makes before
+each item, the ranks in step: mean of 500 after the epochs; null for one rank).
 """
 import argparse
 import json
@@ -58,9 +60,18 @@ def main():
             waits = [round(w, 2) for w in epochs[-1]["wait_s"]]
             print(f"ddp_wait: {world} ranks, {epochs[-1]['samples']} samples in "
                   f"{epochs[-1]['seconds']:.1f} s, waits {waits} s", flush=True)
+    agreement_us = None
+    if world > 1:
+        flag = torch.tensor([0])
+        for _ in range(50):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        start = time.perf_counter()
+        for _ in range(500):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        agreement_us = 1e6 * (time.perf_counter() - start) / 500
     if rank == 0:
         with open(args.report, "w") as f:
-            json.dump({"ranks": world, "epochs": epochs}, f)
+            json.dump({"ranks": world, "epochs": epochs, "agreement_us": agreement_us}, f)
     dist.destroy_process_group()
 
 
