@@ -13,6 +13,7 @@
 
 #include "control/control.h"
 #include "control/detector.h"
+#include "control/throttle.h"
 #include "troupe/config.h"
 
 using namespace std::chrono_literals;
@@ -254,4 +255,26 @@ TEST_CASE("control path: one address holds at most three quarters of the places 
   for (int fd : fds) close(fd);
   close(other);
   close(third);
+}
+
+TEST_CASE("a stall is said to be the CPUs' when the thread waited for one most of it, else a "
+          "stop or the kernel's",
+          "[control][throttle]") {
+  troupe::ThrottleWatch::Held held;
+  held.runQueueMs = 1795;
+  auto busy = troupe::throttleNote(held, 1295);
+  CHECK(busy == "; meanwhile it was runnable but not running for 1795 ms (schedstat run_delay)");
+  held.runQueueMs = 4;
+  auto stopped = troupe::throttleNote(held, 3585);
+  CHECK(stopped.find("; it waited for a CPU 4 ms of it (schedstat run_delay): the rest of the time "
+                     "the process was stopped") == 0);
+  held.runQueueMs = -1;  // not known (no schedstat): nothing said of it
+  CHECK(troupe::throttleNote(held, 3585).empty());
+  held.stealMs = 20;
+  held.ms = 3029;
+  held.file = "/sys/fs/cgroup/x/cpu.stat";
+  auto quota = troupe::throttleNote(held, 3585);
+  CHECK(quota.find("; the hypervisor took 20 ms of its CPUs (steal, /proc/stat)") == 0);
+  CHECK(quota.find("; its cgroup's CPU quota throttled it 3029 ms (/sys/fs/cgroup/x/cpu.stat)") !=
+        std::string::npos);
 }

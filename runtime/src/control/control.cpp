@@ -400,7 +400,7 @@ kj::Promise<void> ControlServer::judge(kj::Timer& timer) {
     if (late > settings_.heartbeatMs) {
       spdlog::warn("the head's control thread stalled for {:.0f} ms; not counted against the "
                    "workers{}",
-                   late, throttleNote(throttle_.since()));
+                   late, throttleNote(throttle_.since(), int64_t(late)));
     }
     if (late > settings_.heartbeatMs || now - throttleMarkedMs_ >= settings_.heartbeatMs) {
       throttle_.mark();
@@ -447,17 +447,24 @@ int64_t ControlClient::frozenMs() {
 
 std::string ControlClient::frozenNote() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (frozenMs_ > 0) return throttleNote(frozenHeld_);
+  if (frozenMs_ > 0) return throttleNote(frozenHeld_, frozenMs_);
   int64_t late = nextBeat_ == SteadyTime::max() ? 0 : msBetween(nextBeat_, Clock::now());
-  return late > int64_t(settings_.nodeTimeoutMs) ? throttleNote(throttle_.since()) : "";
+  return late > int64_t(settings_.nodeTimeoutMs) ? throttleNote(throttle_.since(), late) : "";
 }
 
 std::string ControlClient::stallNote() {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto ago = msBetween(stallAt_, Clock::now());
+  auto now = Clock::now();
+  // A stall not over yet for this thread: thawed, its timer has not run (a fence read first).
+  int64_t late = nextBeat_ == SteadyTime::max() ? 0 : msBetween(nextBeat_, now);
+  if (late > int64_t(settings_.heartbeatMs)) {
+    return "; this node's control thread is " + std::to_string(late) +
+           " ms behind its heartbeats" + throttleNote(throttle_.since(), late);
+  }
+  auto ago = msBetween(stallAt_, now);
   if (stallMs_ == 0 || ago > 60000) return "";
   return "; this node's control thread had stalled " + std::to_string(stallMs_) + " ms, " +
-         std::to_string(ago) + " ms before" + throttleNote(stallHeld_);
+         std::to_string(ago) + " ms before" + throttleNote(stallHeld_, stallMs_);
 }
 
 std::string ControlClient::roundTrips() {
@@ -561,7 +568,7 @@ kj::Promise<void> ControlClient::serve(kj::AsyncIoContext& io) {
             }
             if (late > client.settings_.heartbeatMs) {
               spdlog::warn("this node's control thread stalled for {} ms{}", late,
-                           throttleNote(held));
+                           throttleNote(held, late));
             }
             auto message = kj::heap<capnp::MallocMessageBuilder>(64);
             message->initRoot<proto::ControlBeat>().setSeq(++seq);

@@ -93,14 +93,16 @@ void ThrottleWatch::mark() {
   stealMark_ = stealTicks(cpus_);
 }
 
-std::string throttleNote(const ThrottleWatch::Held& held) {
+std::string throttleNote(const ThrottleWatch::Held& held, int64_t stallMs) {
   std::string note;
-  if (held.runQueueMs > 0) {
+  if (held.runQueueMs > 0 && 2 * held.runQueueMs >= stallMs) {
     note += "; meanwhile it was runnable but not running for " +
             std::to_string(held.runQueueMs) + " ms (schedstat run_delay)";
-  } else if (held.runQueueMs == 0) {
-    note += "; it never waited for a CPU meanwhile: the process was stopped, or blocked in the "
-            "kernel";
+  } else if (held.runQueueMs >= 0) {
+    note += "; it waited for a CPU " + std::to_string(held.runQueueMs) +
+            " ms of it (schedstat run_delay): the rest of the time the process was stopped "
+            "(SIGSTOP, a cgroup freezer), or blocked in the kernel (a lock such as its memory "
+            "map's, I/O)";
   }
   if (held.stealMs > 0) {
     note += "; the hypervisor took " + std::to_string(held.stealMs) +

@@ -43,8 +43,10 @@ class ThrottleWatch {
   uint64_t runDelayMark_ = 0, stealMark_ = 0;
 };
 
-std::string throttleNote(const ThrottleWatch::Held& held);
-// "; meanwhile it was runnable but not running for 1795 ms (schedstat run_delay); the hypervisor
-// took ..." for each cause seen, or "".
+std::string throttleNote(const ThrottleWatch::Held& held, int64_t stallMs);
+// What held back a thread that stalled `stallMs`: "; meanwhile it was runnable but not running for
+// 1795 ms (schedstat run_delay)" when it waited for a CPU most of that time, "; it waited for a
+// CPU 15 ms of it: ... stopped, or blocked in the kernel" when it did not; then "; the hypervisor
+// took ..." and the quota's throttling, each where seen.
 
 }  // namespace troupe
