@@ -398,7 +398,12 @@ std::string cpuBudget(std::vector<Instance>& instances, const JobSpec& spec) {
     in.cpuQuota = budget;
     in.cpuScale = scale;
   }
-  packBudgets(instances);
+  // Only a quota packs onto CPUs. A weight pinned there starved: with the dnn instance pinned to
+  // the other CPU, the load balancer piled every busy loop of a loaded machine onto the data
+  // instances' CPU, and once one of them drained the other's cgroup got no CPU at all for 11-31 s
+  // (every thread runnable, none run; bench_membership's drain, 3 of 4 under 4 busy loops). A
+  // weight alone leaves its threads free to run wherever there is room.
+  if (!automatic) packBudgets(instances);
   return "";
 }
 

@@ -360,8 +360,8 @@ TEST_CASE("sim gives every instance its type's share of the machine's CPUs by de
   }
   CHECK(run.wait(30s) == 0);
   CHECK(run.leftovers().empty());
-  // What each instance was told: the scale, and (on a 2-CPU machine) CPUs of its own: the dnn
-  // instance one, the two data instances the other.
+  // What each instance was told: the scale, and no CPUs of its own (a weight is not pinned: see
+  // cpuBudget).
   std::set<std::string> seen;
   for (auto& f : std::filesystem::directory_iterator(dir.path())) {
     auto line = roots::readFile(f.path().string());
@@ -374,7 +374,8 @@ TEST_CASE("sim gives every instance its type's share of the machine's CPUs by de
     // line (on a loaded machine the third came later, and this check failed on that alone).
     out = run.output();
     INFO(out);
-    CHECK(count(out, "cpus=0 cpu-share=1") + count(out, "cpus=1 cpu-share=1") == 1);
+    CHECK(count(out, " cpus=") == 0);
+    CHECK(count(out, "cpu-share=1") == 1);
     CHECK(count(out, "cpu-share=0.5") == 2);
     CHECK(count(out, "cpu-quota=") == 0);
   }
