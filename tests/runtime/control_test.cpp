@@ -268,6 +268,10 @@ TEST_CASE("a stall is said to be the CPUs' when the thread waited for one most o
   auto stopped = troupe::throttleNote(held, 3585);
   CHECK(stopped.find("; it waited for a CPU 4 ms of it (schedstat run_delay): the rest of the time "
                      "the process was stopped") == 0);
+  held.stateNow = 'R';  // read from another thread while the stall goes on: its wait not counted
+  CHECK(troupe::throttleNote(held, 3585) ==
+        "; it is runnable and has not run since: waiting for a CPU");
+  held.stateNow = 0;
   held.runQueueMs = -1;  // not known (no schedstat): nothing said of it
   CHECK(troupe::throttleNote(held, 3585).empty());
   held.stealMs = 20;

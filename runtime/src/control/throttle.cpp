@@ -79,6 +79,14 @@ ThrottleWatch::Held ThrottleWatch::since() const {
   if (tid_ != 0) {
     uint64_t now = runDelayNs(tid_);
     held.runQueueMs = now > runDelayMark_ ? int64_t((now - runDelayMark_) / 1000000) : 0;
+    if (gettid() != tid_) {
+      // /proc/self/task/TID/stat: "tid (comm) S ...", the comm in parentheses may hold spaces.
+      std::ifstream in("/proc/self/task/" + std::to_string(tid_) + "/stat");
+      std::string line;
+      std::getline(in, line);
+      auto close = line.rfind(')');
+      if (close != std::string::npos && close + 2 < line.size()) held.stateNow = line[close + 2];
+    }
   }
   uint64_t steal = stealTicks(cpus_);
   held.stealMs = steal > stealMark_ ? int64_t((steal - stealMark_) * 1000 / sysconf(_SC_CLK_TCK))
@@ -95,7 +103,13 @@ void ThrottleWatch::mark() {
 
 std::string throttleNote(const ThrottleWatch::Held& held, int64_t stallMs) {
   std::string note;
-  if (held.runQueueMs > 0 && 2 * held.runQueueMs >= stallMs) {
+  if (held.stateNow == 'R') {
+    note += "; it is runnable and has not run since: waiting for a CPU";
+  } else if (held.stateNow == 'D') {
+    note += "; it is blocked in the kernel now (state D: a lock such as its memory map's, I/O)";
+  } else if (held.stateNow == 'T' || held.stateNow == 't') {
+    note += "; it is stopped now (SIGSTOP, a debugger)";
+  } else if (held.runQueueMs > 0 && 2 * held.runQueueMs >= stallMs) {
     note += "; meanwhile it was runnable but not running for " +
             std::to_string(held.runQueueMs) + " ms (schedstat run_delay)";
   } else if (held.runQueueMs >= 0) {

@@ -31,6 +31,9 @@ class ThrottleWatch {
     std::string file;      // that cgroup's cpu.stat
     int64_t runQueueMs = -1;  // the watched thread's wait for a CPU; -1: not known
     int64_t stealMs = 0;   // the hypervisor's, summed over this process's CPUs
+    // Read from another thread: the watched thread's state now ('R', 'S', 'D', 'T'...; 0 when read
+    // on it). Its run_delay counts a wait only once it runs, so a wait not over yet is its 'R'.
+    char stateNow = 0;
   };
   Held since() const;  // since the last mark()
   void mark();         // the thread that calls it first is the one watched
