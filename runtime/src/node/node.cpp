@@ -117,9 +117,7 @@ class NodeServer final : public proto::Node::Server {
   }
   kj::Promise<void> ping(PingContext) override { return kj::READY_NOW; }
   kj::Promise<void> fence(FenceContext call) override {
-    node_.requestExit(FENCED, std::string("the head declared this node lost and cut it off (") +
-                                  call.getParams().getReason().cStr() +
-                                  "); its actors run elsewhere now" + node_.stallNote());
+    node_.fenced(call.getParams().getReason().cStr());
     return kj::READY_NOW;
   }
   kj::Promise<void> peerLost(PeerLostContext call) override {
@@ -569,6 +567,11 @@ proto::Cluster::Client NodeRuntime::cluster() {
     return *c;
   }
   KJ_FAIL_REQUIRE("this node has not joined the cluster yet");
+}
+
+void NodeRuntime::fenced(const std::string& why) {
+  requestExit(FENCED, "the head declared this node lost and cut it off (" + why +
+                          "); its actors run elsewhere now" + (stallNote_ ? stallNote_() : ""));
 }
 
 void NodeRuntime::requestExit(int code, std::string reason) {

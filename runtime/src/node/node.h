@@ -168,9 +168,11 @@ class NodeRuntime final : public ActorHost, private kj::TaskSet::ErrorHandler {
 
   // -- the end --
   void setStallNote(std::function<std::string()> note) { stallNote_ = kj::mv(note); }
-  std::string stallNote() const { return stallNote_ ? stallNote_() : ""; }
   // What the control thread saw of this node's recent stalls (ControlClient::stallNote), added to
   // the reason of a FENCED exit: the head fences a node it stopped hearing from.
+  void fenced(const std::string& why);
+  // The head declared this node lost (`why`, its verdict), by a call or in a heartbeat's answer:
+  // exit FENCED, saying so and what held this node back.
   void requestExit(int code, std::string reason);
   // Ends this process with `code` once the current turn is over. The first call wins. A node
   // that asked to leave (leaving()) and is then declared lost exits 0, as a drained one does.

@@ -244,8 +244,7 @@ class Worker::Impl {
       auto stall = now - due;
       node_.loopLate(stall);  // its control thread kept the heartbeats going meanwhile
       if (auto why = control_->fenced()) {
-        node_.requestExit(FENCED, "the head declared this node lost (" + *why +
-                                      "); its actors run elsewhere now" + control_->stallNote());
+        node_.fenced(*why);
         return kj::Promise<void>(kj::READY_NOW);
       }
       // Counted from the join until the first answer: a head lost right after it is lost within
@@ -267,10 +266,7 @@ class Worker::Impl {
       node_.reportLoad(req.initLoad());
       node_.tasks().add(req.send().then([this](auto&& reply) {
         if (reply.getFenced()) {
-          node_.requestExit(FENCED, std::string("the head declared this node lost (") +
-                                        reply.getReason().cStr() +
-                                        "); its actors run elsewhere now" +
-                                        control_->stallNote());
+          node_.fenced(reply.getReason().cStr());
         }
       }));
       return heartbeatLoop(now + interval);
