@@ -35,6 +35,16 @@ const bool kStopsHeldFromStart = false;
 
 namespace {
 
+// What an option of this C++ type takes, in Python's words, for a TypeError naming the option.
+template <typename T>
+std::string pythonTypeWanted() {
+  if constexpr (std::is_same_v<T, bool>) return "True or False";
+  else if constexpr (std::is_unsigned_v<T>) return "an int, 0 or more";
+  else if constexpr (std::is_integral_v<T>) return "an int";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else return "a str";
+}
+
 // A received batch as arrays: images (N, 1, 28, 28), float32 normalised or uint8 as sent,
 // labels and sample ids as int64.
 // Values as an int64 array.
@@ -182,7 +192,16 @@ PYBIND11_MODULE(_native, m) {
       [](std::vector<std::string> argv, py::dict options) {
         Settings s;
         auto get = [&](const char* key, auto& field) {
-          if (options.contains(key)) field = options[key].cast<std::decay_t<decltype(field)>>();
+          if (!options.contains(key)) return;
+          py::object value = options[key];
+          try {
+            field = value.cast<std::decay_t<decltype(field)>>();
+          } catch (const py::cast_error&) {
+            throw py::type_error(std::string("AugmentedBatches: ") + key + "=" +
+                                 py::repr(value).cast<std::string>() + ": " +
+                                 pythonTypeWanted<std::decay_t<decltype(field)>>() +
+                                 " (docs/pytorch.md, the options)");
+          }
         };
         get("epochs", s.epochs);
         get("batch_size", s.batchSize);

@@ -58,6 +58,17 @@ if MODE == "types":
             if needle not in str(e):
                 fail(f"{kwargs}: {e!r} does not say '{needle}'")
             print(f"check: {kwargs} -> {type(e).__name__}: {e}", flush=True)
+    # AugmentedBatches' options reach the native module, which names a value of the wrong type.
+    for kwargs, needle in (({"blur": "x"}, "blur='x': an int"),
+                           ({"restarts": -1}, "restarts=-1: an int, 0 or more"),
+                           ({"augment": "medium"}, "augment='medium': use 'heavy' or 'light'")):
+        try:
+            troupe.data.AugmentedBatches(**kwargs)
+            fail(f"AugmentedBatches {kwargs} was accepted")
+        except (TypeError, ValueError) as e:
+            if needle not in str(e):
+                fail(f"AugmentedBatches {kwargs}: {e!r} does not say '{needle}'")
+            print(f"check: AugmentedBatches {kwargs} -> {type(e).__name__}: {e}", flush=True)
     print("check: types ok", flush=True)
     sys.exit(0)
 
