@@ -197,7 +197,7 @@ PYBIND11_MODULE(_native, m) {
           try {
             field = value.cast<std::decay_t<decltype(field)>>();
           } catch (const py::cast_error&) {
-            throw py::type_error(std::string("AugmentedBatches: ") + key + "=" +
+            throw py::type_error(std::string("troupe.data: option ") + key + "=" +
                                  py::repr(value).cast<std::string>() + ": " +
                                  pythonTypeWanted<std::decay_t<decltype(field)>>() +
                                  " (docs/pytorch.md, the options)");
