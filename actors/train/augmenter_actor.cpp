@@ -58,6 +58,21 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   shuffle_ = args.getOrder().getShuffle();
   dropLast_ = args.getOrder().getDropLast();
   python_ = args.getPython();
+  hasImageSeed_ = args.getOrder().getHasImageSeed();
+  imageSeed_ = args.getOrder().getImageSeed();
+  if (python_) {
+    auto w = args.getWorkers();
+    auto settings = std::make_shared<WorkerSettings>();
+    settings->loader = w.getLoader();
+    settings->workers = w.getWorkers();
+    settings->prefetchFactor = std::max<uint32_t>(1, w.getPrefetchFactor());
+    settings->sharedMemoryBytes = w.getSharedMemoryBytes();
+    auto pickled = w.getPickled();
+    settings->pickled.assign(reinterpret_cast<const char*>(pickled.begin()), pickled.size());
+    settings->host = context.node().host().cStr();
+    settings->vcpus = context.node().vcpus();
+    workers_ = kj::mv(settings);
+  }
   KJ_REQUIRE(!batched_ || !dataset_.empty() || python_, "a batched order needs a dataset");
   KJ_REQUIRE(!python_ || samples_ > 0, "a script's dataset needs its length (samples)");
   if (args.getPython()) {
@@ -191,28 +206,71 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
                  from);
   }
   auto sink = p.getSink();
+  // A planned pass (troupe.data.DataLoader) names what to make; else the shard's own order.
+  std::shared_ptr<const Cut> planned;
+  if (p.hasPlan() && p.getPlan().getIds().size() > 0) planned = cutOf(p.getPlan(), epoch);
+  using Loaded = std::pair<std::shared_ptr<const Shard>, std::shared_ptr<const Cut>>;
   return load(shard, shards)
-      .then([this, shard, shards, epoch, rank, ranks](std::shared_ptr<const Shard> data) {
+      .then([this, shard, shards, epoch, rank, ranks,
+             planned](std::shared_ptr<const Shard> data) -> kj::Promise<Loaded> {
+        if (planned) return Loaded(data, planned);
         return orderOf(data, shard, shards, epoch, rank, ranks).then([data](auto order) {
-          return std::make_pair(data, kj::mv(order));
+          auto cut = std::make_shared<Cut>();
+          cut->ids = kj::mv(*order);
+          return Loaded(data, kj::mv(cut));
         });
       })
-      .then([this, call, shard, session, epoch, from, rank,
-             sink](std::pair<std::shared_ptr<const Shard>, std::shared_ptr<std::vector<uint32_t>>>
-                       loaded) mutable {
+      .then([this, call, shard, session, epoch, from, rank, sink](Loaded loaded) mutable {
         auto data = loaded.first;
-        auto order = loaded.second;
-        KJ_REQUIRE(from <= order->size(), "resume position beyond the shard", from, order->size());
-        return pump(shard, session, epoch, data, order, from, sink)
-            .then([this, call, shard, session, order, rank]() mutable {
+        auto cut = loaded.second;
+        KJ_REQUIRE(from <= cut->ids.size(), "resume position beyond the shard", from,
+                   cut->ids.size());
+        KJ_REQUIRE(cut->startsBatch(from), "resume position inside a batch", from);
+        return pump(shard, session, epoch, data, cut, from, sink)
+            .then([this, call, shard, session, cut, rank]() mutable {
               auto r = call.getResults();
-              r.setEnd(order->size());
+              r.setEnd(cut->ids.size());
               r.setSamples(current(shard, session).produced);
               // Done: the map holds only streams in progress (current() scans it per batch; with
               // in_order a shard is one batch, so kept ones would grow with the epoch).
               streams_.erase(uint64_t(rank) << 32 | shard);
             });
       });
+}
+
+uint64_t AugmenterActor::Cut::end(uint64_t position, uint32_t batchSize) const {
+  if (ends.empty()) return std::min<uint64_t>(position + batchSize, ids.size());
+  auto it = std::upper_bound(ends.begin(), ends.end(), position);
+  return it == ends.end() ? ids.size() : *it;
+}
+
+bool AugmenterActor::Cut::startsBatch(uint64_t position) const {
+  if (ends.empty() || position == 0 || position >= ids.size()) return true;
+  return std::binary_search(ends.begin(), ends.end(), uint32_t(position));
+}
+
+std::shared_ptr<const AugmenterActor::Cut> AugmenterActor::cutOf(hetero::ShardPlan::Reader plan,
+                                                                 uint32_t pass) {
+  auto cut = std::make_shared<Cut>();
+  for (auto id : plan.getIds()) {
+    KJ_REQUIRE(id < samples_, "a planned sample id beyond the dataset", id, samples_);
+    cut->ids.push_back(id);
+  }
+  uint32_t last = 0;
+  for (auto end : plan.getEnds()) {
+    KJ_REQUIRE(end > last && end <= cut->ids.size(), "a plan's batch ends are not ascending",
+               end, last, cut->ids.size());
+    cut->ends.push_back(end);
+    last = end;
+  }
+  KJ_REQUIRE(last == cut->ids.size(), "a plan's last batch does not end the shard", last,
+             cut->ids.size());
+  cut->planned = true;
+  cut->pass = pass;
+  cut->first = plan.getFirst();
+  cut->baseSeed = plan.getBaseSeed();
+  cut->label = plan.getLabel();
+  return cut;
 }
 
 namespace {
@@ -304,17 +362,20 @@ kj::Promise<void> AugmenterActor::stats(StatsContext call) {
 
 kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_t epoch,
                                        std::shared_ptr<const Shard> data,
-                                       std::shared_ptr<std::vector<uint32_t>> order,
-                                       uint64_t position, hetero::BatchSink::Client sink) {
+                                       std::shared_ptr<const Cut> cut, uint64_t position,
+                                       hetero::BatchSink::Client sink) {
   auto& stream = current(shard, session);
-  if (position >= order->size()) return kj::READY_NOW;
-  if (data->source) return pumpDataset(shard, session, epoch, data, order, position, sink);
-  if (python_) return pumpMade(shard, session, epoch, data, order, position, sink);
-  return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
+  if (position >= cut->ids.size()) return kj::READY_NOW;
+  if (data->source) return pumpDataset(shard, session, epoch, data, cut, position, sink);
+  if (python_) {
+    return pumpMade(shard, session, epoch, cut, position, kj::Promise<void>(kj::READY_NOW).fork(),
+                    sink);
+  }
+  return creditAvailable(stream).then([this, shard, session, epoch, data, cut, position,
                                        sink]() mutable {
     --current(shard, session).credits;
-    auto end = std::min<uint64_t>(position + batchSize_, order->size());
-    std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
+    auto end = std::min<uint64_t>(position + batchSize_, cut->ids.size());
+    std::vector<uint32_t> ids(cut->ids.begin() + position, cut->ids.begin() + end);
     // Positions within the shard's own storage, for gathering pixels.
     auto batchSeed = data::mixSeed(seed_, epoch, position);
     // The pool job writes the pixels into a SendBuffer (memory of troupe's pool, reused, not
@@ -346,7 +407,7 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
     };
     return context()
         .offload(kj::mv(work))
-        .then([this, shard, session, epoch, data, order, position, end, sink, n,
+        .then([this, shard, session, epoch, data, cut, position, end, sink, n,
                pixelsOut = kj::mv(pixelsOut)](Built built) mutable {
           auto loopCpu = threadCpuSeconds();  // the request's frame and sending it: the loop's part
           auto request = sink.pushRequest();
@@ -359,8 +420,8 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
           auto bytes = pixelsOut.size();
           return sendBatch(kj::mv(request), kj::mv(pixelsOut), shard, session, n, n, bytes,
                            built.cpu, loopCpu)
-              .then([this, shard, session, epoch, data, order, end, sink]() mutable {
-                return pump(shard, session, epoch, data, order, end, sink);
+              .then([this, shard, session, epoch, data, cut, end, sink]() mutable {
+                return pump(shard, session, epoch, data, cut, end, sink);
               });
         });
   });
@@ -376,7 +437,9 @@ void AugmenterActor::heading(hetero::Batch::Builder b, uint64_t session, uint32_
 
 kj::Promise<void> AugmenterActor::fail(
     capnp::StreamingRequest<hetero::BatchSink::PushParams> request, const std::string& why) {
-  spdlog::error("augmenter {}: {}", shard_, why);
+  // One line here; the whole of it (a worker's traceback) goes to the trainer, which fails the
+  // job with it: the script's exception shows it once.
+  spdlog::error("augmenter {}: {}", shard_, why.substr(0, why.find('\n')));
   request.getBatch().setFailure(why);
   // The trainer fails the job with it: nothing more to send for this shard.
   return request.send().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
@@ -402,15 +465,25 @@ kj::Promise<void> AugmenterActor::sendBatch(
 
 kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,
                                               std::shared_ptr<const Shard> data,
-                                              std::shared_ptr<std::vector<uint32_t>> order,
+                                              std::shared_ptr<const Cut> cut,
                                               uint64_t position, hetero::BatchSink::Client sink) {
   auto& stream = current(shard, session);
-  if (position >= order->size()) return kj::READY_NOW;
+  if (position >= cut->ids.size()) return kj::READY_NOW;
   return creditAvailable(stream).then(
-      [this, shard, session, epoch, data, order, position, sink]() mutable {
+      [this, shard, session, epoch, data, cut, position, sink]() mutable {
         --current(shard, session).credits;
-        auto end = std::min<uint64_t>(position + batchSize_, order->size());
-        std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
+        auto end = cut->end(position, batchSize_);
+        std::vector<uint32_t> ids(cut->ids.begin() + position, cut->ids.begin() + end);
+        // Each sample's random choices: of a planned pass from the pass's base seed and the
+        // sample's position in it (troupe.data's per-sample seeds), or from the dataset's own
+        // seed, the script's epoch and its id (ImageDataset(seed=)); else from (seed, epoch, id).
+        // The same pixels whichever augmenter, batch or instance serves it.
+        std::vector<uint64_t> seeds(ids.size());
+        for (size_t k = 0; k < ids.size(); ++k) {
+          seeds[k] = !cut->planned  ? data::mixSeed(seed_, epoch, ids[k])
+                     : hasImageSeed_ ? data::mixSeed(imageSeed_, cut->label, ids[k])
+                                     : data::sampleSeed(cut->baseSeed, cut->first + position + k);
+        }
         auto& source = *data->source;
         int channels = source.encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
         auto shape = pipeline_->outputShape(channels);
@@ -424,7 +497,7 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
           std::vector<std::string> skippedFiles, failure;
           double cpu;
         };
-        auto work = [data, pipeline = pipeline_, ids = kj::mv(ids), seed = seed_, epoch,
+        auto work = [data, pipeline = pipeline_, ids = kj::mv(ids), seeds = kj::mv(seeds),
                      sampleBytes, skipBad = skipBad_, out = pixelsOut]() mutable {
           trace::Span span("transform", "train");
           auto cpu = threadCpuSeconds();
@@ -432,13 +505,11 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
           Built built;
           auto bytes = out.as<uint8_t>();
           size_t kept = 0;
-          for (auto id : ids) {
+          for (size_t k = 0; k < ids.size(); ++k) {
+            auto id = ids[k];
             try {
               auto sample = source.read(id);
-              // Each sample's random choices from (seed, epoch, its id): the same pixels whichever
-              // augmenter, batch or position serves it.
-              pipeline->run(sample, source.encoding(), source.rawShape(),
-                            data::mixSeed(seed, epoch, id),
+              pipeline->run(sample, source.encoding(), source.rawShape(), seeds[k],
                             bytes.subspan(kept * sampleBytes, sampleBytes));
               built.targets.push_back(sample.target);
               ++kept;
@@ -458,7 +529,7 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
         };
         return context()
             .offload(kj::mv(work))
-            .then([this, shard, session, epoch, data, order, position, end, sink, n, sampleBytes,
+            .then([this, shard, session, epoch, data, cut, position, end, sink, n, sampleBytes,
                    pixelsOut = kj::mv(pixelsOut)](Built built) mutable -> kj::Promise<void> {
               auto loopCpu = threadCpuSeconds();
               auto request = sink.pushRequest();
@@ -486,80 +557,99 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
               }
               return sendBatch(kj::mv(request), kj::mv(pixelsOut), shard, session, n, kept,
                                kept * sampleBytes, built.cpu, loopCpu)
-                  .then([this, shard, session, epoch, data, order, end, sink]() mutable {
-                    return pumpDataset(shard, session, epoch, data, order, end, sink);
+                  .then([this, shard, session, epoch, data, cut, end, sink]() mutable {
+                    return pumpDataset(shard, session, epoch, data, cut, end, sink);
                   });
             });
       });
 }
 
 kj::Promise<void> AugmenterActor::pumpMade(uint32_t shard, uint64_t session, uint32_t epoch,
-                                           std::shared_ptr<const Shard> data,
-                                           std::shared_ptr<std::vector<uint32_t>> order,
-                                           uint64_t position, hetero::BatchSink::Client sink) {
-  auto& stream = current(shard, session);
-  if (position >= order->size()) return kj::READY_NOW;
-  return creditAvailable(stream).then([this, shard, session, epoch, data, order, position,
-                                       sink]() mutable {
-    --current(shard, session).credits;
-    auto end = std::min<uint64_t>(position + batchSize_, order->size());
-    std::vector<uint32_t> ids(order->begin() + position, order->begin() + end);
-    auto maker = batchMaker();
-    KJ_REQUIRE(maker != nullptr,
-               "no batch maker in this process: a script's augmenter runs in "
-               "the script's own process (troupe.data.DataLoader)");
-    struct Made {
-      MadeBatch batch;
-      double cpu;
-    };
-    // The worker's time is its own process's; the pool thread here waits for it (what the
-    // advisor counts per batch is this thread's wall time: the wait and the copy).
-    auto work = [maker, epoch, ids]() {
-      trace::Span span("dataset", "train");
-      auto start = std::chrono::steady_clock::now();
-      Made made{maker->make(epoch, ids), 0};
-      made.cpu = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return made;
-    };
-    return context()
-        .offload(kj::mv(work))
-        .then([this, shard, session, epoch, data, order, position, end, sink,
-               ids = kj::mv(ids)](Made made) mutable -> kj::Promise<void> {
-          auto request = sink.pushRequest();
-          auto b = request.initBatch();
-          heading(b, session, epoch, shard, position);
-          if (!made.batch.failure.empty()) return fail(kj::mv(request), made.batch.failure);
-          auto list = b.initSampleIds(ids.size());
-          for (size_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
-          auto tensors = b.initTensors(made.batch.tensors.size());
-          for (size_t i = 0; i < made.batch.tensors.size(); ++i) {
-            auto& t = made.batch.tensors[i];
-            auto out = tensors[i];
-            out.setDtype(t.dtype);
-            auto shape = out.initShape(t.shape.size());
-            for (size_t k = 0; k < t.shape.size(); ++k) shape.set(k, t.shape[k]);
-            out.setOffset(t.offset);
-            out.setBytes(t.bytes);
-          }
-          b.setStructure(made.batch.structure);
-          if (!made.batch.skipped.empty()) {
-            auto skipped = b.initSkipped(made.batch.skipped.size());
-            auto why = b.initSkippedFiles(made.batch.skipped.size());
-            for (size_t i = 0; i < made.batch.skipped.size(); ++i) {
-              skipped.set(i, made.batch.skipped[i]);
-              why.set(i, made.batch.skippedWhy[i]);
-              spdlog::warn("augmenter {}: skipped {}", shard_, made.batch.skippedWhy[i]);
-            }
-          }
-          b.adoptPixels(made.batch.data.lend(b));
-          auto bytes = made.batch.data.size();
-          return sendBatch(kj::mv(request), kj::mv(made.batch.data), shard, session, ids.size(),
-                           ids.size(), bytes, made.cpu, 0)
-              .then([this, shard, session, epoch, data, order, end, sink]() mutable {
-                return pumpMade(shard, session, epoch, data, order, end, sink);
-              });
-        });
-  });
+                                           std::shared_ptr<const Cut> cut, uint64_t position,
+                                           kj::ForkedPromise<void> sent,
+                                           hetero::BatchSink::Client sink) {
+  // Up to the stream's credits of batches in the making at once (the node's workers make them in
+  // parallel), pushed in the shard's order: each batch's push waits for the one before it.
+  if (position >= cut->ids.size()) return sent.addBranch();
+  return creditAvailable(current(shard, session))
+      .then([this, shard, session, epoch, cut, position, sent = kj::mv(sent),
+             sink]() mutable -> kj::Promise<void> {
+        --current(shard, session).credits;
+        auto end = cut->end(position, batchSize_);
+        auto maker = batchMaker();
+        KJ_REQUIRE(maker != nullptr,
+                   "no batch maker in this process: a script's augmenter runs in the script's own "
+                   "process (troupe.data.DataLoader)");
+        MakeRequest request;
+        request.settings = workers_;
+        request.pass = epoch;
+        request.label = cut->planned ? cut->label : epoch;
+        request.baseSeed = cut->planned ? cut->baseSeed : data::mixSeed(seed_, epoch);
+        request.first = cut->first + position;
+        request.ids.assign(cut->ids.begin() + position, cut->ids.begin() + end);
+        auto asked = std::chrono::steady_clock::now();
+        auto made = maker->make(kj::mv(request));
+        auto pushed =
+            sent.addBranch()
+                .then([made = kj::mv(made)]() mutable { return kj::mv(made); })
+                .then([this, shard, session, epoch, cut, position, end, asked,
+                       sink](MadeBatch batch) mutable {
+                  // The worker's time is its own process's; what the advisor counts per batch
+                  // here is the wait for it.
+                  double waited =
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked)
+                          .count();
+                  return sendMade(shard, session, epoch, *cut, position, end, kj::mv(batch),
+                                  waited, sink);
+                })
+                .fork();
+        // A push that fails (the batch could not be made, the stream ended) ends the stream now,
+        // not after the batches still waiting for credit.
+        auto failed = pushed.addBranch().then([]() -> kj::Promise<void> { return kj::NEVER_DONE; });
+        return pumpMade(shard, session, epoch, cut, end, kj::mv(pushed), sink)
+            .exclusiveJoin(kj::mv(failed));
+      });
+}
+
+kj::Promise<void> AugmenterActor::sendMade(uint32_t shard, uint64_t session, uint32_t epoch,
+                                           const Cut& cut, uint64_t position, uint64_t end,
+                                           MadeBatch made, double waited,
+                                           hetero::BatchSink::Client sink) {
+  auto request = sink.pushRequest();
+  auto b = request.initBatch();
+  heading(b, session, epoch, shard, position);
+  if (!made.failure.empty()) {
+    auto why = made.traceback.empty() ? made.failure
+                                      : made.failure + "; in the DataLoader worker:\n" +
+                                            made.traceback;
+    return fail(kj::mv(request), why);
+  }
+  size_t n = end - position;
+  auto list = b.initSampleIds(n);
+  for (size_t i = 0; i < n; ++i) list.set(i, cut.ids[position + i]);
+  auto tensors = b.initTensors(made.tensors.size());
+  for (size_t i = 0; i < made.tensors.size(); ++i) {
+    auto& t = made.tensors[i];
+    auto out = tensors[i];
+    out.setDtype(t.dtype);
+    auto shape = out.initShape(t.shape.size());
+    for (size_t k = 0; k < t.shape.size(); ++k) shape.set(k, t.shape[k]);
+    out.setOffset(t.offset);
+    out.setBytes(t.bytes);
+  }
+  b.setStructure(made.structure);
+  if (!made.skipped.empty()) {
+    auto skipped = b.initSkipped(made.skipped.size());
+    auto why = b.initSkippedFiles(made.skipped.size());
+    for (size_t i = 0; i < made.skipped.size(); ++i) {
+      skipped.set(i, made.skipped[i]);
+      why.set(i, made.skippedWhy[i]);
+      spdlog::warn("augmenter {}: skipped {}", shard_, made.skippedWhy[i]);
+    }
+  }
+  b.adoptPixels(made.data.lend(b));
+  auto bytes = made.data.size();
+  return sendBatch(kj::mv(request), kj::mv(made.data), shard, session, n, n, bytes, waited, 0);
 }
 
 }  // namespace troupe::train

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "batch_maker.h"
 #include "train.capnp.h"
 #include "troupe/actor.h"
 #include "troupe/send_buffer.h"
@@ -62,12 +63,25 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
     kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> creditWaiter;
   };
 
+  // What a stream makes: the shard's sample ids by position and where its batches end (a planned
+  // pass's, from produce()'s ShardPlan; else every batchSize_), and, planned, what seeds them.
+  struct Cut {
+    std::vector<uint32_t> ids;
+    std::vector<uint32_t> ends;  // empty: a batch every batchSize_
+    bool planned = false;
+    uint32_t pass = 0, label = 0;
+    uint64_t first = 0, baseSeed = 0;
+    uint64_t end(uint64_t position, uint32_t batchSize) const;  // of the batch at `position`
+    bool startsBatch(uint64_t position) const;
+  };
+  // A ShardPlan checked: ids within the dataset, batch ends ascending to the shard's end.
+  std::shared_ptr<const Cut> cutOf(hetero::ShardPlan::Reader plan, uint32_t pass);
+
   kj::Promise<std::shared_ptr<const Shard>> load(uint32_t shard, uint32_t shards);
   // The shard's sample ids, over the training set read once per process (on the pool).
   kj::Promise<void> pump(uint32_t shard, uint64_t session, uint32_t epoch,
-                         std::shared_ptr<const Shard> data,
-                         std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
-                         hetero::BatchSink::Client sink);
+                         std::shared_ptr<const Shard> data, std::shared_ptr<const Cut> cut,
+                         uint64_t position, hetero::BatchSink::Client sink);
   kj::Promise<void> creditAvailable(Stream& stream);
   // The three pumps' shared steps: a batch's heading, a failure that ends the shard's stream
   // (the trainer fails the job with it), and sending a batch with its counts for stats().
@@ -93,9 +107,16 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   // AugmenterArgs.order: shards as runs of whole batches of the epoch's order (BatchedEpoch).
   bool batched_ = false, shuffle_ = true, dropLast_ = false;
   bool python_ = false;  // AugmenterArgs.python: batches from the process's batch maker
+  std::shared_ptr<const WorkerSettings> workers_;  // AugmenterArgs.workers
+  bool hasImageSeed_ = false;                      // BatchOrder.imageSeed
+  uint64_t imageSeed_ = 0;
+  // Batches of the process's batch maker: `sent` resolves once the batch before `position` was
+  // pushed.
   kj::Promise<void> pumpMade(uint32_t shard, uint64_t session, uint32_t epoch,
-                             std::shared_ptr<const Shard> data,
-                             std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
+                             std::shared_ptr<const Cut> cut, uint64_t position,
+                             kj::ForkedPromise<void> sent, hetero::BatchSink::Client sink);
+  kj::Promise<void> sendMade(uint32_t shard, uint64_t session, uint32_t epoch, const Cut& cut,
+                             uint64_t position, uint64_t end, MadeBatch made, double waited,
                              hetero::BatchSink::Client sink);
   // The shard's order; of a batched order, of DDP rank `rank` of `ranks`' share.
   kj::Promise<std::shared_ptr<std::vector<uint32_t>>> orderOf(std::shared_ptr<const Shard> data,
@@ -105,9 +126,8 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   std::shared_ptr<const images::Pipeline> pipeline_;
   kj::Maybe<kj::ForkedPromise<std::shared_ptr<const data::Source>>> source_;
   kj::Promise<void> pumpDataset(uint32_t shard, uint64_t session, uint32_t epoch,
-                                std::shared_ptr<const Shard> data,
-                                std::shared_ptr<std::vector<uint32_t>> order, uint64_t position,
-                                hetero::BatchSink::Client sink);
+                                std::shared_ptr<const Shard> data, std::shared_ptr<const Cut> cut,
+                                uint64_t position, hetero::BatchSink::Client sink);
   // By (rank << 32 | shard): one stream per shard of each DDP rank's trainer, whose sessions
   // differ (TrainerActor's are rank << 40 on).
   std::map<uint64_t, Stream> streams_;

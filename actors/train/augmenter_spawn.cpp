@@ -30,7 +30,10 @@ Placement augmenterPlacement(const AugmenterSpec& spec) {
 }
 
 SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
-  return SpawnOptions()
+  auto options = SpawnOptions();
+  // A DataLoader's: its nodes say how many workers they run, not each augmenter's start.
+  if (spec.planned) options.quiet();
+  return options
       .named(kj::mv(name))
       .unlinked()
       .restarts(spec.restarts, 60 * kj::SECONDS)
@@ -42,8 +45,25 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setDataset(spec.dataset);
         a.setTransform(spec.transform);
         a.setSkipBadSamples(spec.skipBadSamples);
-        if (spec.batched) setBatchedOrder(a.initOrder(), spec.shuffle, spec.dropLast);
+        if (spec.batched) {
+          auto order = a.initOrder();
+          setBatchedOrder(order, spec.shuffle, spec.dropLast);
+          order.setPlanned(spec.planned);
+          if (spec.imageSeed) {
+            order.setHasImageSeed(true);
+            order.setImageSeed(*spec.imageSeed);
+          }
+        }
         a.setPython(spec.python);
+        if (spec.python) {
+          auto w = a.initWorkers();
+          w.setLoader(spec.loader);
+          w.setWorkers(spec.workers);
+          w.setPrefetchFactor(spec.prefetchFactor);
+          w.setSharedMemoryBytes(spec.sharedMemoryBytes);
+          w.setPickled(kj::arrayPtr(reinterpret_cast<const kj::byte*>(spec.pickled.data()),
+                                    spec.pickled.size()));
+        }
         auto aug = a.initAugment();
         const auto& c = spec.augment;
         aug.setPadding(c.padding);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ struct AugmenterSpec {
   // The epoch cut as torch's DataLoader cuts it (AugmenterArgs.order; needs a dataset).
   bool batched = false, shuffle = true, dropLast = false;
   bool python = false;  // a script's Dataset, from the process's batch maker (batch_maker.h)
+  // troupe.data.DataLoader: each pass planned by the script (BatchOrder.planned), its workers on
+  // each node (AugmenterArgs.workers), an ImageDataset's own seed (BatchOrder.imageSeed).
+  bool planned = false;
+  uint32_t loader = 0, workers = 0, prefetchFactor = 2;
+  uint64_t sharedMemoryBytes = 256ull << 20;
+  std::string pickled;
+  std::optional<uint64_t> imageSeed;
 };
 
 // An AugmenterSpec from an app's settings: any type with the fields of the same names (seed,

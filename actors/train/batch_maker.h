@@ -2,9 +2,10 @@
 //
 // Batches made outside the augmenter's own C++ pipeline: a training script's Dataset, whose
 // __getitem__ and collate_fn run in worker processes of the script (the Python package's
-// troupe.data.DataLoader, python/src/workers.cpp). The process registers one maker; augmenters
-// started with AugmenterArgs.python ask it for each batch of sample ids, on the node's pool,
-// and stream what it returns as named tensors (train.capnp, Batch.tensors).
+// troupe.data.DataLoader, python/src/worker_pool.h). The process registers one maker; augmenters
+// started with AugmenterArgs.python ask it for each batch of sample ids, from the event loop, and
+// stream what it returns as named tensors (train.capnp, Batch.tensors). The maker answers
+// asynchronously: an augmenter has as many batches in the making as its stream's credits.
 
 #pragma once
 
@@ -13,6 +14,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <kj/async.h>
 
 #include "troupe/send_buffer.h"
 
@@ -29,17 +32,39 @@ struct MadeBatch {
   std::string structure;  // how the tensors nest (tuple, list, dict): the maker's own encoding
   SendBuffer data;        // every tensor's bytes
   std::string failure;    // nonempty: the batch could not be made (a sample's exception)
+  std::string traceback;  // of the failure, where the maker has one (a Python traceback)
   // Samples whose __getitem__ raised, left out of the batch (skip_errors): ids and why.
   std::vector<uint32_t> skipped;
   std::vector<std::string> skippedWhy;
 };
 
+// How a loader's workers run on a node (AugmenterArgs.workers): the same for every batch of the
+// loader; the maker starts the loader's workers with them at its first batch.
+struct WorkerSettings {
+  uint32_t loader = 0;          // which of the script's DataLoaders (0: the first it made)
+  uint32_t workers = 0;         // worker processes on this node; 0: its CPUs (defaultWorkers)
+  uint32_t prefetchFactor = 2;  // batches in the making per worker
+  uint64_t sharedMemoryBytes = 256ull << 20;  // per worker, one slot per batch in the making
+  std::string pickled;  // the loader's workers' spec, pickled (a loader made after the first)
+  std::string host;     // this node's (worker seeds differ by instance; messages name it)
+  uint32_t vcpus = 1;   // this node's, for the default worker count
+};
+
+// One batch to make: sample ids `ids` at positions first.. of pass `pass` (the script's epoch
+// `label`), whose random draws derive from `baseSeed` (python/troupe/_workers.py).
+struct MakeRequest {
+  std::shared_ptr<const WorkerSettings> settings;
+  uint32_t pass = 0, label = 0;
+  uint64_t baseSeed = 0, first = 0;
+  std::vector<uint32_t> ids;
+};
+
 class BatchMaker {
  public:
   virtual ~BatchMaker() = default;
-  // The samples `ids` of `epoch`, collated; blocks (call it on the pool). Throws when no worker
-  // is left to make it.
-  virtual MadeBatch make(uint32_t epoch, std::span<const uint32_t> ids) = 0;
+  // Call on the event loop; resolves there. A batch that cannot be made (a sample's exception)
+  // resolves with MadeBatch::failure; rejects when no worker is left to make it.
+  virtual kj::Promise<MadeBatch> make(MakeRequest request) = 0;
 };
 
 void setBatchMaker(std::shared_ptr<BatchMaker> maker);

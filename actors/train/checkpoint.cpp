@@ -209,12 +209,18 @@ std::string encodeCheckpoint(const TrainingState& s) {
                  {"parameters", s.parameters.size()},
                  {"velocities", s.velocities.size()},
                  {"seen", s.seen.size()},
+                 {"plan_ids", s.plan ? s.plan->ids.size() : 0},
+                 {"plan_ends", s.plan ? s.plan->ends.size() : 0},
+                 {"plan_base_seed", s.plan ? s.plan->baseSeed : 0},
+                 {"plan_label", s.plan ? s.plan->label : 0},
+                 {"planned", s.plan.has_value()},
                  {"written_by", s.writtenBy},
                  {"written_at", utcNow("%Y-%m-%dT%H:%M:%SZ")}};
   std::string text = header.dump();
   std::string out;
   out.reserve(sizeof(kMagic) + 8 + text.size() + 4 * (s.parameters.size() + s.velocities.size()) +
-              s.seen.size() + 4);
+              s.seen.size() + 4 +
+              (s.plan ? 4 * (s.plan->ids.size() + s.plan->ends.size()) : 0));
   out.append(kMagic, sizeof(kMagic));
   put<uint32_t>(out, kVersion);
   put<uint32_t>(out, static_cast<uint32_t>(text.size()));
@@ -222,6 +228,10 @@ std::string encodeCheckpoint(const TrainingState& s) {
   out.append(reinterpret_cast<const char*>(s.parameters.data()), s.parameters.size() * 4);
   out.append(reinterpret_cast<const char*>(s.velocities.data()), s.velocities.size() * 4);
   out.append(reinterpret_cast<const char*>(s.seen.data()), s.seen.size());
+  if (s.plan) {
+    out.append(reinterpret_cast<const char*>(s.plan->ids.data()), s.plan->ids.size() * 4);
+    out.append(reinterpret_cast<const char*>(s.plan->ends.data()), s.plan->ends.size() * 4);
+  }
   put<uint32_t>(out, crc(out.data(), out.size()));
   return out;
 }
@@ -250,7 +260,7 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
   if (kFixed + headerBytes + 4 > bytes.size())
     throw refuse("corrupt: the header runs past the end");
   TrainingState s;
-  size_t params = 0, velocities = 0, seen = 0;
+  size_t params = 0, velocities = 0, seen = 0, planIds = 0, planEnds = 0;
   try {
     auto header = json::parse(bytes.substr(kFixed, headerBytes));
     s.identity = identityFrom(header.at("identity"));
@@ -265,6 +275,14 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
     params = header.at("parameters");
     velocities = header.at("velocities");
     seen = header.at("seen");
+    if (header.value("planned", false)) {
+      // (A state from before plans has none of these: a plan of its own, none.)
+      s.plan = PassPlan{};
+      planIds = header.at("plan_ids");
+      planEnds = header.at("plan_ends");
+      s.plan->baseSeed = header.at("plan_base_seed").get<uint64_t>();
+      s.plan->label = header.at("plan_label");
+    }
     s.writtenBy = header.value("written_by", "") + ", " + header.value("written_at", "");
   } catch (const CheckpointError&) {
     throw;
@@ -272,9 +290,11 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
     throw refuse(std::string("corrupt header: ") + e.what());
   }
   size_t at = kFixed + headerBytes;
-  if (at + 4 * (params + velocities) + seen + 4 != bytes.size()) {
+  if (params > bytes.size() || velocities > bytes.size() || seen > bytes.size() ||
+      planIds > bytes.size() || planEnds > bytes.size() ||
+      at + 4 * (params + velocities + planIds + planEnds) + seen + 4 != bytes.size()) {
     throw refuse("corrupt: " + std::to_string(bytes.size()) + " bytes, the header describes " +
-                 std::to_string(at + 4 * (params + velocities) + seen + 4));
+                 std::to_string(at + 4 * (params + velocities + planIds + planEnds) + seen + 4));
   }
   // (A state without a model, a script's, has none: no memcpy from or to a null pointer.)
   s.parameters.resize(params);
@@ -284,6 +304,23 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
   if (velocities > 0) memcpy(s.velocities.data(), bytes.data() + at, 4 * velocities);
   at += 4 * velocities;
   s.seen.assign(bytes.begin() + at, bytes.begin() + at + seen);
+  at += seen;
+  if (s.plan) {
+    s.plan->ids.resize(planIds);
+    if (planIds > 0) memcpy(s.plan->ids.data(), bytes.data() + at, 4 * planIds);
+    at += 4 * planIds;
+    s.plan->ends.resize(planEnds);
+    if (planEnds > 0) memcpy(s.plan->ends.data(), bytes.data() + at, 4 * planEnds);
+    uint32_t last = 0;
+    for (auto end : s.plan->ends) {
+      if (end <= last || end > planIds) throw refuse("corrupt: the plan's batch ends");
+      last = end;
+    }
+    if (last != planIds || s.seen.size() != planIds) {
+      throw refuse("corrupt: a plan of " + std::to_string(planIds) + " samples, its batches end at " +
+                   std::to_string(last) + ", " + std::to_string(s.seen.size()) + " counted");
+    }
+  }
   return s;
 }
 

@@ -93,18 +93,28 @@ inline uint64_t sampleDigest(uint64_t id) {
   return z ^ (z >> 31);
 }
 
+/// A pass that a training script planned (troupe.data.DataLoader: one iter() of its sampler's
+/// batches): what its trainer's shards hold, and what its samples' random draws derive from.
+struct PassPlan {
+  std::vector<uint32_t> ids;   ///< The pass's sample ids, by position.
+  std::vector<uint32_t> ends;  ///< Each batch's end (a position), ascending; the last ids.size().
+  uint64_t baseSeed = 0;       ///< torch's base_seed of the pass, drawn by the script.
+  uint32_t label = 0;          ///< The script's epoch (its set_epoch, or its iterators).
+};
+
 /// The trainer's state between two steps.
 struct TrainingState {
   JobIdentity identity;
   uint32_t epoch = 0;                ///< The epoch in progress; == epochs when all are done.
   uint64_t steps = 0;                ///< Training steps so far, every epoch.
   std::vector<uint64_t> acked;       ///< Per shard: every sample before it was trained on.
-  std::vector<uint8_t> seen;         ///< Per sample id: times trained on in this epoch.
+  std::vector<uint8_t> seen;         ///< Per sample id (planned: per position): times trained on.
   EpochRecord current;               ///< The epoch in progress, so far.
   std::vector<EpochRecord> history;  ///< Finished epochs.
   std::vector<float> parameters;     ///< trainer::Mlp::parameters().
   std::vector<float> velocities;     ///< trainer::Mlp::velocities(): the optimiser's momentum.
   std::string writtenBy;             ///< Host and reason, for the log ("algo-1, every 100 steps").
+  std::optional<PassPlan> plan;      ///< A planned pass in progress: what it makes.
 };
 
 /// The bytes of a checkpoint file.

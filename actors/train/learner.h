@@ -112,6 +112,12 @@ class Learner {
   // Resolves when the model's side may start: train() waits for it before reading givenState()
   // (a script's first iter(), after any load_state_dict()).
   virtual kj::Promise<void> ready() { return kj::READY_NOW; }
+  // A planned order (BatchOrder.planned): pass `pass`'s plan, once the learner has it (a script's
+  // iter() made it from its sampler). Never for a learner that plans nothing.
+  virtual kj::Promise<std::shared_ptr<const PassPlan>> plan(uint32_t pass) {
+    (void)pass;
+    return kj::NEVER_DONE;
+  }
 };
 
 }  // namespace troupe::train

@@ -6,6 +6,7 @@
 #include "troupe/log.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <stdexcept>
 
@@ -42,6 +43,19 @@ std::shared_ptr<ScriptLearner> ScriptLearner::findOrCreate(uint64_t id) {
   return learner;
 }
 
+void ScriptLearner::endEvery(const std::function<bool(uint64_t)>& which,
+                             const std::string& failure) {
+  std::vector<std::shared_ptr<ScriptLearner>> chosen;
+  {
+    std::lock_guard lock(tableMutex);
+    for (auto& [id, weak] : table) {
+      if (!which(id)) continue;
+      if (auto learner = weak.lock()) chosen.push_back(learner);
+    }
+  }
+  for (auto& learner : chosen) learner->end(failure);
+}
+
 std::shared_ptr<ScriptLearner> ScriptLearner::find(uint64_t id) {
   std::lock_guard lock(tableMutex);
   auto it = table.find(id);
@@ -58,8 +72,22 @@ void ScriptLearner::awaitItem(std::unique_lock<std::mutex>& lock) {
   changed_.wait(lock, [this] { return !queue_.empty(); });
 }
 
-ScriptLearner::Item ScriptLearner::next() {
+ScriptLearner::Item ScriptLearner::next(double timeout) {
   std::unique_lock lock(mutex_);
+  if (timeout > 0) {
+    if (holding_) {
+      holding_->fulfill(StepResult{});
+      holding_ = nullptr;
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+    if (!changed_.wait_until(lock, until, [this] { return !queue_.empty(); })) {
+      Item late;
+      late.kind = Item::kFailed;
+      late.text = "DataLoader timed out after " + std::to_string(int(timeout)) + " seconds";
+      late.timedOut = true;
+      return late;
+    }
+  }
   awaitItem(lock);
   auto item = kj::mv(queue_.front());
   queue_.pop_front();
@@ -97,7 +125,8 @@ std::string ScriptLearner::state() {
   }
 }
 
-uint32_t ScriptLearner::resumeFrom(const std::string& bytes, const std::string& name) {
+ScriptLearner::Resumed ScriptLearner::resumeFrom(const std::string& bytes,
+                                                 const std::string& name) {
   auto state = decodeCheckpoint(bytes, name);
   if (!state.parameters.empty()) {
     throw CheckpointError(name +
@@ -109,9 +138,9 @@ uint32_t ScriptLearner::resumeFrom(const std::string& bytes, const std::string& 
     throw std::runtime_error(
         "load_state_dict() after the stream started: call it before the first epoch");
   }
-  uint32_t epoch = state.epoch;
+  Resumed resumed{state.epoch, state.plan.has_value(), state.plan ? state.plan->label : 0};
   given_ = LoadedCheckpoint{name, kj::mv(state)};
-  return epoch;
+  return resumed;
 }
 
 void ScriptLearner::begin() {
@@ -121,7 +150,48 @@ void ScriptLearner::begin() {
   if (begunFulfiller_) begunFulfiller_->fulfill();
 }
 
+void ScriptLearner::beginPass(uint32_t pass, PassPlan plan) {
+  std::lock_guard lock(mutex_);
+  passes_[pass] = {plan.label, plan.ends.size()};
+  auto made = std::make_shared<const PassPlan>(std::move(plan));
+  if (planWaiter_ && planWanted_ == pass) {
+    planWaiter_->fulfill(kj::mv(made));
+    planWaiter_ = nullptr;
+    return;
+  }
+  plans_[pass] = kj::mv(made);
+}
+
+kj::Promise<std::shared_ptr<const PassPlan>> ScriptLearner::plan(uint32_t pass) {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<std::shared_ptr<const PassPlan>>();
+  std::lock_guard lock(mutex_);
+  auto it = plans_.find(pass);
+  if (it != plans_.end()) {
+    auto found = it->second;
+    plans_.erase(plans_.begin(), std::next(it));  // (older ones were never started: gone)
+    return found;
+  }
+  planWanted_ = pass;
+  planWaiter_ = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
 void ScriptLearner::abandon(uint32_t epoch) {
+  // What the trainer has not handed over yet is not made (its streams end now).
+  const kj::Executor* executor = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    if (executor_) executor = executor_.get();
+  }
+  if (executor != nullptr) {
+    try {
+      executor->executeSync([this, epoch]() {
+        if (trainer_ != nullptr) trainer_->abandonPass(epoch);
+      });
+    } catch (const kj::Exception&) {
+      // The trainer's loop is gone: the job is ending.
+    }
+  }
   std::lock_guard lock(mutex_);
   if (holding_) {
     holding_->fulfill(StepResult{});  // received before the break: trained
@@ -195,6 +265,7 @@ void ScriptLearner::attach(TrainerActor& trainer) {
       r.localRanks = std::max<uint32_t>(ddp.getLocalRanks(), 1);
       r.masterAddr = ddp.getMasterAddr().cStr();
       r.masterPort = ddp.getMasterPort();
+      r.seed = ddp.getSeed();
       rank_ = r;
     }
   }
@@ -278,11 +349,20 @@ void ScriptLearner::epochEnded(uint32_t epoch) {
     auto& h = trainer_->history_.back();
     nlohmann::json skipped = nlohmann::json::array();
     for (auto& f : trainer_->skippedFiles_) skipped.push_back(f);
-    item.text =
-        nlohmann::json{{"epoch", epoch},       {"samples", h.samples}, {"duplicates", h.duplicates},
-                       {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped},
-                       {"abandoned", h.abandoned}}
-            .dump();
+    nlohmann::json report{{"pass", epoch},     {"samples", h.samples}, {"duplicates", h.duplicates},
+                          {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped},
+                          {"abandoned", h.abandoned}, {"steps", h.steps},
+                          {"seconds", h.seconds}, {"wait_seconds", h.waitSeconds},
+                          {"rejected", h.rejected}};
+    std::lock_guard lock(mutex_);
+    if (auto it = passes_.find(epoch); it != passes_.end()) {
+      report["epoch"] = it->second.first;  // the script's
+      report["batches"] = it->second.second;
+      passes_.erase(passes_.begin(), std::next(it));
+    } else {
+      report["epoch"] = epoch;
+    }
+    item.text = report.dump();
   }
   push(kj::mv(item));
 }

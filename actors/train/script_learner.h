@@ -19,6 +19,8 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,6 +39,9 @@ class ScriptLearner final : public Learner {
   // The learner of a local rank this process serves to another process (local_ranks.h): made by
   // whichever comes first, its trainer or the server.
   static std::shared_ptr<ScriptLearner> findOrCreate(uint64_t id);
+  // end(failure) on every learner of this process whose id `which` picks (a script's end reaches
+  // the streams it never made too: their trainers wait on them).
+  static void endEvery(const std::function<bool(uint64_t)>& which, const std::string& failure);
   uint64_t id() const { return id_; }
 
   struct Item {
@@ -45,9 +50,12 @@ class ScriptLearner final : public Learner {
     StepBatch batch;     // kBatch
     uint32_t epoch = 0;  // kBatch, kEpochEnd
     std::string text;    // kFinished: the report (JSON); kFailed: why
+    bool timedOut = false;  // kFailed: next(timeout) waited that long
   };
-  // Blocks until the next item. The batch the script received before counts as trained.
-  Item next();
+  // Blocks until the next item, or for at most `timeout` seconds when it is above 0 (then a
+  // kFailed item says so, as torch's DataLoader(timeout=) raises). The batch the script received
+  // before counts as trained.
+  Item next(double timeout = 0);
   // Blocks until there is a next item, as next() does, and says its kind without taking it, and
   // whether the job is stopping (a kStopped item waits in the queue, maybe behind batches): the
   // DDP ranks' scripts agree on the step they stop at before any takes its next batch
@@ -61,11 +69,20 @@ class ScriptLearner final : public Learner {
   // steps: the batch it received last counts as trained. Blocks; throws std::runtime_error when
   // the trainer is not running.
   std::string state();
-  // Before training starts: resume from `bytes` (what state() returned in an earlier run); returns
-  // the epoch it continues (0-based). Throws CheckpointError when they are not a state.
-  uint32_t resumeFrom(const std::string& bytes, const std::string& name);
+  // Before training starts: resume from `bytes` (what state() returned in an earlier run); says
+  // the epoch (pass) it continues (0-based) and, of a planned pass begun, its label: the script
+  // then makes no plan for it. Throws CheckpointError when they are not a state.
+  struct Resumed {
+    uint32_t pass = 0;
+    bool planned = false;  // the state holds the pass's plan
+    uint32_t label = 0;
+  };
+  Resumed resumeFrom(const std::string& bytes, const std::string& name);
   // The script may start: train() goes ahead (streams start, a given state is applied).
   void begin();
+  // The script's iter() planned pass `pass` (BatchOrder.planned): its sampler's batches and
+  // base seed. The trainer starts the pass with it (plan()).
+  void beginPass(uint32_t pass, PassPlan plan);
   // The script left `epoch` before its end (a break, then the next iter()): its batches not yet
   // handed over, and those still to come, are abandoned (StepResult::abandoned), never handed to
   // the script; next() skips to the epoch's end. The batch it holds counts as trained.
@@ -99,6 +116,7 @@ class ScriptLearner final : public Learner {
   kj::Promise<void> stopping() override;
   kj::Promise<void> ended() override;
   kj::Promise<void> ready() override { return begun(); }
+  kj::Promise<std::shared_ptr<const PassPlan>> plan(uint32_t pass) override;
 
   // Which rank of a DDP job the script is (the trainer's TrainerArgs.ddp and order), once a
   // trainer attached: what torchrun would have put in its environment.
@@ -106,6 +124,7 @@ class ScriptLearner final : public Learner {
     uint32_t rank = 0, ranks = 1, localRank = 0, localRanks = 1;
     std::string masterAddr;
     uint16_t masterPort = 0;
+    uint64_t seed = 0;  // the job's (Ddp.seed)
   };
   // Blocks until a trainer attached to this learner (this process trains), then says its rank.
   Rank waitAttached();
@@ -135,6 +154,11 @@ class ScriptLearner final : public Learner {
   Handoffs handoffs_;
   std::optional<Rank> rank_;  // set by the first attach()
   std::optional<uint32_t> abandoned_;  // the newest epoch the script left (abandon())
+  // Planned passes: the script's plans not yet taken by the trainer, and the trainer's wait.
+  std::map<uint32_t, std::shared_ptr<const PassPlan>> plans_;
+  uint32_t planWanted_ = 0;
+  std::map<uint32_t, std::pair<uint32_t, uint64_t>> passes_;  // pass -> (label, batches)
+  kj::Own<kj::CrossThreadPromiseFulfiller<std::shared_ptr<const PassPlan>>> planWaiter_;
 };
 
 }  // namespace troupe::train

@@ -36,6 +36,16 @@ struct AugmenterArgs {
   python @9 :Bool;
   # The batches come from this process's batch maker (batch_maker.h: a training script's
   # Dataset in its worker processes), as named tensors; `samples` is the dataset's length.
+  workers @10 :WorkerArgs;        # with python: how the loader's workers run on each node
+}
+
+struct WorkerArgs {
+  # A troupe.data.DataLoader's worker processes on a node (batch_maker.h, WorkerSettings).
+  loader @0 :UInt32;              # which of the script's loaders (0: the first it made)
+  workers @1 :UInt32;             # per node; 0: the node's CPUs (its share under troupe sim)
+  prefetchFactor @2 :UInt32 = 2;  # batches in the making per worker
+  sharedMemoryBytes @3 :UInt64 = 268435456;
+  pickled @4 :Data;               # the loader's WorkerSpec, pickled (a loader after the first)
 }
 
 struct BatchOrder {
@@ -49,6 +59,24 @@ struct BatchOrder {
   ranks @4 :UInt32;               # rank (0 or 1 ranks): the whole epoch
   inOrder @5 :Bool;               # the trainer takes the epoch's batches in order (shards of one
                                   # batch; the others wait for the next)
+  planned @6 :Bool;
+  # Each pass (an iter() of troupe.data.DataLoader) is planned by the script: its sampler's
+  # batches, a base seed (ShardPlan), handed to the trainer as it starts (ScriptLearner); the
+  # augmenters make what produce() names. shuffle, dropLast, rank and ranks are the script's.
+  imageSeed @7 :UInt64;           # planned, a dataset's transform (troupe.data.ImageDataset):
+  hasImageSeed @8 :Bool;          # sample i of epoch e draws from mixSeed(imageSeed, e, i); else
+                                  # from sampleSeed(the pass's base seed, its position)
+}
+
+struct ShardPlan {
+  # What a stream of a planned pass makes (BatchOrder.planned): the shard's sample ids by
+  # position, where its batches end, and what seeds its samples' random draws.
+  ids @0 :List(UInt32);
+  ends @1 :List(UInt32);          # each batch's end (a position in ids), ascending; the last is
+                                  # ids.size()
+  first @2 :UInt64;               # the position of ids[0] in the pass
+  baseSeed @3 :UInt64;            # the pass's (torch's base_seed, drawn by the script)
+  label @4 :UInt32;               # the script's epoch (its set_epoch, or its iterators)
 }
 
 struct Batch {
@@ -87,7 +115,7 @@ interface BatchSink {
 
 interface Augmenter extends(Troupe.Actor) {
   produce @0 (session :UInt64, epoch :UInt32, from :UInt64, credits :UInt32, sink :BatchSink,
-              shard :UInt32, shards :UInt32, rank :UInt32, ranks :UInt32)
+              shard :UInt32, shards :UInt32, rank :UInt32, ranks :UInt32, plan :ShardPlan)
       -> (end :UInt64, samples :UInt64) $Troupe.concurrent;
   # Streams the batches of `shard` of `shards` (shardIndices; 0 shards: the augmenter's instance
   # count) for `epoch` from position `from` into `sink`, at most `credits` ahead of what grant()
@@ -96,7 +124,8 @@ interface Augmenter extends(Troupe.Actor) {
   # it can (docs/hetero_train.md). One stream per shard: a new produce() for a shard replaces
   # that shard's previous stream (the old call ends). $concurrent: grant() must reach the
   # augmenter meanwhile through its mailbox. rank/ranks: a batched order's shards are of that
-  # DDP rank's share (BatchedEpoch), one stream per rank and shard.
+  # DDP rank's share (BatchedEpoch), one stream per rank and shard. plan: of a planned pass
+  # (BatchOrder.planned), what the stream makes; `from` is a batch's start in it.
   grant @1 (session :UInt64, credits :UInt32);
   # The trainer consumed batches of that session's stream: send that many more.
   stats @2 () -> (images :UInt64, augmentSeconds :Float64, batches :UInt64, bytes :UInt64,
@@ -135,6 +164,7 @@ struct TrainerArgs {
   order @18 :BatchOrder;          # as the augmenters' (AugmenterArgs.order)
   python @19 :Bool;               # the batches are a script's tensors (AugmenterArgs.python)
   ddp @20 :Ddp;                   # a script's rank among several (order.rank of order.ranks)
+  loader @21 :UInt32;             # which of the script's DataLoaders (0: the first it made)
 }
 
 struct Ddp {
@@ -145,6 +175,9 @@ struct Ddp {
   masterPort @1 :UInt16;
   localRank @2 :UInt32;
   localRanks @3 :UInt32;
+  seed @4 :UInt64;
+  # The job's seed, drawn by the head once per run, the same on every rank: the order the ranks
+  # share a pass in when the script gives no sampler (troupe.data.DataLoader without seed=).
 }
 
 struct SampleFormat {

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <utility>
 
@@ -65,11 +66,9 @@ TrainerActor::TrainerActor(ActorContext& context)
   onStarted_ = started.promise.fork();
   if (args_.getScript() != 0) {
     // A local rank above 0 is another process's script, served from this one (procs per host).
-    learner_ = args_.getDdp().getLocalRank() > 0 ? ScriptLearner::findOrCreate(args_.getScript())
-                                                 : ScriptLearner::find(args_.getScript());
-    KJ_REQUIRE(learner_ != nullptr,
-               "a script trainer runs in its script's process: no troupe.data stream there",
-               args_.getScript(), context.node().host());
+    // Made by whichever comes first: this trainer, the script's stream (a later DataLoader of a
+    // rank's script), or the server of a local rank's process.
+    learner_ = ScriptLearner::findOrCreate(args_.getScript());
   } else {
     learner_ = std::make_shared<MlpLearner>(args_);
   }
@@ -114,7 +113,13 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
     epochs_ = kUnbounded;
   }
   trainSamples_ = p.getTrainSamples();
-  if (args_.getOrder().getBatched()) {
+  if (args_.getOrder().getPlanned()) {
+    // A script's DataLoader: each pass's shards come from its plan (usePlan(), in runEpoch()).
+    planned_ = true;
+    inOrder_ = args_.getOrder().getInOrder();
+    nextSession_ =
+        std::max<uint64_t>(nextSession_, (uint64_t(args_.getOrder().getRank()) << 40) + 1);
+  } else if (args_.getOrder().getBatched()) {
     auto o = args_.getOrder();
     data::BatchedEpoch plan{trainSamples_, batchSize_, o.getShuffle(), o.getDropLast(),
                             o.getRank(), std::max<uint32_t>(o.getRanks(), 1)};
@@ -221,7 +226,7 @@ void TrainerActor::beginEpoch(uint32_t epoch, bool resumed, bool ahead) {
     s.end = 0;
     s.augmenter = -1;
     s.session = 0;
-    s.expected = shardOrder(s.shard, epoch);
+    if (!planned_) s.expected = shardOrder(s.shard, epoch);
   }
   if (ahead) aheadEpoch_ = epoch;
   dispatch();
@@ -234,11 +239,69 @@ kj::Promise<void> TrainerActor::runFrom(uint32_t epoch) {
 }
 
 kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
+  if (planned_ && !(resumed && plan_)) {
+    // The pass starts once the script planned it (its iter(): its sampler's batches).
+    return learner_->plan(epoch).then([this, epoch](std::shared_ptr<const PassPlan> plan) {
+      usePlan(kj::mv(plan));
+      return runEpochNow(epoch, false);
+    });
+  }
+  return runEpochNow(epoch, resumed);
+}
+
+void TrainerActor::usePlan(std::shared_ptr<const PassPlan> plan) {
+  plan_ = kj::mv(plan);
+  auto& p = *plan_;
+  sources_.clear();
+  uint32_t per = batchesPerShard();
+  for (size_t b = 0; b < p.ends.size(); b += per) {
+    Source s{uint32_t(sources_.size())};
+    s.first = b ? p.ends[b - 1] : 0;
+    size_t last = std::min<size_t>(b + per, p.ends.size());
+    s.expected.assign(p.ids.begin() + s.first, p.ids.begin() + p.ends[last - 1]);
+    for (size_t k = b; k < last; ++k) s.ends.push_back(uint32_t(p.ends[k] - s.first));
+    sources_.push_back(kj::mv(s));
+  }
+  seen_.assign(p.ids.size(), 0);
+  plannedSteps_ = p.ends.size();
+}
+
+uint64_t TrainerActor::batchEnd(const Source& s, uint64_t position) const {
+  if (!planned_) return std::min<uint64_t>(position + batchSize_, s.expected.size());
+  auto it = std::upper_bound(s.ends.begin(), s.ends.end(), position);
+  return it == s.ends.end() ? s.expected.size() : *it;
+}
+
+size_t TrainerActor::seenIndex(uint32_t source, uint64_t begin, size_t k, uint32_t id) const {
+  return planned_ ? size_t(sources_[source].first + begin + k) : size_t(id);
+}
+
+void TrainerActor::abandonPass(uint32_t pass) {
+  if (!planned_ || pass != epoch_ || !training_ || plan_ == nullptr) return;
+  uint64_t left = 0;
+  for (uint32_t i = 0; i < sources_.size(); ++i) {
+    auto& s = sources_[i];
+    unassign(i);  // its stream's batches still to come are stale; queued ones are dropped
+    left += s.expected.size() - std::min<uint64_t>(s.acked, s.expected.size());
+    s.acked = s.expected.size();
+    s.produced = true;
+  }
+  // Neither trained on nor missing: the script's choice (a break). Not made either.
+  stats_.abandoned += left;
+  for (size_t i = 0; i < seen_.size(); ++i) seen_[i] = seen_[i] ? seen_[i] : 1;
+  wake();
+}
+
+kj::Promise<void> TrainerActor::runEpochNow(uint32_t epoch, bool resumed) {
   // A resumed epoch keeps what restore() put in place: the epoch's counters, the samples already
   // trained on and each shard's position.
   if (!resumed) {
     stats_ = EpochRecord();
-    seen_.assign(trainSamples_, 0);
+    if (planned_) {
+      seen_.assign(plan_->ids.size(), 0);
+    } else {
+      seen_.assign(trainSamples_, 0);
+    }
     epochSecondsBefore_ = 0;
     waitBefore_ = 0;
   }
@@ -258,7 +321,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
       // drop_last: the epoch's last, short batch was not trained on, by design.
       stats_.missing -= std::min<uint64_t>(stats_.missing, b->samples - b->used());
     }
-    if (epoch + 1 < epochs_) beginEpoch(epoch + 1, false, true);
+    if (epoch + 1 < epochs_ && !planned_) beginEpoch(epoch + 1, false, true);
     return learner_->evaluate(context(), epoch).then([this, epoch](double accuracy) {
       KJ_IF_MAYBE(from, steadyFrom_) {
         steadyProcessSeconds_ += CpuTimes::now().process - *from;
@@ -267,10 +330,19 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
       stats_.accuracy = accuracy;
       stats_.seconds = epochSecondsBefore_ + seconds(context().timer().now() - epochStarted_);
       totalWait_ += stats_.waitSeconds - waitBefore_;
+      // A planned pass is the script's: named by its loader and epoch (a pass it left after one
+      // batch, a peek).
+      std::string name = fmt::format(
+          "epoch {}{}", epoch + 1,
+          epochs_ == kUnbounded ? std::string() : "/" + std::to_string(epochs_));
+      if (planned_) {
+        bool peek = stats_.abandoned > 0 && stats_.steps <= 1;
+        name = fmt::format("DataLoader {}: {} {}", args_.getLoader(),
+                           peek ? "a peek at epoch" : "epoch", plan_->label);
+      }
       spdlog::info(
-          "epoch {}{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}{}, "
-          "{:.1f} s",
-          epoch + 1, epochs_ == kUnbounded ? std::string() : "/" + std::to_string(epochs_),
+          "{}: {} samples, {} duplicates, {} missing, {} rejected batches, {}{}{}, {:.1f} s",
+          name,
           stats_.samples, stats_.duplicates, stats_.missing, stats_.rejected,
           stats_.skipped ? fmt::format("{} skipped (unreadable), ", stats_.skipped) : "",
           stats_.abandoned ? fmt::format("{} abandoned (the script left the epoch), ",
@@ -283,8 +355,12 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
       history_.push_back(stats_);
       // Between epochs: the next one has trained nothing yet (what a checkpoint now holds).
       stats_ = EpochRecord();
-      seen_.assign(trainSamples_, 0);
+      seen_.assign(planned_ ? 0 : trainSamples_, 0);
       for (auto& s : sources_) s.acked = 0;
+      if (planned_) {
+        sources_.clear();  // the next pass's come with its plan
+        plan_ = nullptr;
+      }
       epochSecondsBefore_ = 0;
       waitBefore_ = 0;
       epochStarted_ = context().timer().now();
@@ -294,6 +370,7 @@ kj::Promise<void> TrainerActor::runEpoch(uint32_t epoch, bool resumed) {
 }
 
 uint32_t TrainerActor::shardCount() const {
+  if (planned_) return uint32_t(sources_.size());
   KJ_IF_MAYBE(b, batched_) {
     return static_cast<uint32_t>(
         std::max<uint64_t>(1, (b->batches() + batchesPerShard() - 1) / batchesPerShard()));
@@ -303,6 +380,7 @@ uint32_t TrainerActor::shardCount() const {
 }
 
 uint64_t TrainerActor::shardSize(uint32_t shard) const {
+  if (planned_) return sources_[shard].expected.size();
   KJ_IF_MAYBE(b, batched_) {
     auto [first, last] = b->shardPositions(shard, shardCount());
     return last - first;
@@ -311,6 +389,7 @@ uint64_t TrainerActor::shardSize(uint32_t shard) const {
 }
 
 std::vector<uint32_t> TrainerActor::shardOrder(uint32_t shard, uint32_t epoch) const {
+  if (planned_) return sources_[shard].expected;
   KJ_IF_MAYBE(b, batched_) {
     if (epochOrderOf_ != epoch || !epochOrder_) {
       epochOrder_ = std::make_shared<const std::vector<uint32_t>>(b->order(seed_, epoch));
@@ -367,19 +446,34 @@ void TrainerActor::dispatch() {
     auto& a = augmenters_[k];
     return !a.busy && !a.down && !a.gone;
   };
-  size_t next = 0;  // augmenters are taken in turn, from the first free one
+  // A free augmenter on the instance serving the fewest shards now: an epoch of few shards
+  // spreads over every data instance (the first one's augmenters would take them all).
+  std::map<std::string, uint32_t> serving;
+  for (auto& a : augmenters_) serving[a.address.host] += a.busy;
+  auto pick = [&]() -> int64_t {
+    int64_t best = -1;
+    for (size_t k = 0; k < augmenters_.size(); ++k) {
+      if (!free(k)) continue;
+      if (best < 0 || serving[augmenters_[k].address.host] <
+                          serving[augmenters_[best].address.host]) {
+        best = int64_t(k);
+      }
+    }
+    return best;
+  };
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
     if (s.produced || s.augmenter >= 0 || from(s) >= s.expected.size()) continue;
-    while (next < augmenters_.size() && !free(next)) ++next;
-    if (next == augmenters_.size()) return;  // every augmenter is busy (or down)
+    auto next = pick();
+    if (next < 0) return;  // every augmenter is busy (or down)
     s.augmenter = static_cast<int32_t>(next);
     augmenters_[next].busy = true;
+    ++serving[augmenters_[next].address.host];
     startSource(i);
   }
   // The queue is empty: the epoch's tail.
-  for (; next < augmenters_.size(); ++next) {
-    if (free(next) && !augmenters_[next].slow && !steal(next)) return;
+  for (size_t k = 0; k < augmenters_.size(); ++k) {
+    if (free(k) && !augmenters_[k].slow && !steal(uint32_t(k))) return;
   }
 }
 
@@ -439,12 +533,24 @@ void TrainerActor::startSource(uint32_t index) {
     req.setRank(b->rank);
     req.setRanks(b->ranks);
   }
+  if (planned_) {
+    // What the stream makes, as the script planned it (its augmenter computes no order).
+    req.setRank(args_.getOrder().getRank());
+    auto plan = req.initPlan();
+    auto ids = plan.initIds(s.expected.size());
+    for (size_t k = 0; k < s.expected.size(); ++k) ids.set(k, s.expected[k]);
+    auto ends = plan.initEnds(s.ends.size());
+    for (size_t k = 0; k < s.ends.size(); ++k) ends.set(k, s.ends[k]);
+    plan.setFirst(s.first);
+    plan.setBaseSeed(plan_->baseSeed);
+    plan.setLabel(plan_->label);
+  }
   auto session = s.session;
   auto augmenter = static_cast<uint32_t>(s.augmenter);
   tasks_->add(req.send().then(
       [this, index, session, augmenter](auto response) {
+        if (index >= sources_.size() || sources_[index].session != session) return;
         auto& s = sources_[index];
-        if (s.session != session) return;
         // All of it was pushed: the augmenter is free for the next shard while the trainer
         // works through what it queued.
         s.end = response.getEnd();
@@ -456,7 +562,7 @@ void TrainerActor::startSource(uint32_t index) {
         wake();
       },
       [this, index, session, augmenter](kj::Exception&& e) {
-        if (sources_[index].session != session) return;
+        if (index >= sources_.size() || sources_[index].session != session) return;
         streamBroke(index, augmenter, kj::mv(e));
       }));
 }

@@ -49,6 +49,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
 
   // Where augmenters deliver (the BatchSink capability handed to produce()).
   void deliver(hetero::Batch::Reader batch);
+  // The script left planned pass `pass` (a break, then its next iter()): what it has not taken
+  // is not made; its streams end now and the pass ends, every position it did not train on
+  // counted as abandoned.
+  void abandonPass(uint32_t pass);
 
  private:
   friend class ScriptLearner;  // its state(): snapshot() on this thread
@@ -64,6 +68,10 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint64_t staleLogged = ~0ull;    // the session whose first stale batch was logged
     std::vector<uint32_t> expected;  // this epoch's order of the shard
     kj::TimePoint since = kj::origin<kj::TimePoint>();  // when its current stream started
+    // A planned pass: the shard's first position in it, and where its batches end (positions
+    // in `expected`).
+    uint64_t first = 0;
+    std::vector<uint32_t> ends;
   };
   struct AugmenterRef {
     ActorAddress address;  // its current incarnation
@@ -104,7 +112,11 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     std::vector<uint32_t> ids;
     std::shared_ptr<std::atomic<bool>> done;  // set on the pool thread once the step applied
     std::vector<uint32_t> skipped;            // of the batch's positions: unreadable, skipped
+    std::vector<uint32_t> all;                // every id of the batch, skipped ones too
   };
+  // Takes `step` back from `seen` and `stats` (a step that never ran): its samples are trained
+  // on after a resume, or by the stream that resends them.
+  void untrain(const StepInFlight& step, std::vector<uint8_t>& seen, EpochRecord& stats) const;
 
   struct CpuTimes {
     // CPU seconds used so far by the calling thread and by the whole process.
@@ -113,7 +125,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     CpuTimes operator-(const CpuTimes& o) const { return {thread - o.thread, process - o.process}; }
   };
 
-  kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);
+  kj::Promise<void> runEpoch(uint32_t epoch, bool resumed);  // planned: once the plan is here
+  kj::Promise<void> runEpochNow(uint32_t epoch, bool resumed);
   kj::Promise<void> runFrom(uint32_t epoch);  // this epoch and every one after it
   static constexpr uint32_t kUnbounded = ~0u;  // epochs_ of a script's DataLoader
   // Sets up `epoch`'s shards and hands them to the augmenters. With `ahead`, while the previous
@@ -127,6 +140,14 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint64_t shardSize(uint32_t shard) const;
   std::vector<uint32_t> shardOrder(uint32_t shard, uint32_t epoch) const;
   kj::Maybe<data::BatchedEpoch> batched_;
+  // BatchOrder.planned: each pass's shards come from the learner's plan (a script's sampler),
+  // set up as the pass starts (usePlan()); seen_ counts positions, not sample ids.
+  bool planned_ = false;
+  std::shared_ptr<const PassPlan> plan_;
+  void usePlan(std::shared_ptr<const PassPlan> plan);
+  uint64_t batchEnd(const Source& s, uint64_t position) const;  // of the batch at `position`
+  // The index in seen_ of the k-th sample of a batch at `begin` of source `source`.
+  size_t seenIndex(uint32_t source, uint64_t begin, size_t k, uint32_t id) const;
   // Batched: the epoch's whole order, computed once an epoch (a cache: mutable).
   mutable std::shared_ptr<const std::vector<uint32_t>> epochOrder_;
   mutable uint32_t epochOrderOf_ = ~0u;

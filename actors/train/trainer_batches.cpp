@@ -107,8 +107,15 @@ size_t TrainerActor::sampleBytes(const Pending& b) const {
 
 kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) const {
   size_t n = b.ids.size();
-  if (n == 0 || n > batchSize_)
+  if (planned_) {
+    // The batch the plan has there, whole.
+    if (n == 0 || b.begin + n != batchEnd(s, b.begin)) {
+      return kj::str("a batch of ", n, " samples at position ", b.begin, " (the plan's batch there ",
+                     "ends at ", batchEnd(s, b.begin), ")");
+    }
+  } else if (n == 0 || n > batchSize_) {
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
+  }
   if (args_.getPython()) {
     if (b.skippedFiles.size() != b.skipped.size()) {
       return kj::str(b.skipped.size(), " samples skipped, ", b.skippedFiles.size(), " reasons");
@@ -231,20 +238,20 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   }
   // Skipped samples (unreadable, --skip-bad-samples) are counted as seen, never missing, and
   // not as trained: not in the samples, the digest or the step.
+  // (Planned, seen_ counts positions: a sampler may name a sample twice in a pass.)
+  auto isSkipped = [&](uint32_t id) {
+    return std::find(b.skipped.begin(), b.skipped.end(), id) != b.skipped.end();
+  };
+  for (size_t k = 0; k < b.ids.size(); ++k) {
+    if (seen_[seenIndex(b.source, b.begin, k, b.ids[k])]++) ++stats_.duplicates;
+    if (!isSkipped(b.ids[k])) stats_.digest += sampleDigest(b.ids[k]);
+  }
   for (size_t k = 0; k < b.skipped.size(); ++k) {
-    if (seen_[b.skipped[k]]++) ++stats_.duplicates;
     ++stats_.skipped;
     skippedFiles_.insert(b.skippedFiles[k]);
   }
-  if (!b.skipped.empty()) {
-    std::erase_if(b.ids, [&](uint32_t id) {
-      return std::find(b.skipped.begin(), b.skipped.end(), id) != b.skipped.end();
-    });
-  }
-  for (auto id : b.ids) {
-    if (seen_[id]++) ++stats_.duplicates;
-    stats_.digest += sampleDigest(id);
-  }
+  auto all = b.ids;
+  if (!b.skipped.empty()) std::erase_if(b.ids, isSkipped);
   stats_.samples += b.ids.size();
   if (args_.hasSample()) {
     // Targets as the MLP takes them (hetero_train checks at start that every class fits).
@@ -267,7 +274,7 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   ++stats_.steps;
   ++totalSteps_;
   auto done = std::make_shared<std::atomic<bool>>(false);
-  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done, b.skipped};
+  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done, b.skipped, kj::mv(all)};
   StepBatch step;
   step.epoch = epoch;
   step.ids = b.ids;

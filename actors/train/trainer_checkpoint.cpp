@@ -102,7 +102,25 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
   auto& s = loaded.state;
   auto name = loaded.path.string();
   auto fresh = "start over with --fresh (it sets the checkpoints aside)";
-  if (s.acked.size() != sources_.size()) {
+  if (planned_) {
+    // A script's state: the pass in progress as it planned it, if it had begun one.
+    if (s.plan) {
+      usePlan(std::make_shared<const PassPlan>(*s.plan));
+    } else {
+      sources_.clear();
+      plan_ = nullptr;
+    }
+    bool fits = s.acked.size() == sources_.size() &&
+                s.seen.size() == (plan_ ? plan_->ids.size() : 0) && s.history.size() == s.epoch;
+    for (uint32_t i = 0; fits && i < sources_.size(); ++i) {
+      fits = s.acked[i] <= sources_[i].expected.size();
+    }
+    if (!fits) {
+      throw CheckpointError(name + " does not fit its own plan (" +
+                            std::to_string(s.acked.size()) + " shard positions, " +
+                            std::to_string(s.seen.size()) + " samples counted): it is damaged");
+    }
+  } else if (s.acked.size() != sources_.size()) {
     throw CheckpointError("checkpoint " + name + " was written by a job with " +
                           std::to_string(s.acked.size()) + " shards per epoch; this one has " +
                           std::to_string(sources_.size()) +
@@ -110,7 +128,8 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
                           "same settings, or " +
                           fresh);
   }
-  if (s.seen.size() != trainSamples_ || s.epoch > epochs_ || s.history.size() != s.epoch) {
+  if (!planned_ &&
+      (s.seen.size() != trainSamples_ || s.epoch > epochs_ || s.history.size() != s.epoch)) {
     throw CheckpointError(
         "checkpoint " + name + " does not fit this job: " + std::to_string(s.seen.size()) +
         " samples per epoch there, " + std::to_string(trainSamples_) + " here; epoch " +
@@ -132,7 +151,7 @@ void TrainerActor::apply(const LoadedCheckpoint& loaded) {
   stats_ = s.current;
   stats_.fromCheckpoint = s.current.samples;
   seen_ = s.seen;
-  if (stats_.digest == 0) {
+  if (stats_.digest == 0 && !planned_) {
     // A checkpoint from before the digest: the samples it counted, each as often as it did.
     for (size_t id = 0; id < seen_.size(); ++id) stats_.digest += seen_[id] * sampleDigest(id);
   }
@@ -178,16 +197,28 @@ TrainingState TrainerActor::snapshot() {
     if (!step->done->load()) {
       // The learner does not have it yet: the batch is sent again after a resume.
       s.acked[step->source] = step->begin;
-      for (auto id : step->ids) {
-        if (--s.seen[id] > 0) --s.current.duplicates;
-        s.current.digest -= sampleDigest(id);
-      }
-      s.current.samples -= step->ids.size();
-      --s.current.steps;
+      untrain(*step, s.seen, s.current);
       --s.steps;
     }
   }
+  if (planned_ && plan_ != nullptr && !sources_.empty()) s.plan = *plan_;
   return s;
+}
+
+void TrainerActor::untrain(const StepInFlight& step, std::vector<uint8_t>& seen,
+                           EpochRecord& stats) const {
+  for (size_t k = 0; k < step.all.size(); ++k) {
+    auto id = step.all[k];
+    auto& count = seen[seenIndex(step.source, step.begin, k, id)];
+    if (count > 0 && --count > 0) --stats.duplicates;
+    if (std::find(step.skipped.begin(), step.skipped.end(), id) != step.skipped.end()) {
+      --stats.skipped;
+    } else {
+      stats.digest -= sampleDigest(id);
+    }
+  }
+  stats.samples -= step.ids.size();
+  --stats.steps;
 }
 
 void TrainerActor::takeBackUnappliedStep() {
@@ -195,16 +226,7 @@ void TrainerActor::takeBackUnappliedStep() {
     if (!step->done->load()) {
       // Its pool job was cancelled before it started: the model never saw the batch.
       sources_[step->source].acked = step->begin;
-      for (auto id : step->ids) {
-        if (--seen_[id] > 0) --stats_.duplicates;
-        stats_.digest -= sampleDigest(id);
-      }
-      stats_.samples -= step->ids.size();
-      for (auto id : step->skipped) {
-        if (--seen_[id] > 0) --stats_.duplicates;
-        --stats_.skipped;
-      }
-      --stats_.steps;
+      untrain(*step, seen_, stats_);
       --totalSteps_;
       spdlog::info("the step in flight did not run: shard {} resumes from sample {}",
                    sources_[step->source].shard, step->begin);

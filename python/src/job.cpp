@@ -9,7 +9,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "augmenter_actor.h"
@@ -26,28 +29,38 @@ namespace {
 
 using troupe::train::ScriptLearner;
 
-std::unique_ptr<Feed> theFeed;
+std::mutex feedsMutex;
+std::map<uint32_t, std::unique_ptr<Feed>> theFeeds;
+
+struct Stream {
+  Settings settings;
+  Format format;
+  std::shared_ptr<ScriptLearner> learner;  // this process's (its local rank 0's)
+};
+
+// A DDP rank's place: its instance, and its process there (local rank 0: the troupe process).
+struct RankPlace {
+  std::string host;
+  uint32_t localRank = 0, localRanks = 1;
+};
 
 class Job {
-  // The process's troupe job: the runtime's thread and what the script waits on.
+  // The process's troupe job: the runtime's thread, the streams, and what the script waits on.
  public:
   static Job& get() {
     static Job* job = new Job;  // never destroyed: the runtime ends the process with _exit
     return *job;
   }
 
-  // Starts the runtime; blocks (without the GIL) until this process is the head and its driver
-  // runs, which on any other instance is never.
+  // Starts the runtime with the first stream; blocks (without the GIL) until this process is the
+  // head and its driver runs, which on any other instance is never.
   void start(std::vector<std::string> argv, Settings settings) {
     {
       std::lock_guard lock(mutex_);
-      if (started_) throw std::runtime_error("troupe.data: one stream per process");
+      if (started_) throw std::runtime_error("troupe.data: the job has started already");
       started_ = true;
     }
-    settings_ = std::move(settings);
-    if (!settings_.dataset.empty()) open();
-    learner_ = ScriptLearner::create();
-    setFeed(learnerFeed(learner_));
+    auto& stream = add(std::move(settings));
     argv_ = std::move(argv);
     for (auto& a : argv_) args_.push_back(a.data());
     args_.push_back(nullptr);
@@ -59,40 +72,81 @@ class Job {
     }).detach();
     // A trainer attached to this process's learner: it trains (the head is rank 0, other ranks
     // are the training group's other instances). On a data instance that is never.
-    if (learner_->waitAttached().rank == 0) {
+    if (stream.learner->waitAttached().rank == 0) {
       std::unique_lock lock(mutex_);
-      running_.wait(lock, [this] { return driving_; });
+      running_.wait(lock, [this] { return driver_ != nullptr; });
     }
   }
 
-  std::shared_ptr<ScriptLearner> learner() const { return learner_; }
-  const Format& format() const { return format_; }
+  // A later stream: on the head its actors are placed now, on the driver's thread.
+  uint32_t addLater(Settings settings) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!started_) throw std::runtime_error("troupe.data: a later stream before the job started");
+    }
+    auto& stream = add(std::move(settings));
+    uint32_t number = uint32_t(streams_.size() - 1);
+    const kj::Executor* executor = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      if (executor_) executor = executor_.get();
+    }
+    if (executor != nullptr) {
+      executor->executeSync([this, number]() { placeStream(number); });
+    }
+    (void)stream;
+    return number;
+  }
+
+  const Stream& stream(uint32_t number) {
+    std::lock_guard lock(mutex_);
+    if (number >= streams_.size()) {
+      throw std::runtime_error("troupe.data: no stream " + std::to_string(number));
+    }
+    return streams_[number];
+  }
+  uint32_t count() {
+    std::lock_guard lock(mutex_);
+    return uint32_t(streams_.size());
+  }
   std::string placements() const {
     std::lock_guard lock(mutex_);
     return placements_;
   }
 
  private:
-  // The dataset, opened on every instance before the runtime starts (the file list is shared
-  // with this process's augmenters), and the transform parsed against it: what cannot be used
-  // raises in the script, naming it (SourceError, SpecError: RuntimeError, ValueError).
-  void open() {
-    auto& s = settings_;
-    format_.source = troupe::train::sharedSource(s.dataset);
-    if (s.transform.empty())
-      s.transform = "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
-    auto pipeline = troupe::images::Pipeline::parse(s.transform);
-    bool grey = format_.source->encoding() == troupe::data::Encoding::kRawGrey8;
-    format_.shape = pipeline.outputShape(grey ? 1 : 3);
-    format_.dtype = pipeline.dtype();
-    format_.classes = uint32_t(format_.source->classes().size());
+  // The stream's dataset, opened on every instance before its actors run (the file list is
+  // shared with this process's augmenters), and the transform parsed against it: what cannot be
+  // used raises in the script, naming it (SourceError, SpecError: RuntimeError, ValueError).
+  Stream& add(Settings settings) {
+    Stream stream;
+    stream.settings = std::move(settings);
+    auto& s = stream.settings;
+    if (!s.dataset.empty()) {
+      auto& f = stream.format;
+      f.source = troupe::train::sharedSource(s.dataset);
+      if (s.transform.empty())
+        s.transform = "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
+      auto pipeline = troupe::images::Pipeline::parse(s.transform);
+      bool grey = f.source->encoding() == troupe::data::Encoding::kRawGrey8;
+      f.shape = pipeline.outputShape(grey ? 1 : 3);
+      f.dtype = pipeline.dtype();
+      f.classes = uint32_t(f.source->classes().size());
+    }
+    std::lock_guard lock(mutex_);
+    uint32_t number = uint32_t(streams_.size());
+    stream.learner = ScriptLearner::findOrCreate(learnerId(number, 0));
+    setFeed(number, learnerFeed(stream.learner));
+    streams_.push_back(std::move(stream));
+    return streams_.back();
   }
 
   kj::Promise<void> drive(troupe::Driver& job) {
     // The dataset's size, on the pool (unpacking it on the event loop starves heartbeats).
+    auto& first = streams_.front();
     return job.loop()
-        .offload([dir = settings_.dataDir, source = format_.source, python = settings_.python,
-                  samples = settings_.samples]() -> size_t {
+        .offload([dir = first.settings.dataDir, source = first.format.source,
+                  python = first.settings.python, samples = first.settings.samples]() -> size_t {
           if (python) return samples;
           if (source) return source->size();
           return troupe::data::loadFashionMnist(dir, troupe::data::Split::kTrain).size();
@@ -105,10 +159,6 @@ class Job {
   // one per GPU of the instance, at least one), local rank 0 the instance's troupe process. One
   // rank (the head) unless the epoch is cut as torch's DataLoader cuts it (DataLoader, or a
   // dataset), which a rank's share needs.
-  struct RankPlace {
-    std::string host;
-    uint32_t localRank = 0, localRanks = 1;
-  };
   std::vector<RankPlace> rankPlaces(troupe::Driver& job, bool batched) const {
     std::string head = job.node().host().cStr();
     std::vector<std::pair<std::string, uint32_t>> hosts{{head, job.node().gpus()}};
@@ -141,84 +191,121 @@ class Job {
   }
 
   kj::Promise<void> place(troupe::Driver& job, size_t available) {
-    auto& s = settings_;
+    auto& first = streams_.front();
+    auto& s = first.settings;
     KJ_REQUIRE(s.samples <= available, "train_samples is larger than the training set", s.samples,
                available);
-    samples_ = s.samples ? s.samples : available;
+    if (!s.python) s.samples = s.samples ? s.samples : available;
+    bool batched = first.format.source != nullptr || s.python;
+    places_ = rankPlaces(job, batched);
+    masterAddr_ = hostOf(job.node().address().cStr());
+    masterPort_ = freePort();  // one rank too: torchrun sets it for one process
+    std::random_device entropy;
+    jobSeed_ = (uint64_t(entropy()) << 32 | entropy()) & ((1ull << 62) - 1);
+    auto failed = kj::newPromiseAndFulfiller<void>();
+    rankFailed_ = kj::mv(failed.fulfiller);
+    auto placed = placeStream(job, 0);
+    {
+      std::lock_guard lock(mutex_);
+      driver_ = &job;
+      executor_ = kj::getCurrentThreadExecutor().addRef();
+    }
+    running_.notify_all();
+
+    // The job ends when every rank's script did: a failure is the job's.
+    auto ranks = static_cast<uint32_t>(places_.size());
+    auto ended =
+        first.learner->whenEnded()
+            .then([&job, ranks, rest = kj::mv(placed.rest)](std::string failure) mutable
+                  -> kj::Promise<void> {
+              if (failure.empty()) return kj::mv(rest);
+              auto why = kj::str("the training script failed: ", failure);
+              if (ranks == 1) return KJ_EXCEPTION(FAILED, kj::mv(why));
+              // Rank 0's error in a collective is often another rank's death seen first (gloo:
+              // "Connection closed by peer"): that rank's own failure, if it comes within 3 s,
+              // is the job's (failed.promise below).
+              return job.timer().afterDelay(3 * kj::SECONDS).then([why = kj::mv(why)]() {
+                kj::throwFatalException(KJ_EXCEPTION(FAILED, kj::str("DDP rank 0: ", why)));
+              });
+            })
+            .exclusiveJoin(kj::mv(failed.promise));
+    return kj::mv(ended);
+  }
+
+  struct Placed {
+    kj::Promise<void> rest = nullptr;  // the other ranks' trainers' train(): their scripts' ends
+  };
+
+  Placed placeStream(uint32_t number) { return placeStream(*driver_, number); }
+
+  // Stream `number`'s augmenters and a trainer per rank, each trainer in its rank's process; its
+  // train() calls go out at once (each starts once its script's first iter() begin()s it).
+  Placed placeStream(troupe::Driver& job, uint32_t number) {
+    auto& stream = streams_[number];
+    auto& s = stream.settings;
+    uint64_t samples = s.samples;
+    if (!s.python && samples == 0 && stream.format.source) samples = stream.format.source->size();
     auto augment = s.augment == "light" ? troupe::augment::AugmentConfig::light()
                                         : troupe::augment::AugmentConfig::heavy();
     if (s.blur >= 0) augment.blurKernel = s.blur;
     augment.validate();
-    auto spec = troupe::train::augmenterSpecOf(s, samples_, augment,
-                                               format_.source != nullptr || s.python);
+    bool batched = stream.format.source != nullptr || s.python;
+    auto spec = troupe::train::augmenterSpecOf(s, samples, augment, batched);
     spec.python = s.python;
     spec.shuffle = s.shuffle;
-    auto augmenters =
-        job.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(spec),
-                                         troupe::train::augmenterOptions(spec, "augmenter"));
-    // A trainer per rank, in its script's process: rank 0's here, the others' on the training
-    // group's other instances; their batches go to their scripts.
-    auto places = rankPlaces(job, spec.batched);
-    auto ranks = static_cast<uint32_t>(places.size());
-    std::string masterAddr = hostOf(job.node().address().cStr());
-    uint16_t masterPort = freePort();  // one rank too: torchrun sets it for one process
+    spec.planned = s.planned;
+    spec.loader = number;
+    spec.workers = s.workers;
+    spec.prefetchFactor = s.prefetchFactor;
+    spec.sharedMemoryBytes = s.sharedMemory;
+    spec.pickled = s.pickled;
+    if (s.hasImageSeed) spec.imageSeed = s.imageSeed;
+    auto prefix = number == 0 ? std::string() : "loader" + std::to_string(number) + "-";
+    auto augmenters = job.spawnMany<hetero::Augmenter>(
+        troupe::train::augmenterPlacement(spec),
+        troupe::train::augmenterOptions(spec, prefix + "augmenter"));
+    auto ranks = static_cast<uint32_t>(places_.size());
     std::vector<troupe::Ref<hetero::Trainer>> trainers;
     for (uint32_t rank = 0; rank < ranks; ++rank) {
+      auto& at = places_[rank];
       trainers.push_back(job.spawn<hetero::Trainer>(
-          troupe::Placement::any().labels("host=" + places[rank].host),
+          troupe::Placement::any().labels("host=" + at.host),
           troupe::SpawnOptions()
-              .named(rank == 0 ? std::string("trainer") : "trainer-" + std::to_string(rank))
+              .named(prefix + (rank == 0 ? std::string("trainer") : "trainer-" + std::to_string(rank)))
               .args<hetero::TrainerArgs>([&](auto a) {
                 a.setBatchSize(s.batchSize);
-                a.setSeed(s.seed);
-                a.setPrefetch(s.prefetch);
-                a.setSamplesSetting(s.samples);
-                // The instance's troupe process's first learner; a local rank's, 1 + that rank.
-                a.setScript(learner_->id() + places[rank].localRank);
+                a.setSeed(s.planned ? 0 : s.seed);  // a planned pass's seeds are the script's
+                a.setPrefetch(s.planned ? s.prefetchFactor : s.prefetch);
+                a.setSamplesSetting(s.planned ? 0 : s.samples);
+                a.setScript(learnerId(number, at.localRank));
+                a.setLoader(number);
                 if (s.python) {
                   a.setPython(true);
-                } else if (format_.source) {
-                  troupe::train::setSampleFormat(a.initSample(), format_.shape, format_.dtype,
-                                                 format_.classes);
+                } else if (stream.format.source) {
+                  troupe::train::setSampleFormat(a.initSample(), stream.format.shape,
+                                                 stream.format.dtype, stream.format.classes);
                 }
-                if (spec.batched) {
+                if (s.planned) {
+                  auto order = a.initOrder();
+                  troupe::train::setBatchedOrder(order, s.shuffle, s.dropLast, rank, ranks,
+                                                 s.inOrder);
+                  order.setPlanned(true);
+                } else if (batched) {
                   troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast, rank,
                                                  ranks, s.inOrder);
                 }
                 auto ddp = a.initDdp();
-                ddp.setMasterAddr(masterAddr);
-                ddp.setMasterPort(masterPort);
-                ddp.setLocalRank(places[rank].localRank);
-                ddp.setLocalRanks(places[rank].localRanks);
+                ddp.setMasterAddr(masterAddr_);
+                ddp.setMasterPort(masterPort_);
+                ddp.setLocalRank(at.localRank);
+                ddp.setLocalRanks(at.localRanks);
+                ddp.setSeed(jobSeed_);
               })
               // Stopped early (SIGTERM), it waits for the script to save its state and end.
-              .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS)));
+              .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS)
+              .quiet()));
     }
-    std::string table = "actor          type             host     group\n";
-    auto row = [&](const troupe::ActorAddress& a, const char* type) {
-      char line[160];
-      snprintf(line, sizeof line, "%-14s %-16s %-8s %s\n", a.name.c_str(), type, a.host.c_str(),
-               a.group.c_str());
-      table += line;
-    };
-    for (auto& t : trainers) row(t.address(), "train.Trainer");
-    for (auto& a : augmenters) row(a.address(), "train.Augmenter");
-    if (ranks > 1) {
-      auto where = [&](uint32_t r) {
-        auto& p = places[r];
-        return p.localRanks > 1 ? p.host + "/" + std::to_string(p.localRank) : p.host;
-      };
-      table += "DDP: " + std::to_string(ranks) + " ranks (" + where(0);
-      for (uint32_t r = 1; r < ranks; ++r) table += ", " + where(r);
-      table += "), MASTER_ADDR=" + masterAddr + " MASTER_PORT=" + std::to_string(masterPort) +
-               "\n";
-    }
-    {
-      std::lock_guard lock(mutex_);
-      placements_ = table;
-      driving_ = true;
-    }
-    running_.notify_all();
+    describe(number, trainers, augmenters);
 
     // A data node that joins the running job gets augmenters, which every trainer takes at once.
     troupe::train::growOnJoin(
@@ -229,23 +316,22 @@ class Job {
     auto sources = KJ_MAP(a, augmenters) { return a.address(); };
     auto send = [&](troupe::Ref<hetero::Trainer>& trainer) {
       auto req = trainer.trainRequest();
-      req.setEpochs(settings_.python ? 0 : settings_.epochs);  // 0: until the script ends
-      req.setTrainSamples(samples_);
+      req.setEpochs(s.python || s.planned ? 0 : s.epochs);  // 0: until the script ends
+      req.setTrainSamples(samples);
       auto list = req.initSources(sources.size());
       for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
       return req.send().ignoreResult();
     };
-    auto train = send(trainers[0]).catch_([this](kj::Exception&& e) {
+    auto learner = stream.learner;
+    tasks_.add(send(trainers[0]).catch_([learner](kj::Exception&& e) {
       // The trainer itself failed (not only its train()): the script hears it at its next batch.
-      learner_->failed(e);
-    });
+      learner->failed(e);
+    }));
     // Another rank's trainer ends when its script does; its failure, or its instance's loss,
     // fails the job at once, naming the rank.
-    auto failed = kj::newPromiseAndFulfiller<void>();
-    rankFailed_ = kj::mv(failed.fulfiller);
     auto others = kj::heapArrayBuilder<kj::Promise<void>>(ranks - 1);
     for (uint32_t rank = 1; rank < ranks; ++rank) {
-      others.add(send(trainers[rank]).catch_([this, rank, host = places[rank].host](
+      others.add(send(trainers[rank]).catch_([this, rank, host = places_[rank].host](
                                                  kj::Exception&& e) {
         if (rankFailed_->isWaiting()) {
           // (a script's failure names its rank already)
@@ -259,24 +345,39 @@ class Job {
       }));
     }
     auto rest = kj::joinPromises(others.finish()).fork();
-    // The job ends when every rank's script did: a failure is the job's.
-    auto ended =
-        learner_->whenEnded()
-            .then([&job, ranks, rest = rest.addBranch()](std::string failure) mutable
-                  -> kj::Promise<void> {
-              if (failure.empty()) return kj::mv(rest);
-              auto why = kj::str("the training script failed: ", failure);
-              if (ranks == 1) return KJ_EXCEPTION(FAILED, kj::mv(why));
-              // Rank 0's error in a collective is often another rank's death seen first (gloo:
-              // "Connection closed by peer"): that rank's own failure, if it comes within 3 s,
-              // is the job's (failed.promise below).
-              return job.timer().afterDelay(3 * kj::SECONDS).then([why = kj::mv(why)]() {
-                kj::throwFatalException(KJ_EXCEPTION(FAILED, kj::str("DDP rank 0: ", why)));
-              });
-            })
-            .exclusiveJoin(kj::mv(failed.promise));
-    return ended.attach(kj::mv(augmenters), kj::mv(trainers), train.eagerlyEvaluate(nullptr),
-                        rest.addBranch().eagerlyEvaluate(nullptr));
+    tasks_.add(rest.addBranch());
+    // The refs live as long as the job.
+    held_.push_back(kj::heap<Held>(Held{kj::mv(augmenters), kj::mv(trainers)}));
+    return Placed{rest.addBranch()};
+  }
+
+  // The driver's table of where stream `number`'s actors went.
+  void describe(uint32_t number, std::vector<troupe::Ref<hetero::Trainer>>& trainers,
+                kj::Array<troupe::Ref<hetero::Augmenter>>& augmenters) {
+    std::string table = number == 0 ? std::string()
+                                     : "stream " + std::to_string(number) + " (a later loader)\n";
+    table += "actor          type             host     group\n";
+    auto row = [&](const troupe::ActorAddress& a, const char* type) {
+      char line[160];
+      snprintf(line, sizeof line, "%-14s %-16s %-8s %s\n", a.name.c_str(), type, a.host.c_str(),
+               a.group.c_str());
+      table += line;
+    };
+    for (auto& t : trainers) row(t.address(), "train.Trainer");
+    for (auto& a : augmenters) row(a.address(), "train.Augmenter");
+    auto ranks = static_cast<uint32_t>(places_.size());
+    if (ranks > 1) {
+      auto where = [&](uint32_t r) {
+        auto& p = places_[r];
+        return p.localRanks > 1 ? p.host + "/" + std::to_string(p.localRank) : p.host;
+      };
+      table += "DDP: " + std::to_string(ranks) + " ranks (" + where(0);
+      for (uint32_t r = 1; r < ranks; ++r) table += ", " + where(r);
+      table += "), MASTER_ADDR=" + masterAddr_ + " MASTER_PORT=" + std::to_string(masterPort_) +
+               "\n";
+    }
+    std::lock_guard lock(mutex_);
+    placements_ += table;
   }
 
   // "10.0.0.2:7077" -> "10.0.0.2"; "[::1]:7077" -> "::1".
@@ -308,22 +409,30 @@ class Job {
     return ntohs(a.sin_port);
   }
 
+  struct Held {
+    kj::Array<troupe::Ref<hetero::Augmenter>> augmenters;
+    std::vector<troupe::Ref<hetero::Trainer>> trainers;
+  };
+
   mutable std::mutex mutex_;
   std::condition_variable running_;
-  bool started_ = false, driving_ = false;
-  Settings settings_;
-  Format format_;
-  uint64_t samples_ = 0;
+  bool started_ = false;
+  std::deque<Stream> streams_;  // (a deque: a stream's reference stays as others are added)
   std::string placements_;
-  std::shared_ptr<ScriptLearner> learner_;
+  troupe::Driver* driver_ = nullptr;          // the head's, once it drives
+  kj::Own<const kj::Executor> executor_;      // the driver's thread
+  std::vector<RankPlace> places_;
+  std::string masterAddr_;
+  uint16_t masterPort_ = 0;
+  uint64_t jobSeed_ = 0;
   kj::Own<kj::PromiseFulfiller<void>> rankFailed_;
+  std::vector<kj::Own<Held>> held_;  // the driver's thread's
   std::vector<std::string> argv_;
   std::vector<char*> args_;
   troupe::Registry types_;
   struct Quiet : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override {
-      fprintf(stderr, "troupe.data: adding a joined node's augmenters failed: %s\n",
-              e.getDescription().cStr());
+      fprintf(stderr, "troupe.data: %s\n", e.getDescription().cStr());
     }
   } quiet_;
   kj::TaskSet tasks_{quiet_};
@@ -331,19 +440,32 @@ class Job {
 
 }  // namespace
 
+uint64_t learnerId(uint32_t stream, uint32_t localRank) {
+  return 1 + (uint64_t(stream) << 16) + localRank;
+}
+
 void startJob(std::vector<std::string> argv, Settings settings) {
   Job::get().start(std::move(argv), std::move(settings));
 }
 
+uint32_t addStream(Settings settings) { return Job::get().addLater(std::move(settings)); }
 std::string jobPlacements() { return Job::get().placements(); }
-const Format& jobFormat() { return Job::get().format(); }
-std::shared_ptr<train::ScriptLearner> jobLearner() { return Job::get().learner(); }
+const Format& streamFormat(uint32_t stream) { return Job::get().stream(stream).format; }
+uint32_t streamCount() { return Job::get().count(); }
 
-Feed& feed() {
-  if (!theFeed) throw std::runtime_error("troupe.data: the stream has not started");
-  return *theFeed;
+Feed& feed(uint32_t stream) {
+  std::lock_guard lock(feedsMutex);
+  auto it = theFeeds.find(stream);
+  if (it == theFeeds.end()) {
+    throw std::runtime_error("troupe.data: stream " + std::to_string(stream) +
+                             " has not started");
+  }
+  return *it->second;
 }
 
-void setFeed(std::unique_ptr<Feed> feed) { theFeed = std::move(feed); }
+void setFeed(uint32_t stream, std::unique_ptr<Feed> feed) {
+  std::lock_guard lock(feedsMutex);
+  theFeeds[stream] = std::move(feed);
+}
 
 }  // namespace troupe::python

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 
 #include "checkpoint.h"
+#include "job.h"
 
 namespace troupe::python {
 namespace {
@@ -89,6 +91,7 @@ void putItem(Out& out, ScriptLearner::Item& item) {
   out.u8(uint8_t(item.kind));
   out.u32(item.epoch);
   out.str(item.text);
+  out.u8(item.timedOut ? 1 : 0);
   if (item.kind != ScriptLearner::Item::kBatch) return;
   auto& b = item.batch;
   out.u8(b.waited);
@@ -112,6 +115,7 @@ ScriptLearner::Item getItem(In& in) {
   item.kind = ScriptLearner::Item::Kind(in.u8());
   item.epoch = in.u32();
   item.text = in.str();
+  item.timedOut = in.u8() != 0;
   if (item.kind != ScriptLearner::Item::kBatch) return item;
   auto& b = item.batch;
   b.epoch = item.epoch;
@@ -138,14 +142,20 @@ ScriptLearner::Item getItem(In& in) {
 class LearnerFeed final : public Feed {
  public:
   explicit LearnerFeed(std::shared_ptr<ScriptLearner> learner) : learner_(std::move(learner)) {}
-  ScriptLearner::Item next() override { return learner_->next(); }
+  ScriptLearner::Item next(double timeout) override { return learner_->next(timeout); }
   ScriptLearner::Peeked peek() override { return learner_->peek(); }
   std::string state() override { return learner_->state(); }
-  uint32_t resumeFrom(const std::string& bytes, const std::string& name) override {
+  ScriptLearner::Resumed resumeFrom(const std::string& bytes, const std::string& name) override {
     return learner_->resumeFrom(bytes, name);
   }
   void begin() override { learner_->begin(); }
-  void end(std::string failure) override { learner_->end(std::move(failure)); }
+  void beginPass(uint32_t pass, train::PassPlan plan) override {
+    learner_->beginPass(pass, std::move(plan));
+  }
+  void endAll(const std::string& failure) override {
+    // This process's learners are its local rank 0's, of every stream.
+    ScriptLearner::endEvery([](uint64_t id) { return ((id - 1) & 0xFFFF) == 0; }, failure);
+  }
   void abandon(uint32_t epoch) override { learner_->abandon(epoch); }
   void handedOver(double seconds) override { learner_->handedOver(seconds); }
   train::Handoffs handoffs() override { return learner_->handoffs(); }
@@ -158,101 +168,133 @@ class LearnerFeed final : public Feed {
   std::shared_ptr<ScriptLearner> learner_;
 };
 
+// A local rank's process's connection to its troupe process: one for all its streams.
+struct Connection {
+  explicit Connection(int fd) : fd(fd), in(fd) {}
+  std::mutex mutex;
+  int fd;
+  In in;
+  bool failed = false;
+};
+
+std::mutex connectionMutex;
+std::shared_ptr<Connection> theConnection;
+
 class LocalRankFeed final : public Feed {
  public:
-  explicit LocalRankFeed(int fd) : fd_(fd), in_(fd) {}
-  ScriptLearner::Item next() override {
-    std::lock_guard lock(mutex_);
-    request('N');
-    return getItem(in_);
+  LocalRankFeed(std::shared_ptr<Connection> c, uint32_t stream)
+      : c_(std::move(c)), stream_(stream) {}
+  ScriptLearner::Item next(double timeout) override {
+    std::lock_guard lock(c_->mutex);
+    auto out = request('N');
+    out.f64(timeout);
+    out.send(c_->fd);
+    return getItem(c_->in);
   }
   ScriptLearner::Peeked peek() override {
-    std::lock_guard lock(mutex_);
-    request('P');
-    auto kind = ScriptLearner::Item::Kind(in_.u8());
-    bool stopping = in_.u8() != 0;
+    std::lock_guard lock(c_->mutex);
+    request('P').send(c_->fd);
+    auto kind = ScriptLearner::Item::Kind(c_->in.u8());
+    bool stopping = c_->in.u8() != 0;
     return ScriptLearner::Peeked{kind, stopping};
   }
   std::string state() override {
-    std::lock_guard lock(mutex_);
-    request('S');
-    auto status = in_.u8();
-    auto text = in_.str();
+    std::lock_guard lock(c_->mutex);
+    request('S').send(c_->fd);
+    auto status = c_->in.u8();
+    auto text = c_->in.str();
     if (status != 0) throw std::runtime_error(text);
     return text;
   }
-  uint32_t resumeFrom(const std::string& bytes, const std::string& name) override {
-    std::lock_guard lock(mutex_);
-    Out out;
-    out.u8('L');
+  ScriptLearner::Resumed resumeFrom(const std::string& bytes, const std::string& name) override {
+    std::lock_guard lock(c_->mutex);
+    auto out = request('L');
     out.str(bytes);
     out.str(name);
-    out.send(fd_);
-    auto status = in_.u8();
-    if (status == 0) return in_.u32();
-    auto why = in_.str();
+    out.send(c_->fd);
+    auto status = c_->in.u8();
+    if (status == 0) {
+      ScriptLearner::Resumed r;
+      r.pass = c_->in.u32();
+      r.planned = c_->in.u8() != 0;
+      r.label = c_->in.u32();
+      return r;
+    }
+    auto why = c_->in.str();
     if (status == 2) throw train::CheckpointError(why);
     throw std::runtime_error(why);
   }
   void begin() override { simple('B', [](Out&) {}); }
-  void end(std::string failure) override {
-    failed_ = !failure.empty();
+  void beginPass(uint32_t pass, train::PassPlan plan) override {
+    simple('G', [&](Out& out) {
+      out.u32(pass);
+      out.u32(plan.label);
+      out.u64(plan.baseSeed);
+      out.u32(uint32_t(plan.ids.size()));
+      for (auto id : plan.ids) out.u32(id);
+      out.u32(uint32_t(plan.ends.size()));
+      for (auto end : plan.ends) out.u32(end);
+    });
+  }
+  void endAll(const std::string& failure) override {
+    c_->failed = !failure.empty();
     simple('E', [&](Out& out) { out.str(failure); });
   }
   [[noreturn]] void waitForJobEnd() override {
     for (char c;;) {
-      auto n = ::read(fd_, &c, 1);
+      auto n = ::read(c_->fd, &c, 1);
       if (n == 0 || (n < 0 && errno != EINTR)) break;
     }
-    _exit(failed_ ? 1 : 0);
+    _exit(c_->failed ? 1 : 0);
   }
   void abandon(uint32_t epoch) override {
     simple('A', [&](Out& out) { out.u32(epoch); });
   }
   void handedOver(double seconds) override {
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(handoffsMutex_);
       ++handoffs_.count;
       handoffs_.seconds += seconds;
     }
     simple('H', [&](Out& out) { out.f64(seconds); });
   }
   train::Handoffs handoffs() override {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(handoffsMutex_);
     return handoffs_;
   }
   ScriptLearner::Rank rank() override {
-    std::lock_guard lock(mutex_);
-    request('R');
+    std::lock_guard lock(c_->mutex);
+    request('R').send(c_->fd);
+    auto& in = c_->in;
     ScriptLearner::Rank r;
-    r.rank = in_.u32();
-    r.ranks = in_.u32();
-    r.localRank = in_.u32();
-    r.localRanks = in_.u32();
-    r.masterAddr = in_.str();
-    r.masterPort = in_.u16();
+    r.rank = in.u32();
+    r.ranks = in.u32();
+    r.localRank = in.u32();
+    r.localRanks = in.u32();
+    r.masterAddr = in.str();
+    r.masterPort = in.u16();
+    r.seed = in.u64();
     return r;
   }
 
  private:
-  void request(uint8_t op) {
+  Out request(uint8_t op) {
     Out out;
     out.u8(op);
-    out.send(fd_);
+    out.u32(stream_);
+    return out;
   }
   template <typename F>
   void simple(uint8_t op, F&& args) {
-    std::lock_guard lock(mutex_);
-    Out out;
-    out.u8(op);
+    std::lock_guard lock(c_->mutex);
+    auto out = request(op);
     args(out);
-    out.send(fd_);
-    in_.u8();
+    out.send(c_->fd);
+    c_->in.u8();
   }
-  std::mutex mutex_;
-  int fd_;
-  In in_;
-  bool failed_ = false;
+  std::shared_ptr<Connection> c_;
+  uint32_t stream_;
+  std::mutex handoffsMutex_;
   train::Handoffs handoffs_;
 };
 
@@ -274,111 +316,150 @@ std::string howEnded(int pid) {
   return "closed its connection";
 }
 
+// One request of a local rank's process, answered into `out`.
+void serveOne(uint8_t op, ScriptLearner& learner, uint32_t localRank, In& in, Out& out,
+              const std::function<void(train::StepBatch&)>& toTensors, bool& ended) {
+  switch (op) {
+    case 'R': {
+      auto r = learner.waitAttached();
+      out.u32(r.rank);
+      out.u32(r.ranks);
+      out.u32(r.localRank);
+      out.u32(r.localRanks);
+      out.str(r.masterAddr);
+      out.u16(r.masterPort);
+      out.u64(r.seed);
+      break;
+    }
+    case 'N': {
+      auto item = learner.next(in.f64());
+      if (item.kind == ScriptLearner::Item::kBatch && item.batch.tensors.empty()) {
+        toTensors(item.batch);
+      }
+      putItem(out, item);
+      break;
+    }
+    case 'P': {
+      auto peeked = learner.peek();
+      out.u8(uint8_t(peeked.kind));
+      out.u8(peeked.stopping ? 1 : 0);
+      break;
+    }
+    case 'S':
+      try {
+        auto bytes = learner.state();
+        out.u8(0);
+        out.str(bytes);
+      } catch (const std::exception& e) {
+        out.u8(1);
+        out.str(e.what());
+      }
+      break;
+    case 'L': {
+      auto bytes = in.str();
+      auto name = in.str();
+      try {
+        auto r = learner.resumeFrom(bytes, name);
+        out.u8(0);
+        out.u32(r.pass);
+        out.u8(r.planned ? 1 : 0);
+        out.u32(r.label);
+      } catch (const train::CheckpointError& e) {
+        out.u8(2);
+        out.str(e.what());
+      } catch (const std::exception& e) {
+        out.u8(1);
+        out.str(e.what());
+      }
+      break;
+    }
+    case 'G': {
+      uint32_t pass = in.u32();
+      train::PassPlan plan;
+      plan.label = in.u32();
+      plan.baseSeed = in.u64();
+      plan.ids.resize(in.u32());
+      for (auto& id : plan.ids) id = in.u32();
+      plan.ends.resize(in.u32());
+      for (auto& end : plan.ends) end = in.u32();
+      learner.beginPass(pass, std::move(plan));
+      out.u8(0);
+      break;
+    }
+    case 'B':
+      learner.begin();
+      out.u8(0);
+      break;
+    case 'A':
+      learner.abandon(in.u32());
+      out.u8(0);
+      break;
+    case 'H':
+      learner.handedOver(in.f64());
+      out.u8(0);
+      break;
+    case 'E': {
+      auto failure = in.str();
+      ScriptLearner::endEvery(
+          [localRank](uint64_t id) { return ((id - 1) & 0xFFFF) == localRank; }, failure);
+      ended = true;
+      out.u8(0);
+      break;
+    }
+    default:
+      throw std::runtime_error("local rank " + std::to_string(localRank) + ": unknown request " +
+                               std::to_string(op));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Feed> learnerFeed(std::shared_ptr<ScriptLearner> learner) {
   return std::make_unique<LearnerFeed>(std::move(learner));
 }
 
-std::unique_ptr<Feed> localRankFeed(int fd) { return std::make_unique<LocalRankFeed>(fd); }
+std::unique_ptr<Feed> localRankFeed(int fd, uint32_t stream) {
+  std::lock_guard lock(connectionMutex);
+  if (!theConnection) theConnection = std::make_shared<Connection>(fd);
+  return std::make_unique<LocalRankFeed>(theConnection, stream);
+}
 
-void serveLocalRank(std::shared_ptr<ScriptLearner> learner, int fd, int pid, uint32_t localRank,
-                    std::function<void(train::StepBatch&)> toTensors) {
-  std::thread([learner, fd, pid, localRank, toTensors]() {
+void serveLocalRank(int fd, int pid, uint32_t localRank,
+                    std::function<void(uint32_t, train::StepBatch&)> toTensors) {
+  std::thread([fd, pid, localRank, toTensors]() {
     In in(fd);
     bool ended = false;
+    // The learners this thread serves, kept while it serves them (the table holds them weakly).
+    std::map<uint32_t, std::shared_ptr<ScriptLearner>> held;
     try {
       for (;;) {
         auto op = in.u8();
+        auto stream = in.u32();
+        auto& learner = held[stream];
+        if (!learner) learner = ScriptLearner::findOrCreate(learnerId(stream, localRank));
         Out out;
-        switch (op) {
-          case 'R': {
-            auto r = learner->waitAttached();
-            out.u32(r.rank);
-            out.u32(r.ranks);
-            out.u32(r.localRank);
-            out.u32(r.localRanks);
-            out.str(r.masterAddr);
-            out.u16(r.masterPort);
-            break;
-          }
-          case 'N': {
-            auto item = learner->next();
-            if (item.kind == ScriptLearner::Item::kBatch && item.batch.tensors.empty() &&
-                toTensors) {
-              toTensors(item.batch);
-            }
-            putItem(out, item);
-            break;
-          }
-          case 'P': {
-            auto peeked = learner->peek();
-            out.u8(uint8_t(peeked.kind));
-            out.u8(peeked.stopping ? 1 : 0);
-            break;
-          }
-          case 'S':
-            try {
-              auto bytes = learner->state();
-              out.u8(0);
-              out.str(bytes);
-            } catch (const std::exception& e) {
-              out.u8(1);
-              out.str(e.what());
-            }
-            break;
-          case 'L': {
-            auto bytes = in.str();
-            auto name = in.str();
-            try {
-              auto epoch = learner->resumeFrom(bytes, name);
-              out.u8(0);
-              out.u32(epoch);
-            } catch (const train::CheckpointError& e) {
-              out.u8(2);
-              out.str(e.what());
-            } catch (const std::exception& e) {
-              out.u8(1);
-              out.str(e.what());
-            }
-            break;
-          }
-          case 'B':
-            learner->begin();
-            out.u8(0);
-            break;
-          case 'A':
-            learner->abandon(in.u32());
-            out.u8(0);
-            break;
-          case 'H':
-            learner->handedOver(in.f64());
-            out.u8(0);
-            break;
-          case 'E':
-            learner->end(in.str());
-            ended = true;
-            out.u8(0);
-            break;
-          default:
-            throw std::runtime_error("local rank " + std::to_string(localRank) +
-                                     ": unknown request " + std::to_string(op));
-        }
+        serveOne(op, *learner, localRank, in, out,
+                 [&](train::StepBatch& b) { if (toTensors) toTensors(stream, b); }, ended);
         out.send(fd);
       }
     } catch (const Closed&) {
     } catch (const std::exception& e) {
       if (!ended) {
-        learner->end("local rank " + std::to_string(localRank) + " (pid " + std::to_string(pid) +
-                     "): " + e.what());
+        auto why = "local rank " + std::to_string(localRank) + " (pid " + std::to_string(pid) +
+                   "): " + e.what();
+        ScriptLearner::findOrCreate(learnerId(0, localRank))->end(why);
+        ScriptLearner::endEvery(
+            [localRank](uint64_t id) { return ((id - 1) & 0xFFFF) == localRank; }, why);
         ended = true;
       }
     }
     if (!ended) {
       // Its process ended before its script did: the rank is lost, and with it the job.
-      learner->end("the process of local rank " + std::to_string(localRank) + " (pid " +
-                       std::to_string(pid) + ") " + howEnded(pid) + " before its script ended",
-                   true);
+      auto why = "the process of local rank " + std::to_string(localRank) + " (pid " +
+                 std::to_string(pid) + ") " + howEnded(pid) + " before its script ended";
+      ScriptLearner::findOrCreate(learnerId(0, localRank))->end(why, true);
+      ScriptLearner::endEvery(
+          [localRank](uint64_t id) { return ((id - 1) & 0xFFFF) == localRank; }, why);
     }
     close(fd);
   }).detach();

@@ -21,7 +21,7 @@
 #include "local_ranks.h"
 #include "troupe/loop.h"
 #include "troupe/run.h"  // kStopsHeldFromStart, defined below
-#include "workers.h"
+#include "worker_pool.h"
 
 namespace py = pybind11;
 using namespace troupe::python;  // feed(), the job (job.h)
@@ -119,9 +119,15 @@ py::tuple madeArrays(ScriptLearner::Item& item) {
   return py::make_tuple(tensors, py::str(b.structure), int64Array(b.ids));
 }
 
-py::tuple batchArrays(ScriptLearner::Item& item, bool normalize) {
+// A stream's format, where this process has the stream (a local rank's process has none: its
+// batches come as tensors).
+const Format* formatOf(uint32_t stream) {
+  return stream < streamCount() ? &streamFormat(stream) : nullptr;
+}
+
+py::tuple batchArrays(ScriptLearner::Item& item, bool normalize, uint32_t stream) {
   if (!item.batch.tensors.empty()) return madeArrays(item);
-  if (jobFormat().source) return datasetArrays(item, jobFormat());
+  if (auto* f = formatOf(stream); f != nullptr && f->source) return datasetArrays(item, *f);
   auto& b = item.batch;
   auto n = static_cast<py::ssize_t>(b.ids.size());
   std::vector<py::ssize_t> shape{n, 1, 28, 28};
@@ -175,6 +181,60 @@ const char* kindName(ScriptLearner::Item::Kind k) {
   return "?";
 }
 
+// A local rank's process: the socket to its troupe process (connect_local), and its streams.
+int localFd = -1;
+uint32_t localStreams = 0;
+
+// A stream's settings from troupe.data's options, each of the wrong type a TypeError naming it.
+Settings settingsFrom(py::dict options) {
+  Settings s;
+  auto get = [&](const char* key, auto& field) {
+    if (!options.contains(key)) return;
+    py::object value = options[key];
+    try {
+      field = value.cast<std::decay_t<decltype(field)>>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(std::string("troupe.data: option ") + key + "=" +
+                           py::repr(value).cast<std::string>() + ": " +
+                           pythonTypeWanted<std::decay_t<decltype(field)>>() +
+                           " (docs/pytorch.md, the options)");
+    }
+  };
+  get("epochs", s.epochs);
+  get("batch_size", s.batchSize);
+  get("prefetch", s.prefetch);
+  get("seed", s.seed);
+  get("train_samples", s.samples);
+  get("augment", s.augment);
+  get("blur", s.blur);
+  get("augmenters_per_node", s.perNode);
+  get("restarts", s.restarts);
+  get("stop_timeout", s.stopTimeoutSeconds);
+  get("data_dir", s.dataDir);
+  get("data_group", s.dataGroup);
+  get("dataset", s.dataset);
+  get("transform", s.transform);
+  get("skip_bad_samples", s.skipBadSamples);
+  get("shuffle", s.shuffle);
+  get("drop_last", s.dropLast);
+  get("python", s.python);
+  get("planned", s.planned);
+  get("in_order", s.inOrder);
+  get("workers", s.workers);
+  get("prefetch_factor", s.prefetchFactor);
+  get("shared_memory", s.sharedMemory);
+  get("pickled", s.pickled);
+  if (options.contains("image_seed") && !options["image_seed"].is_none()) {
+    s.hasImageSeed = true;
+    get("image_seed", s.imageSeed);
+  }
+  if ((options.contains("shuffle") || options.contains("drop_last")) && s.dataset.empty() &&
+      !s.python && !s.planned) {
+    throw py::value_error("shuffle and drop_last need dataset= (docs/data.md)");
+  }
+  return s;
+}
+
 }  // namespace
 
 void bindImages(py::module_& m);  // images.cpp
@@ -190,47 +250,48 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "start",
       [](std::vector<std::string> argv, py::dict options) {
-        Settings s;
-        auto get = [&](const char* key, auto& field) {
-          if (!options.contains(key)) return;
-          py::object value = options[key];
-          try {
-            field = value.cast<std::decay_t<decltype(field)>>();
-          } catch (const py::cast_error&) {
-            throw py::type_error(std::string("troupe.data: option ") + key + "=" +
-                                 py::repr(value).cast<std::string>() + ": " +
-                                 pythonTypeWanted<std::decay_t<decltype(field)>>() +
-                                 " (docs/pytorch.md, the options)");
-          }
-        };
-        get("epochs", s.epochs);
-        get("batch_size", s.batchSize);
-        get("prefetch", s.prefetch);
-        get("seed", s.seed);
-        get("train_samples", s.samples);
-        get("augment", s.augment);
-        get("blur", s.blur);
-        get("augmenters_per_node", s.perNode);
-        get("restarts", s.restarts);
-        get("stop_timeout", s.stopTimeoutSeconds);
-        get("data_dir", s.dataDir);
-        get("data_group", s.dataGroup);
-        get("dataset", s.dataset);
-        get("transform", s.transform);
-        get("skip_bad_samples", s.skipBadSamples);
-        get("shuffle", s.shuffle);
-        get("drop_last", s.dropLast);
-        get("python", s.python);
-        get("in_order", s.inOrder);
-        if ((options.contains("shuffle") || options.contains("drop_last")) && s.dataset.empty() &&
-            !s.python) {
-          throw py::value_error("shuffle and drop_last need dataset= (docs/data.md)");
-        }
+        auto s = settingsFrom(options);
         py::gil_scoped_release release;
         startJob(std::move(argv), std::move(s));
       },
-      "Starts this process's troupe job; returns on the head once its driver runs, never "
-      "elsewhere.");
+      "Starts this process's troupe job with its first stream; returns on the head once its "
+      "driver runs, never elsewhere.");
+  m.def(
+      "add_stream",
+      [](py::dict options) -> uint32_t {
+        auto s = settingsFrom(options);
+        if (localFd >= 0) {
+          // A local rank's process: the stream's batches come from its troupe process.
+          uint32_t number = localStreams++;
+          setFeed(number, troupe::python::localRankFeed(localFd, number));
+          return number;
+        }
+        py::gil_scoped_release release;
+        return addStream(std::move(s));
+      },
+      "A later stream of this process (a DataLoader after the first): its number. On the head "
+      "its actors are placed now.");
+  m.def(
+      "set_fork_server",
+      [](int fd) {
+        troupe::python::setForkServer(fd);
+        // This process's augmenters of a DataLoader get their batches from its workers.
+        troupe::train::setBatchMaker(std::make_shared<troupe::python::ProcessBatchMaker>());
+      },
+      py::arg("fd"),
+      "The fork server of this process's DataLoader workers (python/troupe/_forkserver.py).");
+  m.def(
+      "image_seed",
+      [](uint64_t seed, uint64_t epoch, uint64_t index) {
+        return troupe::data::mixSeed(seed, epoch, index);
+      },
+      py::arg("seed"), py::arg("epoch"), py::arg("index"),
+      "An ImageDataset(seed=)'s item's seed, as the data group's transforms draw it.");
+  m.def(
+      "sample_seed",
+      [](uint64_t base, uint64_t position) { return troupe::data::sampleSeed(base, position); },
+      py::arg("base"), py::arg("position"),
+      "The seed of the random draws of the sample at `position` of a pass of base seed `base`.");
   m.def("placements", []() { return jobPlacements(); });
   m.def(
       "epoch_order",
@@ -252,13 +313,37 @@ PYBIND11_MODULE(_native, m) {
       "(order, used, dropped): the rank's order of sample ids, how many of them it trains, and "
       "the samples of the epoch no rank trains.");
   m.def(
+      "rank_share",
+      [](py::array_t<uint32_t, py::array::c_style> order, uint32_t batchSize, bool dropLast,
+         uint32_t rank, uint32_t ranks) {
+        // DDP rank `rank` of `ranks`' share of a pass whose whole order is `order`, as
+        // troupe/dataset/epoch.h's BatchedEpoch cuts it: the same number of batches each.
+        troupe::data::BatchedEpoch plan{uint64_t(order.size()), batchSize, false, dropLast, rank,
+                                        ranks};
+        try {
+          plan.check();
+        } catch (const troupe::data::DatasetError& e) {
+          throw py::value_error(e.what());
+        }
+        std::span<const uint32_t> all(order.data(), order.size());
+        auto mine = ranks > 1 ? plan.share(all) : std::vector<uint32_t>(all.begin(), all.end());
+        mine.resize(plan.used());
+        py::array_t<uint32_t> out(static_cast<py::ssize_t>(mine.size()));
+        std::copy(mine.begin(), mine.end(), out.mutable_data());
+        return out;
+      },
+      py::arg("order"), py::arg("batch_size"), py::arg("drop_last"), py::arg("rank"),
+      py::arg("ranks"),
+      "The rank's sample ids of a pass (its batches every batch_size, the last short): of one "
+      "rank every sample, without the dropped ones.");
+  m.def(
       "rank",
       []() {
         // This process's place in a DDP job, as torchrun would have put it in the environment.
         troupe::train::ScriptLearner::Rank r;
         {
           py::gil_scoped_release release;
-          r = feed().rank();
+          r = feed(0).rank();
         }
         py::dict d;
         d["RANK"] = r.rank;
@@ -267,32 +352,20 @@ PYBIND11_MODULE(_native, m) {
         d["LOCAL_WORLD_SIZE"] = r.localRanks;
         d["MASTER_ADDR"] = r.masterAddr;
         d["MASTER_PORT"] = r.masterPort;
+        d["SEED"] = r.seed;
         return d;
       },
       "This process's rank in the job (after start()): RANK, WORLD_SIZE, LOCAL_RANK, "
       "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.");
   m.def(
-      "set_workers",
-      [](std::vector<std::tuple<int, int, int, int, size_t>> workers) {
-        std::vector<troupe::python::WorkerFds> fds;
-        for (auto& [pid, request, reply, memory, size] : workers) {
-          fds.push_back({pid, request, reply, memory, size});
-        }
-        troupe::train::setBatchMaker(std::make_shared<troupe::python::ProcessWorkers>(fds));
-      },
-      "This process's DataLoader worker processes: (pid, request fd, reply fd, memfd, size) each.");
-  m.def(
       "serve_local",
       [](uint32_t localRank, int fd, int pid) {
         // The instance's troupe process: local rank `localRank`'s process, at the other end of
-        // `fd`, gets its batches from the trainer of that rank in this process.
-        std::function<void(troupe::train::StepBatch&)> toTensors;
-        if (jobFormat().source) {
-          toTensors = [](troupe::train::StepBatch& b) { datasetTensors(b, jobFormat()); };
-        }
+        // `fd`, gets the batches of each stream from that rank's trainer in this process.
         troupe::python::serveLocalRank(
-            ScriptLearner::findOrCreate(jobLearner()->id() + localRank), fd, pid,
-            localRank, toTensors);
+            fd, pid, localRank, [](uint32_t stream, troupe::train::StepBatch& b) {
+              if (auto* f = formatOf(stream); f != nullptr && f->source) datasetTensors(b, *f);
+            });
       },
       py::arg("local_rank"), py::arg("fd"), py::arg("pid"));
   m.def(
@@ -302,65 +375,109 @@ PYBIND11_MODULE(_native, m) {
         // served at the other end of `fd`; it never outlives that process.
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(1);  // it has already ended
-        setFeed(troupe::python::localRankFeed(fd));
+        localFd = fd;
+        localStreams = 1;
+        setFeed(0, troupe::python::localRankFeed(fd, 0));
       },
       py::arg("fd"), py::arg("parent"));
-  m.def("begin", []() { feed().begin(); });
+  m.def(
+      "begin", [](uint32_t stream) { feed(stream).begin(); }, py::arg("stream") = 0);
+  m.def(
+      "begin_pass",
+      [](uint32_t stream, uint32_t pass, py::array_t<uint32_t, py::array::c_style> ids,
+         py::array_t<uint32_t, py::array::c_style> ends, uint64_t baseSeed, uint32_t label) {
+        troupe::train::PassPlan plan;
+        plan.ids.assign(ids.data(), ids.data() + ids.size());
+        plan.ends.assign(ends.data(), ends.data() + ends.size());
+        plan.baseSeed = baseSeed;
+        plan.label = label;
+        uint32_t last = 0;
+        for (auto end : plan.ends) {
+          if (end <= last || end > plan.ids.size())
+            throw py::value_error("begin_pass: batch ends must ascend within the plan");
+          last = end;
+        }
+        if (last != plan.ids.size()) throw py::value_error("begin_pass: the last batch must end the plan");
+        py::gil_scoped_release release;
+        feed(stream).beginPass(pass, std::move(plan));
+      },
+      py::arg("stream"), py::arg("pass_"), py::arg("ids"), py::arg("ends"), py::arg("base_seed"),
+      py::arg("label"),
+      "Pass `pass_` of the stream, as the script's iter() planned it: its sample ids by position, "
+      "where each batch ends, torch's base seed and the script's epoch.");
   m.def(
       "handoffs",
-      []() {
-        auto h = feed().handoffs();
+      [](uint32_t stream) {
+        auto h = feed(stream).handoffs();
         return py::make_tuple(h.count, h.seconds);
       },
+      py::arg("stream") = 0,
       "(batches, seconds): the handoffs so far, from asking for a batch that was already queued "
       "to holding it as arrays.");
   m.def(
-      "abandon", [](uint32_t epoch) { feed().abandon(epoch); },
-      "The script left `epoch` (a break): its batches not yet handed over are not trained on.");
+      "abandon",
+      [](uint32_t stream, uint32_t epoch) {
+        py::gil_scoped_release release;
+        feed(stream).abandon(epoch);
+      },
+      py::arg("stream"), py::arg("epoch"),
+      "The script left `epoch` (a break): what is not handed over yet is not trained on, and not "
+      "made.");
   m.def(
       "next",
-      [](bool normalize) -> py::tuple {
+      [](uint32_t stream, bool normalize, double timeout) -> py::tuple {
         ScriptLearner::Item item;
         auto asked = std::chrono::steady_clock::now();
         {
           py::gil_scoped_release release;
-          item = feed().next();
+          item = feed(stream).next(timeout);
         }
         if (item.kind == ScriptLearner::Item::kBatch) {
           bool waited = item.batch.waited;
-          auto arrays = batchArrays(item, normalize);
+          auto arrays = batchArrays(item, normalize, stream);
           if (!waited) {
-            feed().handedOver(
+            feed(stream).handedOver(
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
           }
           return py::make_tuple(kindName(item.kind), item.epoch, arrays[0], arrays[1], arrays[2]);
         }
-        return py::make_tuple(kindName(item.kind), item.epoch, item.text, py::none(), py::none());
+        return py::make_tuple(item.timedOut ? "timeout" : kindName(item.kind), item.epoch,
+                              item.text, py::none(), py::none());
       },
-      py::arg("normalize") = true);
+      py::arg("stream") = 0, py::arg("normalize") = true, py::arg("timeout") = 0.0);
   m.def(
       "peek",
-      []() -> py::tuple {
+      [](uint32_t stream) -> py::tuple {
         ScriptLearner::Peeked peeked;
         {
           py::gil_scoped_release release;
-          peeked = feed().peek();
+          peeked = feed(stream).peek();
         }
         return py::make_tuple(kindName(peeked.kind), peeked.stopping);
       },
+      py::arg("stream") = 0,
       "(kind, stopping): waits for the next item and says its kind without taking it, and "
       "whether the job is stopping. The batch received before counts as trained.");
-  m.def("state", []() {
-    std::string bytes;
-    {
-      py::gil_scoped_release release;
-      bytes = feed().state();
-    }
-    return py::bytes(bytes);
-  });
-  m.def("load_state", [](py::bytes bytes, std::string name) {
-    return feed().resumeFrom(std::string(bytes), name);
-  });
+  m.def(
+      "state",
+      [](uint32_t stream) {
+        std::string bytes;
+        {
+          py::gil_scoped_release release;
+          bytes = feed(stream).state();
+        }
+        return py::bytes(bytes);
+      },
+      py::arg("stream") = 0);
+  m.def(
+      "load_state",
+      [](uint32_t stream, py::bytes bytes, std::string name) {
+        auto r = feed(stream).resumeFrom(std::string(bytes), name);
+        return py::make_tuple(r.pass, r.planned, r.label);
+      },
+      py::arg("stream"), py::arg("bytes"), py::arg("name"),
+      "(pass, planned, label): the pass a state continues, whether it holds that pass's plan, "
+      "and its epoch.");
   m.def(
       "end",
       [](std::string failure) {
@@ -369,8 +486,8 @@ PYBIND11_MODULE(_native, m) {
         fflush(stdout);
         fflush(stderr);
         py::gil_scoped_release release;
-        feed().end(std::move(failure));
-        feed().waitForJobEnd();
+        feed(0).endAll(failure);
+        feed(0).waitForJobEnd();
       },
       py::arg("failure") = "");
   py::register_exception<troupe::train::CheckpointError>(m, "StateError", PyExc_ValueError);

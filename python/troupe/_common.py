@@ -1,5 +1,12 @@
-"""What troupe.data's modules share: its exceptions, the native module, numpy, and PyTorch found
-lazily (troupe.data re-exports the exceptions; import them from there)."""
+"""What troupe.data's modules share: its exceptions, the native module, numpy, PyTorch found
+lazily, and the process's streams (troupe.data re-exports the exceptions; import them from
+there)."""
+
+import atexit
+import os
+import sys
+import traceback
+
 
 class Stopped(Exception):
     """The job is stopping (SIGTERM or SIGINT on some instance): save the state and end."""
@@ -23,6 +30,64 @@ def _torch():
     except ImportError as e:
         raise ImportError("troupe.data yields torch tensors: install PyTorch (python3-torch)") from e
     return torch
+
+
+class Process:
+    """This process's streams: each DataLoader (or its one AugmentedBatches) made in a cluster, in
+    the order the script makes them; the first starts the troupe job (python/src/job.h)."""
+
+    streams = 0          # streams made so far
+    kinds = []           # "loader" or "augmented", by stream number
+    local_rank = False   # a local rank's process (fed by its instance's troupe process)
+
+    @classmethod
+    def line_buffered(cls):
+        # The script's prints a line at a time, as troupe::run() has printf's: under troupe sim or
+        # SageMaker stdout is a pipe, and block-buffered lines would come after the log lines.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(line_buffering=True)
+
+
+class Ending:
+    """How the script ended, for the job: set by the exception hook, read at exit."""
+
+    failure = None
+    installed = False
+
+    @classmethod
+    def install(cls):
+        if cls.installed:
+            return
+        cls.installed = True
+        previous = sys.excepthook
+
+        def hook(kind, value, tb):
+            if issubclass(kind, Stopped):
+                print(f"troupe.data: the job was stopped ({value}); the script ended",
+                      file=sys.stderr, flush=True)
+                return
+            # The job's failure reason is the exception's first line; its whole text (a worker's
+            # traceback too) is printed once, here.
+            line = traceback.format_exception_only(kind, value)[-1].strip().splitlines()[0]
+            cls.failure = f"{line} (the training script's exception; its traceback is in the log)"
+            previous(kind, value, tb)
+
+        sys.excepthook = hook
+        atexit.register(cls.end)
+
+    @classmethod
+    def end(cls):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _native.end(cls.failure or "")  # ends the process with the job's exit code
+
+
+def debug_logging():
+    """Whether troupe logs at debug level (TROUPE_LOG_LEVEL=debug, --log-level debug)."""
+    level = os.environ.get("TROUPE_LOG_LEVEL", "")
+    return level in ("debug", "trace") or "--log-level=debug" in sys.argv
 
 
 Stopped.__module__ = JobFailed.__module__ = "troupe.data"

@@ -47,20 +47,24 @@ class ImageDataset:
     """A map-style dataset over your own images, decoded and transformed in the calling process
     by troupe's C++ pipeline (docs/data.md): an ImageFolder, a manifest (.csv, .jsonl), WebDataset
     .tar shards or Fashion-MNIST's files, found from what is at ``path``, and a transform spec with
-    torchvision's names. Each item is ``(tensor, target)``; use it with ``DataLoader`` as any
+    torchvision's names. Each item is ``(tensor, target)``; use it with a DataLoader as any
     dataset::
 
         ds = troupe.data.ImageDataset("/data/train", "RandomResizedCrop(224),"
-                                      "RandomHorizontalFlip(),Normalize(imagenet)", seed=42)
+                                      "RandomHorizontalFlip(),Normalize(imagenet)")
         for epoch in range(5):
-            ds.set_epoch(epoch)
-            for x, y in DataLoader(ds, batch_size=64, shuffle=True, num_workers=4): ...
+            for x, y in troupe.data.DataLoader(ds, batch_size=64, shuffle=True): ...
 
-    With ``seed``, the random choices of sample ``i`` in epoch ``e`` depend on (seed, e, i) only:
-    the same pixels in any worker and any run. Without it, each call draws a fresh seed, as
-    torchvision's transforms do. A bad spec raises ValueError naming what is allowed; a dataset
-    that cannot be used, RuntimeError naming the path; a sample that cannot be read or decoded,
-    RuntimeError naming its file."""
+    Given to ``troupe.data.DataLoader``, the data group's C++ pipeline decodes and transforms it
+    (no Python workers; with a ``worker_init_fn``, in Python workers).
+
+    The random choices of an item: with ``seed``, those of sample ``i`` in epoch ``e`` depend on
+    (seed, e, i) only (``set_epoch(e)``; troupe's DataLoader calls it with the script's epoch); in
+    a troupe DataLoader without one, on the item's per-sample seed (its pass's base seed and its
+    position: the same on the data group, in a local loader and under plain python3); elsewhere
+    each call draws a fresh seed from torch, as torchvision's transforms do. A bad spec raises
+    ValueError naming what is allowed; a dataset that cannot be used, RuntimeError naming the
+    path; a sample that cannot be read or decoded, RuntimeError naming its file."""
 
     def __init__(self, path, transform, seed=None):
         self._torch = _torch()
@@ -80,13 +84,16 @@ class ImageDataset:
         return len(self.source)
 
     def __getitem__(self, index):
+        from troupe import _workers
         if index < 0:
             index += len(self)
         encoded, target = self.source.read(index)
-        if self.seed is None:
-            seed = int(self._torch.randint(0, 2**62, (1,)))
+        if self.seed is not None:
+            seed = _native.image_seed(int(self.seed), self.epoch, index)
+        elif _workers.current_sample_seed is not None:
+            seed = _workers.current_sample_seed
         else:
-            seed = (int(self.seed) * 0x9E3779B97F4A7C15 + self.epoch * 0x100000001B3 + index) % 2**64
+            seed = int(self._torch.randint(0, 2**62, (1,)))
         x = self.transform(encoded, seed, self.source.name(index))
         return self._torch.from_numpy(x), int(target)
 

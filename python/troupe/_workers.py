@@ -1,14 +1,33 @@
-"""troupe.data.DataLoader's worker processes: what they run (``_worker_main``: ``dataset[i]`` and
-the collate function for each batch the node asks for, the tensors into shared memory;
-python/src/workers.h has the protocol), and the batch structure they hand over."""
+"""troupe.data.DataLoader's worker processes: what each one runs (``worker_main``: the items of
+each batch the node asks for and ``collate_fn`` of them, the tensors into a slot of its shared
+memory; python/src/worker_pool.h has the protocol), how it seeds itself as torch's workers do and,
+per sample, past them, and the batch structure it hands over.
 
+Seeding. When a request of a new pass arrives, the worker does what torch's worker loop does at
+its start: ``seed = base_seed + worker number`` (the number distinct across instances, so that no
+two workers of the job share a stream), ``random.seed``, ``torch.manual_seed``, numpy's legacy
+global from torch's own ``_generate_state``, ``torch.utils.data.get_worker_info()`` set, and
+``worker_init_fn(worker_id)`` (once with ``persistent_workers``, each pass without, as torch's
+workers are made again each epoch). Then, with per-sample seeding (the default), the three
+generators are seeded again before each item from (base seed, the item's position in the pass):
+whichever worker on whichever instance makes sample i of a pass, it draws the same numbers.
+"""
+
+import json
 import os
+import random
+import struct
 import sys
 import traceback
 
-from troupe._common import _torch, numpy
+from troupe._common import _native, _torch, numpy
 
-def _in_cluster():
+# The seed of the item being made (per-sample seeding), or None: troupe.data.ImageDataset takes
+# its pixels' seed from it, so that its C++ transform draws what the data group's would.
+current_sample_seed = None
+
+
+def in_cluster():
     """Whether this process runs as an instance of a troupe job (troupe sim, SageMaker, Slurm,
     Kubernetes, or a cluster file given): else a plain ``python3 train.py``."""
     env = os.environ
@@ -18,7 +37,7 @@ def _in_cluster():
                 any(a == "--cluster" or a.startswith("--cluster=") for a in sys.argv))
 
 
-def _cpu_list(text):
+def cpu_list(text):
     """"0-3,6" -> {0, 1, 2, 3, 6} (the kernel's CPU list syntax, as TROUPE_CPUS has it)."""
     cpus = set()
     for part in text.split(","):
@@ -27,7 +46,7 @@ def _cpu_list(text):
     return cpus
 
 
-def _flatten(value, tensors):
+def flatten(value, tensors):
     """A collated batch as a JSON-able structure over a flat list of arrays."""
     torch = _torch()
     if torch.is_tensor(value):
@@ -37,27 +56,190 @@ def _flatten(value, tensors):
         tensors.append(numpy.ascontiguousarray(value))
         return {"t": len(tensors) - 1}
     if isinstance(value, tuple):
-        return {"tuple": [_flatten(v, tensors) for v in value]}
+        return {"tuple": [flatten(v, tensors) for v in value]}
     if isinstance(value, list):
-        return {"list": [_flatten(v, tensors) for v in value]}
+        return {"list": [flatten(v, tensors) for v in value]}
     if isinstance(value, dict):
-        return {"dict": [[k, _flatten(v, tensors)] for k, v in value.items()]}
+        return {"dict": [[k, flatten(v, tensors)] for k, v in value.items()]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"v": value}
     raise TypeError(f"DataLoader: a collated batch holds a {type(value).__name__}; batches carry "
                     "tensors, numpy arrays, numbers and strings in tuples, lists and dicts")
 
 
-def _unflatten(structure, tensors):
+def unflatten(structure, tensors):
     if "t" in structure:
         return tensors[structure["t"]]
     if "tuple" in structure:
-        return tuple(_unflatten(v, tensors) for v in structure["tuple"])
+        return tuple(unflatten(v, tensors) for v in structure["tuple"])
     if "list" in structure:
-        return [_unflatten(v, tensors) for v in structure["list"]]
+        return [unflatten(v, tensors) for v in structure["list"]]
     if "dict" in structure:
-        return {k: _unflatten(v, tensors) for k, v in structure["dict"]}
+        return {k: unflatten(v, tensors) for k, v in structure["dict"]}
     return structure["v"]
+
+
+def sample_file(dataset, index):
+    """The file sample `index` comes from, where the dataset says (torchvision's ImageFolder and
+    DatasetFolder: ``samples[i][0]``; ``imgs``; troupe's ImageDataset), else None."""
+    try:
+        for name in ("samples", "imgs"):
+            entries = getattr(dataset, name, None)
+            if entries is not None:
+                entry = entries[index]
+                path = entry[0] if isinstance(entry, (tuple, list)) else entry
+                if isinstance(path, (str, os.PathLike)):
+                    return os.fspath(path)
+        source = getattr(dataset, "source", None)
+        if source is not None and hasattr(source, "name"):
+            return source.name(index)
+    except Exception:  # noqa: BLE001 - a name is a courtesy; the error itself is what matters
+        pass
+    return None
+
+
+class WorkerSpec:
+    """What a loader's workers run: built from the DataLoader on every instance (the first
+    loader's is in the fork server's memory; a later loader's reaches it pickled)."""
+
+    def __init__(self, dataset, collate_fn, worker_init_fn, persistent_workers, skip_errors,
+                 per_sample_seed, auto_collation):
+        self.dataset = dataset
+        self.collate_fn = collate_fn
+        self.worker_init_fn = worker_init_fn
+        self.persistent_workers = persistent_workers
+        self.skip_errors = skip_errors
+        self.per_sample_seed = per_sample_seed
+        self.auto_collation = auto_collation
+
+
+def seed_everything(seed, numpy_seed=None):
+    """random, torch and numpy's legacy global generator, as torch's worker loop seeds them."""
+    torch = _torch()
+    random.seed(seed)
+    torch.manual_seed(seed)
+    numpy.random.seed(numpy_seed if numpy_seed is not None else
+                      [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF])
+
+
+class _Pass:
+    """Where a worker is: the pass it makes items of, and whether its init ran."""
+
+    def __init__(self):
+        self.number = None
+        self.initialised = False
+
+
+def _start_pass(spec, conn, state, number, label, base_seed):
+    torch = _torch()
+    from torch.utils.data._utils import worker as torch_worker
+    state.number = number
+    # torch's _worker_loop: seed = base_seed + worker_id, numpy from _generate_state. The number
+    # added is the worker's in the whole job (its instance's offset + its id), so that workers of
+    # two instances never draw the same stream.
+    number_in_job = (conn["seed_offset"] + conn["worker"]) % 2**64
+    seed = (base_seed + number_in_job) % 2**64
+    seed_everything(seed, torch_worker._generate_state(base_seed, number_in_job))
+    torch_worker._worker_info = torch_worker.WorkerInfo(
+        id=conn["worker"], num_workers=conn["workers"], seed=seed, dataset=spec.dataset)
+    if hasattr(spec.dataset, "set_epoch"):
+        spec.dataset.set_epoch(label)  # the script's epoch, as it would call it before iter()
+    if spec.worker_init_fn is not None and (not spec.persistent_workers or not state.initialised):
+        spec.worker_init_fn(conn["worker"])
+    state.initialised = True
+
+
+def _describe(spec, conn, index, error, label):
+    where = "collate_fn" if index is None else f"dataset[{index}]"
+    path = None if index is None else sample_file(spec.dataset, index)
+    if path:
+        where += f" ({path})"
+    return (f"{where} raised {type(error).__name__}: {error} (epoch {label}, DataLoader worker "
+            f"{conn['worker']} of {conn['workers']} on {conn['host']})")
+
+
+def _make(spec, conn, state, view, header, ids):
+    """One request: the items, collated, into the request's slot. Returns the reply."""
+    global current_sample_seed
+    number, label, base_seed, first, slot = header
+    index = None
+    skipped = []
+    try:
+        if state.number != number:
+            _start_pass(spec, conn, state, number, label, base_seed)
+        samples = []
+        for k, index in enumerate(ids):
+            if spec.per_sample_seed:
+                current_sample_seed = _native.sample_seed(base_seed, first + k)
+                seed_everything(current_sample_seed)
+            try:
+                samples.append(spec.dataset[index])
+            except Exception as e:  # noqa: BLE001 - the user's code: any exception is a sample's
+                if not spec.skip_errors:
+                    raise
+                skipped.append([index, _describe(spec, conn, index, e, label)])
+        index = None
+        current_sample_seed = None
+        tensors = []
+        if not samples:
+            structure = {"v": None}
+        elif spec.auto_collation:
+            structure = flatten(spec.collate_fn(samples), tensors)
+        else:
+            structure = flatten(spec.collate_fn(samples[0]), tensors)
+        infos, offset, size = [], 0, conn["slot_bytes"]
+        base = slot * size
+        for a in tensors:
+            if offset + a.nbytes > size:
+                raise MemoryError(
+                    f"a batch of {offset + a.nbytes} bytes: more than a slot of the worker's "
+                    f"shared memory ({size} bytes: shared_memory_mb / prefetch_factor; raise "
+                    "DataLoader(shared_memory_mb=...))")
+            view[base + offset:base + offset + a.nbytes] = a.reshape(-1).view(numpy.uint8)
+            infos.append({"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
+                          "bytes": a.nbytes})
+            offset += (a.nbytes + 63) // 64 * 64
+        return {"structure": structure, "tensors": infos, "skipped": skipped}
+    except Exception as e:  # noqa: BLE001
+        current_sample_seed = None
+        return {"error": _describe(spec, conn, index, e, label),
+                "traceback": traceback.format_exc()}
+
+
+def worker_main(spec, conn, request, reply, memory):
+    """A DataLoader worker process: answers the node's requests (python/src/worker_pool.h) until
+    its request pipe closes. Never returns."""
+    import mmap
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the fork server
+    except Exception:  # noqa: BLE001 - best effort, as torch's workers watch their parent
+        pass
+    torch = _torch()
+    torch.set_num_threads(1)  # as torch's workers: one thread each, the CPUs are the workers'
+    size = conn["slot_bytes"] * conn["slots"]
+    view = numpy.frombuffer(mmap.mmap(memory, size), dtype=numpy.uint8)
+    state = _Pass()
+    head = struct.Struct("<IIQQII")
+    while True:
+        data = _read_exact(request, head.size)
+        if data is None:
+            os._exit(0)
+        number, label, base_seed, first, slot, n = head.unpack(data)
+        body = _read_exact(request, 4 * n)
+        if body is None:
+            os._exit(0)
+        ids = struct.unpack(f"<{n}I", body)
+        answer = _make(spec, conn, state, view, (number, label, base_seed, first, slot), ids)
+        answer["slot"] = slot
+        text = json.dumps(answer).encode()
+        _write_all(reply, struct.pack("<I", len(text)) + text)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _read_exact(fd, size):
@@ -68,58 +250,3 @@ def _read_exact(fd, size):
             return None
         data += chunk
     return data
-
-
-def _worker_main(dataset, collate, request, reply, memory, size, skip_errors=False):
-    """A DataLoader worker process: dataset[i] and collate for each batch the node asks for, the
-    tensors into shared memory (python/src/workers.h has the protocol). Ends when the node's
-    process does (its pipe closes)."""
-    import json
-    import mmap
-    import struct
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the node
-    except Exception:
-        pass
-    shared = mmap.mmap(memory, size)
-    view = numpy.frombuffer(shared, dtype=numpy.uint8)
-    while True:
-        head = _read_exact(request, 8)
-        if head is None:
-            os._exit(0)
-        epoch, n = struct.unpack("<II", head)
-        ids = struct.unpack(f"<{n}I", _read_exact(request, 4 * n))
-        index = None
-        skipped = []
-        try:
-            if hasattr(dataset, "set_epoch"):
-                dataset.set_epoch(epoch)
-            samples = []
-            for index in ids:
-                try:
-                    samples.append(dataset[index])
-                except Exception as e:
-                    if not skip_errors:
-                        raise
-                    skipped.append([index, f"dataset[{index}] raised {type(e).__name__}: {e}"])
-            index = None
-            tensors = []
-            structure = _flatten(collate(samples), tensors) if samples else {"v": None}
-            infos, offset = [], 0
-            for a in tensors:
-                if offset + a.nbytes > size:
-                    raise MemoryError(f"a batch of {offset + a.nbytes} bytes: more than the "
-                                      f"worker's shared memory ({size} bytes; "
-                                      "DataLoader(shared_memory_mb=...))")
-                view[offset:offset + a.nbytes] = a.reshape(-1).view(numpy.uint8)
-                infos.append({"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
-                              "bytes": a.nbytes})
-                offset += (a.nbytes + 63) // 64 * 64
-            answer = {"structure": structure, "tensors": infos, "skipped": skipped}
-        except Exception as e:
-            where = f"dataset[{index}]" if index is not None else "collate_fn"
-            answer = {"error": f"{where} raised {type(e).__name__}: {e} (epoch {epoch}); in the "
-                               f"DataLoader worker:\n{traceback.format_exc()}"}
-        data = json.dumps(answer).encode()
-        os.write(reply, struct.pack("<I", len(data)) + data)

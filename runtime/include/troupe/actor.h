@@ -200,6 +200,13 @@ class SpawnOptions {
     deadline = d;
     return *this;
   }
+  SpawnOptions& quiet() {
+    // The head logs the actor's start at debug level, not info: for an app that says where its
+    // actors run in its own words (troupe.data's DataLoader: one line per data instance).
+    // Restarts and exits are logged as ever.
+    quietStart = true;
+    return *this;
+  }
   template <typename S, typename Fill>
   SpawnOptions& args(Fill&& fill) {
     // The actor's arguments: a message of struct type S, filled by `fill(S::Builder)`. The actor
@@ -222,6 +229,7 @@ class SpawnOptions {
   kj::Maybe<kj::Duration> deadline;
   kj::Maybe<kj::Duration> capacityWait;
   std::vector<kj::byte> argBytes;  // a flat Cap'n Proto message
+  bool quietStart = false;
 };
 
 struct CallPolicy {

@@ -30,6 +30,7 @@ struct SpawnRequest {
   kj::Maybe<kj::Duration> callDeadline;
   kj::Maybe<kj::Duration> waitForCapacity;
   uint32_t index = 0, count = 1;  // position within a multi-instance spawn
+  bool quiet = false;  // SpawnOptions::quiet(): its start logged at debug level (not carried)
 
   static SpawnRequest fromProto(proto::SpawnSpec::Reader spec);
   void toProto(proto::SpawnSpec::Builder spec) const;

@@ -30,6 +30,7 @@ static SpawnRequest driverRequest(Head& head, kj::StringPtr typeName, const Plac
   spec.failCallOnly = options.methodError == MethodError::FAIL_CALL;
   spec.callDeadline = options.deadline;
   spec.waitForCapacity = options.capacityWait;
+  spec.quiet = options.quietStart;
   return spec;
 }
 

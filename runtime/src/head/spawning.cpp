@@ -273,6 +273,7 @@ kj::Array<ActorContext::Spawned> Head::commit(SpawnRequest& request,
     spec.failCallOnly = request.failCallOnly;
     spec.callDeadline = request.callDeadline;
     spec.waitForCapacity = request.waitForCapacity;
+    spec.quiet = request.quiet;
     spec.index = index;
     spec.count = placed.size();
     ++index;
@@ -322,7 +323,11 @@ void Head::hostOn(ActorEntry& entry) {
   auto id = entry.address.id;
   auto incarnation = entry.address.incarnation;
   auto description = entry.address.describe();
-  spdlog::info("started {}", description);
+  if (entry.spec.quiet) {
+    spdlog::debug("started {}", description);
+  } else {
+    spdlog::info("started {}", description);
+  }
   entry.started =
       response.ignoreResult()
           .catch_([this, id, incarnation, description](kj::Exception&& e) {

@@ -82,6 +82,13 @@ struct BatchedEpoch {
 /// epoch permutation seed and, by augmenters, a per-batch seed from (seed, epoch, position).
 uint64_t mixSeed(uint64_t a, uint64_t b, uint64_t c = 0);
 
+/// The seed of the random draws of the sample at `position` of a pass whose base seed is `base`
+/// (troupe.data.DataLoader's per-sample seeds: torch's, random's and numpy's generators in its
+/// workers, and the C++ transforms of an ImageDataset on the data group, draw from it).
+inline uint64_t sampleSeed(uint64_t base, uint64_t position) {
+  return mixSeed(base, position, 0x5eed5a3b1e);
+}
+
 /// A run of consecutive positions handed out by an EpochCursor.
 struct CursorBatch {
   uint64_t epoch = 0;
