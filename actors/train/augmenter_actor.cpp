@@ -619,9 +619,11 @@ kj::Promise<void> AugmenterActor::sendMade(uint32_t shard, uint64_t session, uin
   auto b = request.initBatch();
   heading(b, session, epoch, shard, position);
   if (!made.failure.empty()) {
-    auto why = made.traceback.empty() ? made.failure
-                                      : made.failure + "; in the DataLoader worker:\n" +
-                                            made.traceback;
+    // Its first line says what and where; the worker's traceback follows (the script's
+    // exception shows it once; log lines show the first line).
+    auto why = made.traceback.empty()
+                   ? made.failure
+                   : made.failure + "\nin the DataLoader worker:\n" + made.traceback;
     return fail(kj::mv(request), why);
   }
   size_t n = end - position;

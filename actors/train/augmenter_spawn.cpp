@@ -25,7 +25,9 @@ void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropL
 }
 
 Placement augmenterPlacement(const AugmenterSpec& spec) {
-  auto where = Placement::prefer(spec.dataGroup);
+  auto where = Placement::prefer(spec.dataGroup).cpus(spec.cpus);
+  KJ_REQUIRE(spec.perNode > 0 || spec.cpus > 0, "augmenters that reserve no CPU need a count per "
+             "node");
   return spec.perNode ? where.perNode(spec.perNode) : where.perVcpu();
 }
 

@@ -40,6 +40,9 @@ struct AugmenterSpec {
   // troupe.data.DataLoader: each pass planned by the script (BatchOrder.planned), its workers on
   // each node (AugmenterArgs.workers), an ImageDataset's own seed (BatchOrder.imageSeed).
   bool planned = false;
+  // The CPUs an augmenter reserves (1: one per vCPU); a DataLoader's reserve none (0): its
+  // worker processes use the CPUs, the augmenters only hand them batches.
+  double cpus = 1;
   uint32_t loader = 0, workers = 0, prefetchFactor = 2;
   uint64_t sharedMemoryBytes = 256ull << 20;
   std::string pickled;

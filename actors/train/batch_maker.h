@@ -27,6 +27,34 @@ struct MadeTensor {
   uint64_t offset = 0, bytes = 0;  // in MadeBatch::data
 };
 
+// A numpy typestr's item size ("<f4": 4, "|u1": 1, "<U8": 32), or 0 when it is not one a batch
+// carries (object arrays, malformed text): what a tensor's bytes are checked against (its
+// shape's product times this), on both ends of the wire.
+inline uint64_t numpyItemSize(const std::string& dtype) {
+  if (dtype.size() < 3 || std::string("<>|=").find(dtype[0]) == std::string::npos ||
+      std::string("biufcUSV").find(dtype[1]) == std::string::npos) {
+    return 0;
+  }
+  uint64_t n = 0;
+  for (size_t i = 2; i < dtype.size(); ++i) {
+    if (dtype[i] < '0' || dtype[i] > '9' || n > (1ull << 32)) return 0;
+    n = n * 10 + uint64_t(dtype[i] - '0');
+  }
+  return dtype[1] == 'U' ? n * 4 : n;  // numpy's unicode: 4 bytes a character
+}
+
+// Whether `bytes` are exactly what a tensor of `dtype` and `shape` holds (no overflow).
+inline bool tensorBytesFit(const std::string& dtype, const std::vector<int64_t>& shape,
+                           uint64_t bytes) {
+  uint64_t size = numpyItemSize(dtype), elements = 1;
+  if (size == 0) return false;
+  for (auto d : shape) {
+    if (d < 0 || (d > 0 && elements > (1ull << 62) / uint64_t(d))) return false;
+    elements *= uint64_t(d);
+  }
+  return elements <= (1ull << 62) / size && elements * size == bytes;
+}
+
 struct MadeBatch {
   std::vector<MadeTensor> tensors;
   std::string structure;  // how the tensors nest (tuple, list, dict): the maker's own encoding

@@ -124,12 +124,16 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
       if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())
         return kj::str("skipped sample ", id, " is not in the batch");
     }
-    if (b.tensors.empty() && b.skipped.size() < n)
-      return kj::str("a batch of ", n, " samples without tensors");
+    // (No tensors is a batch too: a collate_fn's numbers and strings, in its structure.)
     for (auto& t : b.tensors) {
       if (t.offset + t.bytes > b.images.size() || t.offset + t.bytes < t.offset) {
         return kj::str("a tensor of ", t.bytes, " bytes at ", t.offset, " beyond the batch's ",
                        b.images.size());
+      }
+      // The script makes an array of this dtype and shape over those bytes: they must be its.
+      if (!tensorBytesFit(t.dtype, t.shape, t.bytes)) {
+        return kj::str("a tensor of dtype '", t.dtype.c_str(), "' and ", t.shape.size(),
+                       " dimensions is not its ", t.bytes, " bytes");
       }
     }
   } else if (args_.hasSample()) {

@@ -34,7 +34,7 @@ def main():
     test = torchvision.datasets.ImageFolder(os.path.join(args.data, "test"), transforms.Compose([
         transforms.Resize(36), transforms.CenterCrop(32), transforms.ToTensor(),
         transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
-    loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True)
+    loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True, num_workers=4)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),

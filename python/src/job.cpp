@@ -254,6 +254,13 @@ class Job {
     spec.python = s.python;
     spec.shuffle = s.shuffle;
     spec.planned = s.planned;
+    if (s.python || (s.planned && number > 0)) {
+      // A DataLoader's augmenters reserve no CPU (its workers use them): as many per node as the
+      // node has workers, so that every worker has its prefetch_factor batches in the making. (A
+      // later loader's over an ImageDataset shares the CPUs with the first's.)
+      spec.cpus = 0;
+      spec.perNode = s.perNode ? s.perNode : s.workers ? s.workers : dataGroupVcpus(job, s);
+    }
     spec.loader = number;
     spec.workers = s.workers;
     spec.prefetchFactor = s.prefetchFactor;
@@ -349,6 +356,17 @@ class Job {
     // The refs live as long as the job.
     held_.push_back(kj::heap<Held>(Held{kj::mv(augmenters), kj::mv(trainers)}));
     return Placed{rest.addBranch()};
+  }
+
+  // The most vCPUs of a node of the stream's data group (what a node's default worker count is at
+  // most), or of any node where the cluster has no data group.
+  static uint32_t dataGroupVcpus(troupe::Driver& job, const Settings& s) {
+    uint32_t most = 0, any = 1;
+    for (auto& n : job.nodes()) {
+      any = std::max(any, n.vcpus());
+      if (n.group() == s.dataGroup.c_str()) most = std::max(most, n.vcpus());
+    }
+    return most ? most : any;
   }
 
   // The driver's table of where stream `number`'s actors went.

@@ -333,7 +333,7 @@ void serveOne(uint8_t op, ScriptLearner& learner, uint32_t localRank, In& in, Ou
     }
     case 'N': {
       auto item = learner.next(in.f64());
-      if (item.kind == ScriptLearner::Item::kBatch && item.batch.tensors.empty()) {
+      if (item.kind == ScriptLearner::Item::kBatch && item.batch.structure.empty()) {
         toTensors(item.batch);
       }
       putItem(out, item);

@@ -126,7 +126,8 @@ const Format* formatOf(uint32_t stream) {
 }
 
 py::tuple batchArrays(ScriptLearner::Item& item, bool normalize, uint32_t stream) {
-  if (!item.batch.tensors.empty()) return madeArrays(item);
+  // A script's Dataset's batch has a structure (which may hold no tensor: numbers, strings).
+  if (!item.batch.tensors.empty() || !item.batch.structure.empty()) return madeArrays(item);
   if (auto* f = formatOf(stream); f != nullptr && f->source) return datasetArrays(item, *f);
   auto& b = item.batch;
   auto n = static_cast<py::ssize_t>(b.ids.size());
@@ -256,6 +257,10 @@ PYBIND11_MODULE(_native, m) {
       },
       "Starts this process's troupe job with its first stream; returns on the head once its "
       "driver runs, never elsewhere.");
+  m.def(
+      "check_settings", [](py::dict options) { settingsFrom(options); },
+      "Raises TypeError or ValueError, naming it, for an option start() or add_stream() would "
+      "refuse.");
   m.def(
       "add_stream",
       [](py::dict options) -> uint32_t {

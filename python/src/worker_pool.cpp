@@ -107,21 +107,6 @@ std::string cpuList(int pid) {
   return out;
 }
 
-// numpy's typestr ("<f4", "|u1", "<U8"): its item size, or 0 when it is not one troupe carries.
-uint64_t itemSize(const std::string& dtype) {
-  if (dtype.size() < 3 || std::string("<>|=").find(dtype[0]) == std::string::npos ||
-      std::string("biufcUSV").find(dtype[1]) == std::string::npos) {
-    return 0;
-  }
-  uint64_t n = 0;
-  for (size_t i = 2; i < dtype.size(); ++i) {
-    if (dtype[i] < '0' || dtype[i] > '9' || n > (1ull << 32)) return 0;
-    n = n * 10 + uint64_t(dtype[i] - '0');
-  }
-  if (dtype[1] == 'U') n *= 4;  // numpy's unicode: 4 bytes a character
-  return n;
-}
-
 void closeFd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
@@ -268,9 +253,10 @@ void WorkerPool::startWorkers() {
     spdlog::warn("DataLoader {} on {}: {} of {} workers started ({})", s.loader, s.host,
                  workers_.size(), count_, e.what());
   }
-  spdlog::info("DataLoader {} on {}: {} worker processes (pids {}) on CPUs {}, {} batches in the "
-               "making each (prefetch_factor)",
-               s.loader, s.host, workers_.size(), pids, cpuList(workers_.front().pid),
+  spdlog::info("DataLoader {} on {}: {} worker process{} (pid{} {}) on CPUs {}, {} batches in "
+               "the making each (prefetch_factor)",
+               s.loader, s.host, workers_.size(), workers_.size() == 1 ? "" : "es",
+               workers_.size() == 1 ? "" : "s", pids, cpuList(workers_.front().pid),
                workers_.front().slotBusy.size());
 }
 
@@ -443,12 +429,7 @@ void WorkerPool::answered(Worker& w, const std::string& text) {
         m.shape = t["shape"].get<std::vector<int64_t>>();
         m.bytes = t["bytes"].get<uint64_t>();
         m.offset = t["offset"].get<uint64_t>();  // in the slot, for now
-        uint64_t size = itemSize(m.dtype), elements = 1;
-        for (auto d : m.shape) {
-          if (d < 0 || (d > 0 && elements > (1ull << 62) / uint64_t(d))) size = 0;
-          elements *= uint64_t(std::max<int64_t>(d, 0));
-        }
-        if (size == 0 || elements * size != m.bytes || m.offset > slotBytes_ ||
+        if (!train::tensorBytesFit(m.dtype, m.shape, m.bytes) || m.offset > slotBytes_ ||
             m.bytes > slotBytes_ - m.offset) {
           throw std::runtime_error("a tensor of dtype " + m.dtype + ", shape " +
                                    t["shape"].dump() + " and " + std::to_string(m.bytes) +

@@ -68,10 +68,12 @@ class Ending:
                 print(f"troupe.data: the job was stopped ({value}); the script ended",
                       file=sys.stderr, flush=True)
                 return
-            # The job's failure reason is the exception's first line; its whole text (a worker's
-            # traceback too) is printed once, here.
-            line = traceback.format_exception_only(kind, value)[-1].strip().splitlines()[0]
-            cls.failure = f"{line} (the training script's exception; its traceback is in the log)"
+            # The job's failure reason: the exception (with a DataLoader worker's traceback, which
+            # the failure file keeps; log lines show its first line).
+            line = traceback.format_exception_only(kind, value)[-1].strip()
+            first, _, rest = line.partition("\n")
+            cls.failure = (f"{first} (the training script's exception; its traceback is in the "
+                           f"log)" + (f"\n{rest}" if rest else ""))
             previous(kind, value, tb)
 
         sys.excepthook = hook

@@ -101,6 +101,9 @@ class DataLoader:
                             ("in_order", in_order), ("per_sample_seed", per_sample_seed)):
             if not isinstance(value, bool):
                 raise TypeError(f"DataLoader: {name}={value!r}: True or False")
+        for name, value in (("collate_fn", collate_fn), ("worker_init_fn", worker_init_fn)):
+            if value is not None and not callable(value):
+                raise TypeError(f"DataLoader: {name}={value!r} is not callable")
         if not isinstance(timeout, (int, float)) or timeout < 0:
             raise ValueError(f"DataLoader: timeout={timeout!r}: seconds, 0 or more (as torch's)")
         unknown = sorted(set(options) - set(_OPTIONS))
@@ -127,8 +130,10 @@ class DataLoader:
                 "makes items by index, so troupe's DataLoader takes map-style datasets (__len__ "
                 "and __getitem__); pass local=True for torch's DataLoader on this instance")
         self.num_workers = num_workers
+        # Workers here (local, or the check below): as given; else this machine's CPUs, or
+        # torch's default (0) for an IterableDataset, whose every worker would yield all of it.
         workers_here = (num_workers if num_workers is not None else
-                        len(os.sched_getaffinity(0)))
+                        0 if iterable else len(os.sched_getaffinity(0)))
         # torch's own DataLoader, built from the same arguments: it checks them with torch's
         # messages and makes the default sampler and collate_fn; passes are planned with it. (Its
         # advice on this machine's worker count is not for the data group's workers.)
@@ -189,8 +194,15 @@ class DataLoader:
                       "SageMaker for the data group)", flush=True)
             self._planner.ranked(self.rank, self.world_size,
                                  seed if seed is not None else 0)
-            self._local_loader = self._local(workers_here, collate_fn, pin_memory)
             self.stream = None
+            if iterable:
+                # An IterableDataset: torch's DataLoader as it is (no indices to plan or seed by).
+                if with_ids:
+                    raise TypeError("DataLoader: with_ids=True needs a map-style dataset (an "
+                                    "IterableDataset's items have no index)")
+                self._local_loader = None
+                return
+            self._local_loader = self._local(workers_here, collate_fn, pin_memory)
             return
         self._start(dataset, seed, num_workers or 0, prefetch_factor, shared_memory_mb,
                     skip_errors, in_order, options)
@@ -221,6 +233,7 @@ class DataLoader:
         spec = _workers.WorkerSpec(dataset, self.collate_fn, self.worker_init_fn,
                                    self.persistent_workers, skip_errors, self._per_sample_seed,
                                    self._spec._auto_collation)
+        _native.check_settings(settings)
         Process.line_buffered()
         first = Process.streams == 0
         if first and "TROUPE_LOCAL_FD" in os.environ:
@@ -243,10 +256,10 @@ class DataLoader:
             fd, _ = _forkserver.start(spec)
             _native.set_fork_server(fd)
             self.stream = 0
-            Process.streams, Process.kinds = 1, ["loader"]
             # Returns on the training group's instances (each a DDP rank, the head rank 0); on a
             # data instance the process serves until the job ends.
             _native.start([sys.argv[0] or "python3"] + sys.argv[1:], settings)
+            Process.streams, Process.kinds = 1, ["loader"]
             Ending.install()
             placements = _native.placements()
             if placements and debug_logging():
@@ -439,6 +452,10 @@ class DataLoader:
         dist = self._torch.distributed
         if self.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
             return  # one process, or ranks that never meet in a collective
+        if self.stream != 0:
+            # A later loader (validation) may be iterated by some ranks only: each stops at its
+            # own next item. The training loader's agreement stops them all at one step.
+            return
         if self._stop_group is None:
             # A CPU tensor's all-reduce needs gloo; with NCCL's default group, a gloo group of
             # every rank (made here, at the same item on every rank).
@@ -503,6 +520,8 @@ class DataLoader:
             persistent_workers=self.persistent_workers and workers > 0)
 
     def _iter_local(self):
+        if self._local_loader is None:
+            return iter(self._spec)
         iterator = iter(self._local_loader)
         # In this process (no workers) the items' seeds come from the iterator's base seed.
         self._seeded.base = getattr(iterator, "_base_seed", 0)
@@ -528,9 +547,11 @@ class _Pass:
             if loader._live != self._number:
                 # A newer iter() started the next pass and left this one: one live iterator at a
                 # time, as the batches of one stream go to one of them.
-                raise RuntimeError(f"DataLoader: this iterator's pass {self._number} was left "
-                                   f"when iter(loader) started pass {loader._passes - 1}: two "
-                                   "live iterators; take batches from the newest one only")
+                mine = loader._pass_labels.get(self._number, self._number)
+                newest = loader._pass_labels.get(loader._passes - 1, loader._passes - 1)
+                raise RuntimeError(f"DataLoader: this iterator's epoch {mine} was left when "
+                                   f"iter(loader) started epoch {newest}: two live iterators; "
+                                   "take batches from the newest one only")
             loader._agree_stop()
             item = loader._next()
             if item[0] == "epoch_end":

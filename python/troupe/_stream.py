@@ -98,11 +98,12 @@ class AugmentedBatches:
         self._begun = False
         Process.line_buffered()
         settings = dict(options, batch_size=batch_size, epochs=epochs)
-        Process.streams = 1
-        Process.kinds = ["augmented"]
+        _native.check_settings(settings)
         # Returns on the head only; on a data instance the process serves until the job ends.
         import sys
         _native.start([sys.argv[0] or "python3"] + sys.argv[1:], settings)
+        Process.streams = 1
+        Process.kinds = ["augmented"]
         Ending.install()
         print(_native.placements(), flush=True)
 

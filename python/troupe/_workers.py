@@ -149,13 +149,18 @@ def _start_pass(spec, conn, state, number, label, base_seed):
     state.initialised = True
 
 
-def _describe(spec, conn, index, error, label):
-    where = "collate_fn" if index is None else f"dataset[{index}]"
+def _describe(spec, conn, index, error, label, where_too=True):
+    """`dataset[i] (its file) raised E: why`, and where (the epoch, the worker, the instance)
+    unless it names a skipped sample (reports list each sample skipped once)."""
+    what = "collate_fn" if index is None else f"dataset[{index}]"
     path = None if index is None else sample_file(spec.dataset, index)
     if path:
-        where += f" ({path})"
-    return (f"{where} raised {type(error).__name__}: {error} (epoch {label}, DataLoader worker "
-            f"{conn['worker']} of {conn['workers']} on {conn['host']})")
+        what += f" ({path})"
+    text = f"{what} raised {type(error).__name__}: {error}"
+    if not where_too:
+        return text
+    return (f"{text} (epoch {label}, DataLoader worker {conn['worker']} of {conn['workers']} on "
+            f"{conn['host']})")
 
 
 def _make(spec, conn, state, view, header, ids):
@@ -177,7 +182,7 @@ def _make(spec, conn, state, view, header, ids):
             except Exception as e:  # noqa: BLE001 - the user's code: any exception is a sample's
                 if not spec.skip_errors:
                     raise
-                skipped.append([index, _describe(spec, conn, index, e, label)])
+                skipped.append([index, _describe(spec, conn, index, e, label, False)])
         index = None
         current_sample_seed = None
         tensors = []

@@ -140,11 +140,18 @@ TEST_CASE("troupe.data.DataLoader: a data instance killed mid-epoch, and one of 
     Run run(harness::sim(kCluster, loaderCheck({"slow", "3000"})), pythonEnv());
     REQUIRE_OUTPUT(run, "check: epoch 0 past batch 5", 120s);
     auto victim = harness::instanceIn(run, "data_group");
-    // Its workers are its children (forked before the runtime started).
-    auto children = harness::readFile("/proc/" + std::to_string(victim.pid) + "/task/" +
-                                      std::to_string(victim.pid) + "/children");
-    INFO("children of " << victim.pid << ": " << children);
-    std::istringstream pids(children);
+    // Its workers are the children of its one child, the DataLoader's fork server (forked before
+    // the runtime started).
+    auto children = [](int pid) {
+      return harness::readFile("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                               "/children");
+    };
+    std::istringstream server(children(victim.pid));
+    int forkServer = 0;
+    REQUIRE(server >> forkServer);
+    std::istringstream pids(children(forkServer));
+    INFO("children of " << victim.pid << ": " << children(victim.pid) << "; of its fork server "
+                        << forkServer << ": " << children(forkServer));
     int worker = 0;
     REQUIRE(pids >> worker);
     REQUIRE(kill(worker, SIGKILL) == 0);
@@ -152,7 +159,7 @@ TEST_CASE("troupe.data.DataLoader: a data instance killed mid-epoch, and one of 
     auto out = run.output();
     INFO(out);
     CHECK(code == 0);
-    CHECK(out.find("DataLoader worker 0 (pid " + std::to_string(worker) + ") died of signal 9") !=
+    CHECK(out.find("(pid " + std::to_string(worker) + ") died of signal 9 (Killed); its ") !=
           std::string::npos);
     checkLoaderEpochs(out, 3, 3000);
     CHECK(run.leftovers().empty());
@@ -284,7 +291,19 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
                    ", len 16") != std::string::npos);
     checkRanksEpochs(out);
     CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
-    CHECK(out.find("DDP: 2 ranks") != std::string::npos);
+    // The validation loader, a DistributedSampler made after init_process_group(): each rank its
+    // 100 of the 200, every epoch in another order (set_epoch).
+    std::vector<std::string> firsts;
+    for (int e : {0, 1, 2}) {
+      std::smatch m;
+      std::regex line("check: epoch " + std::to_string(e) +
+                      R"(: validation 200 samples, 200 distinct, \[100, 100\] per rank, first )"
+                      R"((\[[0-9, ]+\]))");
+      INFO("epoch " << e);
+      CHECK(std::regex_search(out, m, line));
+      if (!m.empty()) firsts.push_back(m[1]);
+    }
+    CHECK((firsts.size() == 3 && (firsts[0] != firsts[1] || firsts[1] != firsts[2])));
     CHECK(run.leftovers().empty());
   };
   SECTION("2 dnn instances, a rank each: 3 epochs of a DDP model") { trains(kTwoRanks, 4, 0); }
@@ -458,7 +477,8 @@ TEST_CASE("a torch DataLoader script outside the tree, one line changed (and the
   SKIP_WITHOUT_TORCH();
   SKIP_WITHOUT_TORCHVISION();
   // The user's script (examples/pytorch/train_images_plain.py), copied out of the tree and
-  // changed as docs/pytorch.md says: torch's DataLoader becomes troupe.data's.
+  // changed as docs/pytorch.md says: torch's DataLoader becomes troupe.data's, its arguments as
+  // they were (num_workers=4: four workers on each data instance).
   auto dir = tempPath("dataloader-example");
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -470,7 +490,8 @@ TEST_CASE("a torch DataLoader script outside the tree, one line changed (and the
   auto at = plain.find(from);
   REQUIRE(at != std::string::npos);
   auto mine = plain;
-  mine.replace(at, from.size(), "troupe.data.DataLoader(train, args.batch_size, shuffle=True)");
+  mine.replace(at, from.size(),
+               "troupe.data.DataLoader(train, args.batch_size, shuffle=True, num_workers=4)");
   auto imports = mine.find("import torchvision\n");
   REQUIRE(imports != std::string::npos);
   mine.insert(imports, "import troupe.data\n");
@@ -595,7 +616,7 @@ TEST_CASE("a torchrun DDP script outside the tree, its DataLoader statement chan
     CHECK(code == 0);
     CHECK(out.find("troupe sim: all " + std::to_string(instances) + " instances exited 0") !=
           std::string::npos);
-    CHECK((out.find("DDP: 2 ranks") != std::string::npos) == (instances == 4));
+    CHECK((out.find("troupe.data: DDP rank 1 of 2") != std::string::npos) == (instances == 4));
     checkEpochs(out, steps);
     CHECK(run.leftovers().empty());
   }

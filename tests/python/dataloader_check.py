@@ -48,9 +48,10 @@ def fail(text):
 if MODE == "types":
     for kwargs, needle in (({"batch_size": 2.0}, "batch_size=2.0: an int"),
                            ({"batch_size": 0}, "batch_size=0: at least 1"),
-                           ({"shuffle": "yes"}, "shuffle='yes': True or False"),
+                           ({"skip_errors": "yes"}, "skip_errors='yes': True or False"),
                            ({"collate_fn": 3}, "collate_fn=3 is not callable"),
-                           ({"prefetch_factor": 2}, "unknown option(s) prefetch_factor")):
+                           ({"worker_init_fn": 3}, "worker_init_fn=3 is not callable"),
+                           ({"prefetch": 2}, "unknown argument(s) prefetch")):
         try:
             troupe.data.DataLoader(Indexed(), **kwargs)
             fail(f"{kwargs} was accepted")

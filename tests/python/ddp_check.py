@@ -41,6 +41,20 @@ class Indexed(torch.utils.data.Dataset):
         return x, i % 4
 
 
+class Numbers(torch.utils.data.Dataset):
+    """The validation set of `train`: sample i is i (defined before the first DataLoader: a later
+    loader's dataset reaches the data instances pickled)."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, i):
+        return i
+
+
 def fail(text):
     print(f"check: FAILED {text}", flush=True)
     sys.exit(1)
@@ -89,6 +103,13 @@ print(f"check: rank {rank} of {world}, RANK={os.environ.get('RANK')} "
 if rank != loader.rank or world != loader.world_size:
     fail(f"torch.distributed says rank {rank} of {world}, the loader {loader.rank} of "
          f"{loader.world_size}")
+validation = None
+if MODE == "train":
+    # A validation loader with torch's DistributedSampler, made once the process group is:
+    # each rank its share, a fresh order each epoch (set_epoch).
+    validation = troupe.data.DataLoader(
+        Numbers(200), batch_size=25, sampler=torch.utils.data.distributed.DistributedSampler(
+            Numbers(200), shuffle=True, seed=3))
 torch.manual_seed(0)
 linear = torch.nn.Linear(8, 4)
 saved = None
@@ -128,6 +149,16 @@ for epoch in range(saved["epoch"] if saved else 0, 3):
             print(f"check: rank {rank} past step {steps} of epoch 0", flush=True)
         if MODE == "raise" and rank == 1 and epoch == 1 and steps == 3:
             raise RuntimeError("rank 1 fails on purpose")
+    if validation is not None:
+        validation.sampler.set_epoch(epoch)
+        seen = [i for batch in validation for i in batch.tolist()]
+        shares = [None] * world
+        dist.all_gather_object(shares, seen)
+        if rank == 0:
+            every = [i for share in shares for i in share]
+            print(f"check: epoch {epoch}: validation {len(every)} samples, "
+                  f"{len(set(every))} distinct, {[len(s) for s in shares]} per rank, first "
+                  f"{shares[0][:3]}", flush=True)
     everyone = [None] * world
     dist.all_gather_object(everyone, (ids, steps, sizes))
     if rank == 0:

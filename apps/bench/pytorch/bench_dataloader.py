@@ -9,6 +9,12 @@ the same torchvision pipeline (feed_rate.py: train_images.py's ImageFolder and t
            dnn_group=1:ml.p3.2xlarge on CPU 0 (the loop): troupe.data.DataLoader, the batches
            sent to the trainer over troupe's stream
 
+then with W workers (--workers, default 2: this machine's CPUs), troupe's data instance and torch's
+workers on CPUs 0..W-1 (the loop beside them): how troupe's items/s scale from 1 worker to W,
+against torch's DataLoader with W workers on the same CPUs; and, in this process, what
+troupe's per-sample seeds cost an item of the same pipeline (seeding torch, random and numpy
+from the item's position before it, against the item alone, interleaved).
+
 images/s is the epochs after the first two (the first pays the workers' start and the pipeline's
 fill; both loaders reach their pace in the third); "x torch" is troupe's over torch's in the same
 round: the whole cost of moving the worker to another instance, per CPU (the issue's goal: at least
@@ -16,7 +22,8 @@ round: the whole cost of moving the worker to another instance, per CPU (the iss
 (docs/pytorch.md; goal: under 1 ms), measured in a run of its own whose loop steps 80 ms a batch (a
 sleep), slower than the feed, so that batches wait queued.
 
-Usage: bench_dataloader.py [--build DIR] [--data DIR] [--rounds N] [--epochs N] [--json]
+Usage: bench_dataloader.py [--build DIR] [--data DIR] [--rounds N] [--epochs N] [--workers W]
+                           [--json]
 DATA defaults to the build's images-data (make run-images makes it; this makes it if missing).
 Exits 1 when a run fails.
 """
@@ -49,48 +56,99 @@ def run(argv, report, env):
         return json.load(f)
 
 
+def seed_cost(data, items=400, rounds=5):
+    """troupe's per-sample seeds (python/troupe/_workers.py: torch, random and numpy seeded from
+    the item's position) against the item alone, on feed_rate.py's pipeline, in this process:
+    (us an item without, us an item with), medians of interleaved rounds."""
+    sys.path.insert(0, HERE)
+    import time
+    import torch
+    from feed_rate import image_folder
+    from troupe import _workers
+    from troupe._common import _native
+    torch.set_num_threads(1)
+    dataset = image_folder(data)
+    plain, seeded = [], []
+    for r in range(rounds):
+        for with_seed, into in ((False, plain), (True, seeded)):
+            start = time.perf_counter()
+            for k in range(items):
+                if with_seed:
+                    _workers.seed_everything(_native.sample_seed(12345 + r, k))
+                dataset[(k * 7919 + r) % len(dataset)]
+            into.append(1e6 * (time.perf_counter() - start) / items)
+    return sorted(plain)[rounds // 2], sorted(seeded)[rounds // 2]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=os.path.join(SOURCE, "build"))
     p.add_argument("--data")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--workers", type=int, default=2)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("bench_dataloader: needs 2 CPUs (one for the worker, one for the loop)")
+    cpus = max(min(args.workers, len(os.sched_getaffinity(0))), 1)
     data = args.data or os.path.join(args.build, "images-data")
     if not os.path.isdir(os.path.join(data, "train")):
         subprocess.run([os.path.join(args.build, "apps", "hetero_train", "make_images"), data],
                        check=True, stdout=subprocess.DEVNULL)
     env = dict(os.environ, PYTHONPATH=os.path.join(args.build, "python"))
-    rows = []
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    troupe = os.path.join(args.build, "troupe")
+
+    def sim(tmp, name, data_cpus, workers, extra=()):
+        report = os.path.join(tmp, name + ".json")
+        return run([troupe, "sim", "--node-restarts=0", "--cpu-scale", "off", "--group",
+                    "data_group=1:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+                    "--cpus", "data_group=" + data_cpus, "--cpus", "dnn_group=0", "--", PYTHON,
+                    FEED, "troupe", data, "--report", report, "--epochs", str(args.epochs),
+                    "--workers", str(workers), *extra], report, env)
+
+    def torch_run(tmp, name, workers, cpu_args):
+        report = os.path.join(tmp, name + ".json")
+        return run(["taskset", "-c", "0,1", PYTHON, FEED, "torch", data, "--report", report,
+                    "--epochs", str(args.epochs), "--workers", str(workers), *cpu_args],
+                   report, env)
+
+    rows, scaling = [], []
+    many = f"0-{cpus - 1}"
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            torch_report = os.path.join(tmp, f"torch-{r}.json")
-            mine = run(["taskset", "-c", "0,1", PYTHON, FEED, "torch", data, "--report",
-                        torch_report, "--epochs", str(args.epochs), "--worker-cpu", "1"],
-                       torch_report, env)
-            troupe_report = os.path.join(tmp, f"troupe-{r}.json")
-            theirs = run([os.path.join(args.build, "troupe"), "sim", "--node-restarts=0",
-                          "--cpu-scale", "off", "--group", "data_group=1:ml.c5.xlarge",
-                          "--group", "dnn_group=1:ml.p3.2xlarge", "--cpus", "data_group=1",
-                          "--cpus", "dnn_group=0", "--", PYTHON, FEED, "troupe", data,
-                          "--report", troupe_report, "--epochs", str(args.epochs)],
-                         troupe_report, env)
+            mine = torch_run(tmp, f"torch-{r}", 1, ["--worker-cpu", "1"])
+            theirs = sim(tmp, f"troupe-{r}", "1", 1)
             rows.append({"round": r + 1, "torch_images_per_s": steady(mine),
                          "troupe_images_per_s": steady(theirs)})
+            torch_many = torch_run(tmp, f"torch-{cpus}-{r}", cpus, ["--worker-cpus", many])
+            troupe_many = sim(tmp, f"troupe-{cpus}-{r}", many, cpus)
+            scaling.append({"round": r + 1, "workers": cpus,
+                            "troupe_1_images_per_s": steady(theirs),
+                            "troupe_n_images_per_s": steady(troupe_many),
+                            "torch_n_images_per_s": steady(torch_many)})
         handoff_report = os.path.join(tmp, "handoff.json")
-        handoff = run([os.path.join(args.build, "troupe"), "sim", "--node-restarts=0",
-                       "--cpu-scale", "off", "--group", "data_group=1:ml.c5.xlarge",
-                       "--group", "dnn_group=1:ml.p3.2xlarge", "--cpus", "data_group=1",
-                       "--cpus", "dnn_group=0", "--", PYTHON, FEED, "troupe", data,
-                       "--report", handoff_report, "--epochs", "2", "--step-ms", "80"],
-                      handoff_report, env)
+        handoff = run([troupe, "sim", "--node-restarts=0", "--cpu-scale", "off", "--group",
+                       "data_group=1:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+                       "--cpus", "data_group=1", "--cpus", "dnn_group=0", "--", PYTHON, FEED,
+                       "troupe", data, "--report", handoff_report, "--epochs", "2", "--step-ms",
+                       "80"], handoff_report, env)
+    plain_us, seeded_us = seed_cost(data)
     for row in rows:
         row["ratio"] = row["troupe_images_per_s"] / row["torch_images_per_s"]
+    for row in scaling:
+        row["speedup"] = row["troupe_n_images_per_s"] / row["troupe_1_images_per_s"]
+        row["x_torch"] = row["troupe_n_images_per_s"] / row["torch_n_images_per_s"]
     ratios = sorted(r["ratio"] for r in rows)
+    speedups = sorted(r["speedup"] for r in scaling)
+    versus = sorted(r["x_torch"] for r in scaling)
     summary = {"rounds": rows, "median_ratio": ratios[len(ratios) // 2],
+               "scaling": scaling, "workers": cpus,
+               "median_speedup": speedups[len(speedups) // 2],
+               "median_x_torch_n": versus[len(versus) // 2],
+               "seed_us_per_item": seeded_us - plain_us, "item_us": plain_us,
+               "seed_cost_percent": 100 * (seeded_us - plain_us) / plain_us,
                "handoff_us_per_batch": handoff["handoff_us_per_batch"],
                "handoff_batches": handoff["handoff_batches"],
                "epochs": args.epochs, "batch_size": 64, "data": data}
@@ -110,6 +168,20 @@ def main():
         print(f"{r['round']:>5}  {r['torch_images_per_s']:>25.0f}  "
               f"{r['troupe_images_per_s']:>29.0f}  {r['ratio']:>7.2f}")
     print(f"median: troupe's worker delivers {summary['median_ratio']:.2f}x torch's per CPU")
+    print()
+    print(f"round  troupe.data 1 worker  troupe.data {cpus} workers  speedup  torch {cpus} "
+          f"workers  x torch")
+    print(f"       (images/s)            (images/s, {cpus} CPUs)      "
+          f"         (images/s)")
+    for r in scaling:
+        print(f"{r['round']:>5}  {r['troupe_1_images_per_s']:>20.0f}  "
+              f"{r['troupe_n_images_per_s']:>22.0f}  {r['speedup']:>7.2f}  "
+              f"{r['torch_n_images_per_s']:>15.0f}  {r['x_torch']:>7.2f}")
+    print(f"median: {cpus} workers deliver {summary['median_speedup']:.2f}x one, "
+          f"{summary['median_x_torch_n']:.2f}x torch's DataLoader with {cpus} workers")
+    print()
+    print(f"per-sample seeds: {summary['seed_us_per_item']:.0f} us an item on top of "
+          f"{plain_us:.0f} us ({summary['seed_cost_percent']:.1f}% of the pipeline's item)")
     if summary["handoff_us_per_batch"] is None:
         print(f"handoff: {summary['handoff_note']}")
     else:

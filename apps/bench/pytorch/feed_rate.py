@@ -2,10 +2,12 @@
 RandomResizedCrop + flip + ColorJitter + ToTensor + Normalize, batch 64) to a loop that only takes
 them - the feed alone, no model. Run by bench_dataloader.py, once per loader:
 
-    feed_rate.py torch DATA --report R [--epochs N] [--worker-cpu C]
-        torch's DataLoader, one worker pinned to CPU C, the loop on the others
-    feed_rate.py troupe DATA --report R [--epochs N] [--step-ms T]
-        troupe.data.DataLoader under troupe sim: its workers on the data instances
+    feed_rate.py torch DATA --report R [--epochs N] [--worker-cpu C] [--workers W]
+        torch's DataLoader, W workers (default 1) pinned to CPU C (or, with --worker-cpus,
+        that CPU list), the loop on the others
+    feed_rate.py troupe DATA --report R [--epochs N] [--step-ms T] [--workers W]
+                                        [--no-per-sample-seed]
+        troupe.data.DataLoader under troupe sim: W workers on each data instance
 
 Writes R: {"loader", "epochs": [{"batches", "samples", "seconds"}...], "handoff_us_per_batch",
 "handoff_batches" (how many batches the handoff was measured on)}.
@@ -28,10 +30,15 @@ def image_folder(data):
         transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]))
 
 
-def pin_worker(cpu):
+def pin_worker(cpus):
     def init(_):
-        os.sched_setaffinity(0, {cpu})
+        os.sched_setaffinity(0, cpus)
     return init
+
+
+def cpu_list(text):
+    first, _, last = text.partition("-")
+    return set(range(int(first), int(last or first) + 1))
 
 
 def main():
@@ -42,6 +49,9 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--worker-cpu", type=int, default=1)
+    p.add_argument("--worker-cpus", help="the torch workers' CPUs, e.g. 0-1 (else --worker-cpu)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--no-per-sample-seed", action="store_true")
     p.add_argument("--step-ms", type=float, default=0,
                    help="a step this long per batch (a sleep): batches wait queued, as they do "
                         "for a model slower than the feed")
@@ -49,15 +59,18 @@ def main():
     torch.set_num_threads(1)
     train = image_folder(args.data)
     if args.loader == "torch":
-        loader = torch.utils.data.DataLoader(train, args.batch_size, shuffle=True, num_workers=1,
-                                             persistent_workers=True,
-                                             worker_init_fn=pin_worker(args.worker_cpu))
-        others = os.sched_getaffinity(0) - {args.worker_cpu}
+        cpus = cpu_list(args.worker_cpus) if args.worker_cpus else {args.worker_cpu}
+        loader = torch.utils.data.DataLoader(train, args.batch_size, shuffle=True,
+                                             num_workers=args.workers, persistent_workers=True,
+                                             worker_init_fn=pin_worker(cpus))
+        others = os.sched_getaffinity(0) - cpus
         if others:
-            os.sched_setaffinity(0, others)  # the loop off the worker's CPU, as the trainer is
+            os.sched_setaffinity(0, others)  # the loop off the workers' CPUs, as the trainer is
     else:
         import troupe.data
-        loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True)
+        loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True,
+                                        num_workers=args.workers,
+                                        per_sample_seed=not args.no_per_sample_seed)
     epochs = []
     for _ in range(args.epochs):
         start, batches, samples = time.perf_counter(), 0, 0

@@ -22,7 +22,7 @@ void Head::finish(int code, std::string reason) {
     spdlog::info("job finished: {}", reason);
   } else {
     // The one line that says what failed, where, and why.
-    spdlog::error("job failed ({}): {}", exitCodeName(code), reason);
+    spdlog::error("job failed ({}): {}", exitCodeName(code), firstLine(reason));
   }
   if (!membership_.empty()) {
     std::string all;

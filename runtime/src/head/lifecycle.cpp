@@ -355,7 +355,7 @@ void Head::finalize(uint64_t id, Exit reason) {
     siblings->erase(std::remove(siblings->begin(), siblings->end(), id), siblings->end());
   }
   if (reason.abnormal()) {
-    spdlog::warn("{} exited: {}", entry.address.describe(), reason.describe());
+    spdlog::warn("{} exited: {}", entry.address.describe(), firstLine(reason.describe()));
   } else {
     spdlog::debug("{} exited: {}", entry.address.describe(), reason.describe());
   }

@@ -585,7 +585,7 @@ void NodeRuntime::requestExit(int code, std::string reason) {
   exitCode_ = code;
   exitReason_ = reason;
   if (code != 0) {
-    spdlog::error("exiting with {} ({}): {}", code, exitCodeName(code), reason);
+    spdlog::error("exiting with {} ({}): {}", code, exitCodeName(code), firstLine(reason));
   } else {
     spdlog::info("exiting with 0: {}", reason);
   }
