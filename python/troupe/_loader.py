@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 
-from troupe import _forkserver, _workers
+from troupe import _forkserver, _local, _workers
 from troupe._common import (Ending, JobFailed, Process, StateError, Stopped, _native, _torch,
                             debug_logging)
 from troupe._plan import Planner, draw_base_seed
@@ -202,7 +202,7 @@ class DataLoader:
                                     "IterableDataset's items have no index)")
                 self._local_loader = None
                 return
-            self._local_loader = self._local(workers_here, collate_fn, pin_memory)
+            self._local_loader = _local.loader(self, workers_here, pin_memory)
             return
         self._start(dataset, seed, num_workers or 0, prefetch_factor, shared_memory_mb,
                     skip_errors, in_order, options)
@@ -504,28 +504,10 @@ class DataLoader:
         self._resume = (number, planned, label)
 
     # -- local: torch's DataLoader on this instance --
-    def _local(self, workers, collate_fn, pin_memory):
-        torch = self._torch
-        spec = self._spec
-        user_collate = spec.collate_fn
-        auto = spec._auto_collation
-        seeded = _Seeded(self.dataset, self._per_sample_seed)
-        self._seeded = seeded
-        return torch.utils.data.DataLoader(
-            seeded, batch_sampler=_PlannedBatches(self), num_workers=workers,
-            collate_fn=_LocalCollate(user_collate, auto), pin_memory=pin_memory,
-            timeout=self.timeout, worker_init_fn=self.worker_init_fn,
-            multiprocessing_context=self.multiprocessing_context, generator=self.generator,
-            prefetch_factor=self.prefetch_factor if workers > 0 else 2,
-            persistent_workers=self.persistent_workers and workers > 0)
-
     def _iter_local(self):
         if self._local_loader is None:
             return iter(self._spec)
-        iterator = iter(self._local_loader)
-        # In this process (no workers) the items' seeds come from the iterator's base seed.
-        self._seeded.base = getattr(iterator, "_base_seed", 0)
-        return _LocalPass(self, iterator)
+        return _local.start_pass(self, self._local_loader)
 
 
 class _Pass:
@@ -568,97 +550,6 @@ class _Pass:
 
     def __len__(self):
         return len(self._loader)
-
-
-class _LocalPass:
-    """One pass of a local DataLoader: torch's iterator, with ids where asked."""
-
-    def __init__(self, loader, iterator):
-        self._loader = loader
-        self._iterator = iterator
-
-    def __iter__(self):
-        return self
-
-    def __len__(self):
-        return len(self._iterator)
-
-    def __next__(self):
-        ids, batch = next(self._iterator)
-        if self._loader._with_ids:
-            return batch, self._loader._torch.tensor(ids)
-        return batch
-
-
-class _PlannedBatches:
-    """A local DataLoader's batch sampler: the plan's batches as (epoch, position, index) keys,
-    so that each item is seeded from its position as on the data group."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def __len__(self):
-        return len(self._loader._planner)
-
-    def __iter__(self):
-        loader = self._loader
-        label = loader._next_label()
-        loader._passes += 1
-        loader._epochs += 1
-        position = 0
-        for batch in loader._planner.batches(label):
-            keys = [(label, position + k, int(i)) for k, i in enumerate(batch)]
-            position += len(batch)
-            yield keys
-
-
-class _Seeded:
-    """A local DataLoader's dataset: the script's, each item's random draws seeded from its
-    position in the pass as the data group's workers seed them (the base seed from the worker's
-    torch seed, or in this process from the iterator's), and its file named when it raises."""
-
-    def __init__(self, dataset, per_sample_seed):
-        self.dataset = dataset
-        self.per_sample_seed = per_sample_seed
-        self.base = 0
-        self._label = None
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, key):
-        label, position, index = key
-        torch = _torch()
-        if self._label != label and hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(label)
-        self._label = label
-        if self.per_sample_seed:
-            info = torch.utils.data.get_worker_info()
-            base = (info.seed - info.id) % 2**64 if info is not None else self.base
-            _workers.current_sample_seed = _native.sample_seed(base, position)
-            _workers.seed_everything(_workers.current_sample_seed)
-        try:
-            return index, self.dataset[index]
-        except Exception as e:  # noqa: BLE001 - named, then raised as it was
-            path = _workers.sample_file(self.dataset, index)
-            if hasattr(e, "add_note"):
-                e.add_note(f"troupe.data: dataset[{index}]" + (f" is {path}" if path else ""))
-            raise
-        finally:
-            _workers.current_sample_seed = None
-
-
-class _LocalCollate:
-    """A local DataLoader's collate_fn: the script's over the items, the ids beside."""
-
-    def __init__(self, collate, auto):
-        self.collate = collate
-        self.auto = auto
-
-    def __call__(self, pairs):
-        ids = [i for i, _ in pairs]
-        items = [item for _, item in pairs]
-        return ids, (self.collate(items) if self.auto else self.collate(items[0]))
 
 
 DataLoader.__module__ = "troupe.data"

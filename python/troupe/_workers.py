@@ -131,7 +131,7 @@ class _Pass:
 
 
 def _start_pass(spec, conn, state, number, label, base_seed):
-    torch = _torch()
+    _torch()
     from torch.utils.data._utils import worker as torch_worker
     state.number = number
     # torch's _worker_loop: seed = base_seed + worker_id, numpy from _generate_state. The number

@@ -22,7 +22,7 @@ exits 1 (JOB_FAILED) and the failure file names the exception.
 __all__ = ["AugmentedBatches", "DataLoader", "Stopped", "JobFailed", "StateError",
            "ImageDataset", "FashionMNIST", "fashion_mnist", "normalize"]
 
-from troupe._common import JobFailed, StateError, Stopped, _native, numpy  # noqa: F401
+from troupe._common import JobFailed, StateError, Stopped  # noqa: F401
 from troupe._datasets import FashionMNIST, ImageDataset, fashion_mnist, normalize  # noqa: F401
 from troupe._loader import DataLoader  # noqa: F401
 from troupe._stream import AugmentedBatches, Epoch  # noqa: F401

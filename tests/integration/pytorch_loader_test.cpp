@@ -279,3 +279,29 @@ TEST_CASE("a file of an ImageFolder that cannot be read fails a DataLoader job n
   CHECK(harness::count(out, "in __getitem__") == 1);
   CHECK(run.leftovers().empty());
 }
+
+TEST_CASE("troupe.data.ImageDataset through a DataLoader draws the same pixels on the data group's "
+          "C++ pipeline as under plain python3: its own seed with the script's epoch, or the "
+          "loader's per-sample seeds",
+          "[pytorch][loader][images]") {
+  SKIP_WITHOUT_TORCH();
+  troupe::testing::TempDir dir("troupe-imageseeds");
+  Run made({MAKE_IMAGES, dir.path() + "/data", "--samples", "300", "--test-samples", "0"});
+  REQUIRE(made.wait(60s) == 0);
+  auto data = dir.path() + "/data/train";
+  Run cluster(harness::sim(kCluster, loaderCheck({"images", data})), pythonEnv());
+  REQUIRE(cluster.wait(180s) == 0);
+  Run plain(loaderCheck({"images", data}), pythonEnv());
+  REQUIRE(plain.wait(120s) == 0);
+  auto one = cluster.output(), two = plain.output();
+  INFO(one << "\n---- plain python3\n" << two);
+  auto pixels = [](const std::string& out) {
+    return all(out, R"(check: epoch \d: [a-z' ]+: 300 samples, pixels (\w+))");
+  };
+  REQUIRE(pixels(one).size() == 4);
+  CHECK(pixels(one) == pixels(two));
+  // Another epoch, other draws (set_epoch reaches the dataset on the data group too).
+  CHECK(pixels(one)[0] != pixels(one)[2]);
+  CHECK(pixels(one)[1] != pixels(one)[3]);
+  CHECK(cluster.leftovers().empty());
+}
