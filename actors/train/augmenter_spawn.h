@@ -44,7 +44,7 @@ struct AugmenterSpec {
   // worker processes use the CPUs, the augmenters only hand them batches.
   double cpus = 1;
   uint32_t loader = 0, workers = 0, prefetchFactor = 2;
-  uint64_t sharedMemoryBytes = 256ull << 20;
+  uint64_t sharedMemoryBytes = 1ull << 30;
   std::string pickled;
   std::optional<uint64_t> imageSeed;
 };

@@ -72,7 +72,7 @@ struct WorkerSettings {
   uint32_t loader = 0;          // which of the script's DataLoaders (0: the first it made)
   uint32_t workers = 0;         // worker processes on this node; 0: its CPUs (defaultWorkers)
   uint32_t prefetchFactor = 2;  // batches in the making per worker
-  uint64_t sharedMemoryBytes = 256ull << 20;  // per worker, one slot per batch in the making
+  uint64_t sharedMemoryBytes = 1ull << 30;  // per worker, one slot per batch in the making
   std::string pickled;  // the loader's workers' spec, pickled (a loader made after the first)
   std::string host;     // this node's (worker seeds differ by instance; messages name it)
   uint32_t vcpus = 1;   // this node's, for the default worker count

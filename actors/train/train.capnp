@@ -44,7 +44,7 @@ struct WorkerArgs {
   loader @0 :UInt32;              # which of the script's loaders (0: the first it made)
   workers @1 :UInt32;             # per node; 0: the node's CPUs (its share under troupe sim)
   prefetchFactor @2 :UInt32 = 2;  # batches in the making per worker
-  sharedMemoryBytes @3 :UInt64 = 268435456;
+  sharedMemoryBytes @3 :UInt64 = 1073741824;
   pickled @4 :Data;               # the loader's WorkerSpec, pickled (a loader after the first)
 }
 

@@ -52,7 +52,7 @@ struct Settings {
   bool planned = false;
   bool inOrder = false;  // the batches reach the script in the pass's order
   unsigned workers = 0, prefetchFactor = 2;
-  uint64_t sharedMemory = 256ull << 20;
+  uint64_t sharedMemory = 1ull << 30;
   std::string pickled;  // a stream after the first: its workers' spec (python/troupe/_workers.py)
   bool hasImageSeed = false;  // ImageDataset(seed=): its pixels' seed (BatchOrder.imageSeed)
   uint64_t imageSeed = 0;

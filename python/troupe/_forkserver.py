@@ -49,10 +49,14 @@ def start(spec):
     return node.detach(), pid
 
 
+# A pickled spec travels in each of the loader's augmenters' spawn messages (64 MiB at most).
+MAX_PICKLED = 32 << 20
+
+
 def pickled(spec):
     """`spec` pickled for the fork servers of every instance, or a TypeError naming why not."""
     try:
-        return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:  # noqa: BLE001 - pickle raises many kinds
         raise TypeError(
             f"DataLoader: this loader's dataset or functions cannot be pickled ({type(e).__name__}"
@@ -60,6 +64,13 @@ def pickled(spec):
             "pickled, as torch's 'spawn' workers get theirs (a lambda, a local function or an "
             "open file cannot be); make the first DataLoader with it, or pass local=True to run "
             "this one with torch's DataLoader on this instance") from e
+    if len(data) > MAX_PICKLED:
+        raise TypeError(
+            f"DataLoader: this loader's dataset pickles to {len(data) >> 20} MiB, over the "
+            f"{MAX_PICKLED >> 20} MiB a later loader's may (it travels to every data instance in "
+            "a message): make it the script's first DataLoader (built on every instance, never "
+            "pickled), keep less in it (paths, not pixels), or pass local=True")
+    return data
 
 
 def _die_with_parent():

@@ -78,7 +78,7 @@ class DataLoader:
                  num_workers=None, collate_fn=None, pin_memory=False, drop_last=False,
                  timeout=0, worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=2, persistent_workers=False, pin_memory_device="", seed=None,
-                 local=False, with_ids=False, on_stop=None, shared_memory_mb=256,
+                 local=False, with_ids=False, on_stop=None, shared_memory_mb=1024,
                  skip_errors=False, in_order=False, per_sample_seed=True, **options):
         torch = _torch()
         self._torch = torch
@@ -351,7 +351,9 @@ class DataLoader:
         (DistributedSampler's set_epoch()), else the passes so far that were not peeks."""
         if self._label is not None:
             return self._label
-        sampler_epoch = getattr(self._user_sampler, "epoch", None)
+        sampler_epoch = getattr(self._user_sampler, "epoch",
+                                getattr(getattr(self._user_sampler, "sampler", None), "epoch",
+                                        None))
         if isinstance(sampler_epoch, int) and not isinstance(sampler_epoch, bool):
             return sampler_epoch
         return self._epochs

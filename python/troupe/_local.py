@@ -96,7 +96,7 @@ class _Seeded:
             info = torch.utils.data.get_worker_info()
             base = (info.seed - info.id) % 2**64 if info is not None else self.base
             _workers.current_sample_seed = _native.sample_seed(base, position)
-            _workers.seed_everything(_workers.current_sample_seed)
+            _workers.seed_item(_workers.current_sample_seed)
         try:
             return index, self.dataset[index]
         except Exception as e:  # noqa: BLE001 - named, then raised as it was

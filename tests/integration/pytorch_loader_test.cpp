@@ -227,6 +227,8 @@ TEST_CASE("several troupe.data.DataLoaders in one script: training and validatio
     CHECK(out.find(epoch + "test: 50 items, each once True, made on this instance, report "
                            "None") != std::string::npos);
   }
+  CHECK(out.find("check: a lambda in a later loader: TypeError: DataLoader: this loader's dataset "
+                 "or functions cannot be pickled") != std::string::npos);
   // The validation loader's workers: one on each data instance that made its batches (its 7
   // batches are one shard: one instance), said as DataLoader 1's.
   CHECK(!all(out, R"(DataLoader 1 on (algo-\d): 1 worker process \(pid \d+\))").empty());

@@ -340,6 +340,14 @@ TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's 
   REQUIRE(j["rounds"].size() == 1);
   CHECK(j["rounds"][0]["torch_images_per_s"].get<double>() > 50);
   CHECK(j["median_ratio"].get<double>() > 0.1);  // measured 1.03 (0.8-1.25)
+  // The scaling rows, 1 worker against 2 (the figures: docs/benchmarks.md; parallelism itself is
+  // checked in pytorch_loader_test.cpp, by the workers' overlapping items), and the per-sample
+  // seeds' cost (measured under 1% of an item; 25x that fails).
+  REQUIRE(j["scaling"].size() == 1);
+  CHECK(j["workers"].get<int>() == 2);
+  CHECK(j["scaling"][0]["troupe_n_images_per_s"].get<double>() > 50);
+  CHECK(j["seed_cost_percent"].get<double>() < 25);
+  CHECK(j["seed_us_per_item"].get<double>() > 0);
   if (j["handoff_us_per_batch"].is_null()) {
     // Only batches already queued when the script asks are measured: none on a machine so loaded
     // that the data side fell behind the bench's 80 ms step; the bench says so.

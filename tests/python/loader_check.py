@@ -298,6 +298,14 @@ def loaders():
             print(f"check: epoch {epoch}: {name}: {len(values)} items, each once {once}, made "
                   f"on {'this instance' if hosts == {HOST} else 'the data group'}, report "
                   f"{report.get('samples')}", flush=True)
+    # A later loader's collate_fn that cannot be pickled: refused at once, naming the way out.
+    try:
+        troupe.data.DataLoader(Values(10, 0), batch_size=2, collate_fn=lambda batch: batch)
+        fail("a lambda collate_fn reached the data group")
+    except TypeError as e:
+        if "local=True" not in str(e):
+            fail(f"the TypeError names no alternative: {e}")
+        print(f"check: a lambda in a later loader: TypeError: {e}", flush=True)
 
 
 def peek():
