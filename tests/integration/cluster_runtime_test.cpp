@@ -314,11 +314,13 @@ TEST_CASE("a node stalled by its CPU quota says the quota held it back, and trou
     return found;
   };
   // The quota's stalls are as long as the kernel time it repays: on a loaded machine past the
-  // node timeout (5.8 s seen in CI), which would lose the node. A node timeout above them keeps the
-  // node, so its stall lines can be judged.
+  // node timeout (5.8 s seen in CI), which would lose the node, and past the data node's own
+  // head timeout (13 s seen beside make test's PyTorch cases: the node gave the head up). Timeouts
+  // above them keep the node, so its stall lines can be judged.
   Run capped(harness::sim(with(kThree, {"--cpu-scale", "off", "--cpu-quota", "data_group=0.5",
                                         "--env", "dnn_group:TROUPE_NODE_TIMEOUT_MS=30000",
-                                        "--env", "data_group:TROUPE_NODE_TIMEOUT_MS=30000"}),
+                                        "--env", "data_group:TROUPE_NODE_TIMEOUT_MS=30000",
+                                        "--env", "data_group:TROUPE_HEAD_TIMEOUT_MS=30000"}),
                           with(probe("kernel-time"), {"--mb", "3072", "--rounds", "3"})));
   bool started = capped.waitFor(std::regex("POPULATED|--cpu-quota for"), 90s);
   auto out = capped.output();
