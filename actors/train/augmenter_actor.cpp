@@ -392,6 +392,17 @@ kj::Promise<void> AugmenterActor::pump(uint32_t shard, uint64_t session, uint32_
   });
 }
 
+void AugmenterActor::skipped(hetero::Batch::Builder b, const std::vector<uint32_t>& ids,
+                             const std::vector<std::string>& why) {
+  auto list = b.initSkipped(ids.size());
+  auto files = b.initSkippedFiles(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    list.set(i, ids[i]);
+    files.set(i, why[i]);
+    spdlog::warn("augmenter {}: skipped {}", shard_, why[i]);
+  }
+}
+
 void AugmenterActor::heading(hetero::Batch::Builder b, uint64_t session, uint32_t epoch,
                              uint32_t shard, uint64_t position) {
   b.setSession(session);
@@ -512,13 +523,7 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
               } else {
                 // Rare (a bad file): the kept samples' bytes, copied.
                 b.setPixels(kj::arrayPtr(pixelsOut.bytes().begin(), kept * sampleBytes));
-                auto skipped = b.initSkipped(built.skipped.size());
-                auto files = b.initSkippedFiles(built.skipped.size());
-                for (size_t i = 0; i < built.skipped.size(); ++i) {
-                  skipped.set(i, built.skipped[i]);
-                  files.set(i, built.skippedFiles[i]);
-                  spdlog::warn("augmenter {}: skipped {}", shard_, built.skippedFiles[i]);
-                }
+                skipped(b, built.skipped, built.skippedFiles);
               }
               return sendBatch(kj::mv(request), kj::mv(pixelsOut), shard, session, n, kept,
                                kept * sampleBytes, built.cpu, loopCpu)

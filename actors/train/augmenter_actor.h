@@ -87,6 +87,9 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   // (the trainer fails the job with it), and sending a batch with its counts for stats().
   static void heading(hetero::Batch::Builder b, uint64_t session, uint32_t epoch, uint32_t shard,
                       uint64_t position);
+  // The samples a batch left out (--skip-bad-samples, skip_errors) and why, each said in the log.
+  void skipped(hetero::Batch::Builder b, const std::vector<uint32_t>& ids,
+               const std::vector<std::string>& why);
   kj::Promise<void> fail(capnp::StreamingRequest<hetero::BatchSink::PushParams> request,
                          const std::string& why);
   kj::Promise<void> sendBatch(capnp::StreamingRequest<hetero::BatchSink::PushParams> request,

@@ -124,15 +124,7 @@ kj::Promise<void> AugmenterActor::sendMade(uint32_t shard, uint64_t session, uin
     out.setBytes(t.bytes);
   }
   b.setStructure(made.structure);
-  if (!made.skipped.empty()) {
-    auto skipped = b.initSkipped(made.skipped.size());
-    auto why = b.initSkippedFiles(made.skipped.size());
-    for (size_t i = 0; i < made.skipped.size(); ++i) {
-      skipped.set(i, made.skipped[i]);
-      why.set(i, made.skippedWhy[i]);
-      spdlog::warn("augmenter {}: skipped {}", shard_, made.skippedWhy[i]);
-    }
-  }
+  if (!made.skipped.empty()) skipped(b, made.skipped, made.skippedWhy);
   b.adoptPixels(made.data.lend(b));
   auto bytes = made.data.size();
   return sendBatch(kj::mv(request), kj::mv(made.data), shard, session, n, n, bytes, waited, 0);
