@@ -325,15 +325,18 @@ void WorkerPool::run() {
         spdlog::info("DataLoader {} on {}: worker {} started again (pid {})", settings_->loader,
                      settings_->host, id, workers_.back().pid);
       } catch (const std::exception& e) {
+        lastStartError_ = e.what();
         spdlog::warn("DataLoader {} on {}: a worker could not start again: {}", settings_->loader,
                      settings_->host, e.what());
       }
     }
     bool any = std::any_of(workers_.begin(), workers_.end(), [](auto& w) { return !w.dead; });
     if (!any && broken_.empty()) {
-      broken_ = "every DataLoader worker process on " + settings_->host +
-                " has died and none could start again (the system log says why: out of memory, "
-                "a crash in a C extension)";
+      broken_ = "every DataLoader worker process on " + settings_->host + " has died and none " +
+                (lastStartError_.empty()
+                     ? std::string("could start again (the system log says why: out of memory, "
+                                   "a crash in a C extension)")
+                     : "could start again: " + lastStartError_);
     }
   }
 }
@@ -506,7 +509,9 @@ void WorkerPool::died(Worker& w, const std::string& how) {
 
 void WorkerPool::failAll(const std::string& why) {
   auto fail = [&](std::unique_ptr<Job>& job) {
-    if (job->done->isWaiting()) job->done->reject(KJ_EXCEPTION(FAILED, why.c_str()));
+    if (job->done->isWaiting()) {
+      job->done->reject(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(why)));
+    }
   };
   for (auto& job : queued_) fail(job);
   queued_.clear();

@@ -95,6 +95,7 @@ class WorkerPool {
   uint64_t seedOffset_ = 0;
   std::deque<Worker> workers_;  // the I/O thread's alone once it runs (a deque: no copies)
   uint32_t replaced_ = 0;        // workers started again after a death
+  std::string lastStartError_;   // why the last start of a worker failed (the fork server gone)
   std::deque<std::unique_ptr<Job>> queued_;  // the I/O thread's
   std::mutex mutex_;             // guards incoming_ and stop_
   std::deque<std::unique_ptr<Job>> incoming_;

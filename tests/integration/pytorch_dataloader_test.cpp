@@ -120,8 +120,8 @@ TEST_CASE("troupe.data.DataLoader(in_order=True): the batches reach the script i
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("troupe.data.DataLoader: a data instance killed mid-epoch, and one of its worker "
-          "processes killed - every sample once, counted in the script",
+TEST_CASE("troupe.data.DataLoader: a data instance killed mid-epoch, one of its worker processes, "
+          "or its fork server - every sample once, counted in the script",
           "[pytorch][dataloader][fault]") {
   SKIP_WITHOUT_TORCH();
   SECTION("SIGKILL to a data instance") {
@@ -161,6 +161,25 @@ TEST_CASE("troupe.data.DataLoader: a data instance killed mid-epoch, and one of 
     CHECK(code == 0);
     CHECK(out.find("(pid " + std::to_string(worker) + ") died of signal 9 (Killed); its ") !=
           std::string::npos);
+    checkLoaderEpochs(out, 3, 3000);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("SIGKILL to a data instance's DataLoader fork server: its workers end with it, the other "
+          "instance takes its shards") {
+    Run run(harness::sim(kCluster, loaderCheck({"slow", "3000"})), pythonEnv());
+    REQUIRE_OUTPUT(run, "check: epoch 0 past batch 5", 120s);
+    auto victim = harness::instanceIn(run, "data_group");
+    std::istringstream server(harness::readFile("/proc/" + std::to_string(victim.pid) + "/task/" +
+                                                std::to_string(victim.pid) + "/children"));
+    int forkServer = 0;
+    REQUIRE(server >> forkServer);
+    REQUIRE(kill(forkServer, SIGKILL) == 0);
+    int code = run.wait(240s);
+    auto out = run.output();
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(out.find("on " + victim.host + " has died and none could start again: the DataLoader's "
+                   "fork server") != std::string::npos);
     checkLoaderEpochs(out, 3, 3000);
     CHECK(run.leftovers().empty());
   }
