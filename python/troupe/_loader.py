@@ -79,7 +79,7 @@ class DataLoader:
                  timeout=0, worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=2, persistent_workers=False, pin_memory_device="", seed=None,
                  local=False, with_ids=False, on_stop=None, shared_memory_mb=1024,
-                 skip_errors=False, in_order=False, per_sample_seed=True, **options):
+                 skip_errors=False, in_order=True, per_sample_seed=True, **options):
         torch = _torch()
         self._torch = torch
         for name, value in (("num_workers", num_workers), ("seed", seed),
