@@ -2,6 +2,7 @@
 
 #include "head/head.h"
 
+#include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
 #include "trace/trace_collect.h"
@@ -67,7 +68,10 @@ kj::Promise<void> Head::endJob() {
   return chain.then([this]() { callEndCallbacks(); })
       .then([this]() { return collectTrace(); })
       .then([this]() {
-        auto exits = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
+        // A Vector, not a heapArrayBuilder of nodes_.size(): the head and lost nodes are left
+        // out, and a builder's finish() short of its size is a KJ_IREQUIRE failure (it threw
+        // where KJ's debug checks are on, -O0, and the head never exited).
+        kj::Vector<kj::Promise<void>> exits(nodes_.size());
         for (auto& [id, n] : nodes_) {
           if (id == 1 || !n.alive) continue;
           auto req = n.client.exitRequest();
@@ -78,7 +82,7 @@ kj::Promise<void> Head::endJob() {
                         .timeoutAfter(5 * kj::SECONDS, req.send().ignoreResult())
                         .catch_([](kj::Exception&&) {}));
         }
-        return kj::joinPromises(exits.finish());
+        return kj::joinPromises(exits.releaseAsArray());
       })
       // 5. The head exits last.
       .then([this]() { return node_.stopAll(Exit::shutdown("the job is ending")); })
@@ -92,7 +96,7 @@ kj::Promise<void> Head::collectTrace() {
   auto& path = node_.options().traceFile;
   if (path.empty()) return kj::READY_NOW;
   auto collector = kj::heap<TraceCollector>(node_.loop().timer(), path);
-  auto reads = kj::heapArrayBuilder<kj::Promise<void>>(nodes_.size());
+  kj::Vector<kj::Promise<void>> reads(nodes_.size());  // the live nodes but the head
   std::set<std::string> joined;
   for (auto& [id, n] : nodes_) {
     std::string host = n.info.host().cStr(), group = n.info.group().cStr();
@@ -111,7 +115,7 @@ kj::Promise<void> Head::collectTrace() {
     }
   }
   auto& c = *collector;
-  return kj::joinPromises(reads.finish())
+  return kj::joinPromises(reads.releaseAsArray())
       .then([&c]() { c.write(); })
       .catch_([](kj::Exception&& e) {
         spdlog::error("trace: not written: {}", e.getDescription().cStr());

@@ -2,6 +2,7 @@
 // driver (Driver::onNodeJoined); a worker that is signalled alone leaves by a drain; every change
 // is logged, and summed up at the job's end (docs/lifecycle.md, "Membership").
 
+#include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
 #include "head/head.h"
@@ -44,13 +45,13 @@ void Head::drain(uint32_t nodeId, std::string reason) {
   // Its actors stop (their onStop() runs: a producer ends its streams, and what it acknowledged
   // stays acknowledged) and restart elsewhere under their placements, as after a node loss.
   auto text = "node " + line + " left the job (" + reason + ")";
-  auto stops = kj::heapArrayBuilder<kj::Promise<void>>(actors_.size());
+  kj::Vector<kj::Promise<void>> stops;  // the lost node's running actors: not all of actors_
   for (auto& [id, a] : actors_) {
     if (a.address.nodeId != nodeId || a.state != State::RUNNING) continue;
     Exit why{ExitKind::NODE_LOST, originLine(a, Exit{ExitKind::NODE_LOST, text})};
     stops.add(terminate(id, why, false, true));
   }
-  tasks_.add(kj::joinPromises(stops.finish()).then([this, nodeId, reason, line]() {
+  tasks_.add(kj::joinPromises(stops.releaseAsArray()).then([this, nodeId, reason, line]() {
     auto* n = findNode(nodeId);
     if (n == nullptr || !n->alive || finishing_) return kj::Promise<void>(kj::READY_NOW);
     n->alive = false;
