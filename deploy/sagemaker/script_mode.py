@@ -299,11 +299,15 @@ def install_requirements(code_dir, python):
                              text=True)
     sys.stderr.write(out.stdout)
     if out.returncode != 0:
-        errors = [l.strip() for l in out.stdout.splitlines() if l.strip().startswith("ERROR")]
-        raise ScriptModeError(
-            "%s: pip install -r requirements.txt exited %d: %s"
-            % (os.path.join(code_dir, "requirements.txt"), out.returncode,
-               errors[0] if errors else (out.stdout.strip().splitlines() or ["no output"])[-1]))
+        errors = [l.strip() for l in out.stdout.splitlines()
+                  if l.strip().lower().startswith("error")]
+        said = errors[0] if errors else (out.stdout.strip().splitlines() or ["no output"])[-1]
+        if "externally-managed-environment" in out.stdout:
+            said += (" (%s is a distribution's Python, which refuses pip installs, PEP 668: give "
+                     "troupe_python a venv's, python3 -m venv --system-site-packages, or an "
+                     "image's Python with its own pip)" % python)
+        raise ScriptModeError("%s: pip install -r requirements.txt exited %d: %s"
+                              % (os.path.join(code_dir, "requirements.txt"), out.returncode, said))
     return "requirements.txt installed"
 
 
