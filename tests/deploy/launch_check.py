@@ -2,9 +2,9 @@
 """deploy/sagemaker/launch.py keeps the job secret out of the hyperparameters (DescribeTrainingJob
 shows them): no troupe_token, --hp troupe_token refused; the secret is a fresh 32-hex-digit file
 of mode 0600, uploaded with server-side encryption and passed as the troupe-secret channel.
---spot asks for managed spot training with checkpoints: use_spot_instances, max_wait (more than
-max_run), checkpoint_s3_uri per job, checkpoint_local_path, and hetero_train's checkpoint-dir and
-checkpoint-every; a fresh hyperparameter, which would throw the progress away at every restart, is
+--spot asks for managed spot training with checkpoints: EnableManagedSpotTraining,
+MaxWaitTimeInSeconds (more than the run's), a CheckpointConfig per job, and hetero_train's
+checkpoint-dir and checkpoint-every; a fresh hyperparameter, which would throw the progress away at every restart, is
 refused. Needs no SDK: the S3 client is a stand-in.
 
 usage: launch_check.py LAUNCH_PY
@@ -71,15 +71,20 @@ with tempfile.TemporaryDirectory() as folder:
     check(s3.calls[1][3] == {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "arn:aws:kms:k"},
           "no SSE-KMS with --kms-key: %r" % (s3.calls[1][3],))
 
-# The dry run names the channel and shows no secret.
+# The dry run's request names the channel and holds no secret.
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     launch.main(BASE + ["--dry-run"])
 check("troupe_token" not in out.getvalue(), "the dry run mentions troupe_token")
-check("troupe-secret <- s3://" in out.getvalue(), "the dry run does not show the secret channel")
+req = launch.request(launch.parse_args(BASE))
+secret = [c for c in req["InputDataConfig"] if c["ChannelName"] == "troupe-secret"]
+check(len(secret) == 1 and secret[0]["DataSource"]["S3DataSource"]["S3Uri"] ==
+      "s3://<default bucket>/<job name>/troupe-secret/secret",
+      "the request does not pass the secret's channel: %r" % req["InputDataConfig"])
 check(launch.SECRET_CHANNEL == "troupe-secret", "the channel is not troupe-secret")
 
-# Managed spot training: the Estimator's arguments, and what hetero_train is told.
+
+# Managed spot training: the request's fields, and what hetero_train is told.
 def refused(argv, says):
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
@@ -93,25 +98,30 @@ def refused(argv, says):
 
 args = launch.parse_args(BASE + ["--spot", "--max-run", "7200", "--checkpoint-every", "50"])
 spot = launch.spot_settings(args, "bkt", "job-1")
-check(spot == {"use_spot_instances": True, "max_wait": 14400,
-               "checkpoint_s3_uri": "s3://bkt/job-1/checkpoints",
-               "checkpoint_local_path": "/opt/ml/checkpoints"},
-      "--spot gives the Estimator %r" % spot)
+check(spot == {"EnableManagedSpotTraining": True, "MaxWaitTimeInSeconds": 14400,
+               "CheckpointConfig": {"S3Uri": "s3://bkt/job-1/checkpoints",
+                                    "LocalPath": "/opt/ml/checkpoints"}},
+      "--spot gives the request %r" % spot)
+req = launch.request(args, "bkt", "job-1", "us-east-1")
+check(req["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 14400}
+      and req.get("EnableManagedSpotTraining") is True and "CheckpointConfig" in req,
+      "--spot's request: %r" % req)
 hps = launch.hyperparameters(args)
 check(hps.get("checkpoint-dir") == "/opt/ml/checkpoints" and hps.get("checkpoint-every") == "50",
       "--spot does not tell hetero_train where and how often to checkpoint: %r" % hps)
 args = launch.parse_args(BASE + ["--spot", "--max-wait", "5000", "--checkpoint-s3", "s3://c/p",
                                  "--checkpoint-local-path", "/opt/ml/ck"])
 spot = launch.spot_settings(args, "bkt", "job-1")
-check(spot["max_wait"] == 5000 and spot["checkpoint_s3_uri"] == "s3://c/p" and
-      spot["checkpoint_local_path"] == "/opt/ml/ck", "the spot settings given are not used: %r" % spot)
+check(spot["MaxWaitTimeInSeconds"] == 5000 and spot["CheckpointConfig"] ==
+      {"S3Uri": "s3://c/p", "LocalPath": "/opt/ml/ck"},
+      "the spot settings given are not used: %r" % spot)
 check(launch.hyperparameters(args).get("checkpoint-dir") == "/opt/ml/ck",
       "hetero_train is not told of --checkpoint-local-path")
 args = launch.parse_args(BASE)
-check(launch.spot_settings(args, "bkt", "job-1") == {}, "no --spot still sets spot arguments")
+check(launch.spot_settings(args, "bkt", "job-1") == {}, "no --spot still sets spot fields")
 check("checkpoint-dir" not in launch.hyperparameters(args), "no --spot still sets checkpoint-dir")
 args = launch.parse_args(BASE + ["--checkpoint-s3", "s3://c/p"])
-check("use_spot_instances" not in launch.spot_settings(args, "b", "j"),
+check("EnableManagedSpotTraining" not in launch.spot_settings(args, "b", "j"),
       "--checkpoint-s3 alone asks for spot capacity")
 refused(["--spot", "--max-wait", "3600"], "must be more than --max-run 3600")
 refused(["--max-wait", "9000"], "--max-wait needs --spot")
@@ -120,7 +130,8 @@ refused(["--spot", "--checkpoint-s3", "gs://x/y"], "expected s3://")
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     launch.main(BASE + ["--dry-run", "--spot"])
-check("use_spot_instances=True" in out.getvalue() and "max_wait=7200" in out.getvalue(),
+check('"EnableManagedSpotTraining": true' in out.getvalue() and
+      '"MaxWaitTimeInSeconds": 7200' in out.getvalue(),
       "the dry run does not show the spot settings: %s" % out.getvalue())
 
 for e in errors:
