@@ -51,7 +51,13 @@ void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string
 // Throws ConfigError for the first that is not, naming the key, the file and the nearest known
 // key, else the known ones; for `troupe_token`, saying that SageMaker shows it to anyone allowed
 // to describe the job and that the secret goes in the troupe-secret channel (troupe/secret.h).
-// Does nothing when `env` is not active().
+// A troupe_* hyperparameter is troupe's, never refused: one troupe does not read is a warning
+// (troupeHyperparameterWarnings()). Does nothing when `env` is not active().
+
+std::vector<std::string> troupeHyperparameterWarnings(const SageMakerEnv& env);
+// One line for each troupe_* hyperparameter that names no setting of troupe's (deploy/sagemaker/
+// train's own, troupe_python and troupe_node_restarts among them, and troupe_<variable> for
+// run()'s TROUPE_* variables), with the nearest one's name where it looks like a typo of it.
 
 [[noreturn]] void configError(const std::string& message);
 // Ends the process as a configuration error found before or outside troupe::run() (an app

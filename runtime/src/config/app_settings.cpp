@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <spdlog/spdlog.h>
+
 #include "troupe/exit_codes.h"
 #include "troupe/run_options.h"
 #include "troupe/secret.h"
@@ -52,6 +54,11 @@ std::string lower(std::string text) {
   return text;
 }
 
+std::string upper(std::string text) {
+  for (auto& c : text) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
 }  // namespace
 
 std::string nearestName(const std::string& name, const std::vector<std::string>& known) {
@@ -94,13 +101,39 @@ void checkAppArguments(const std::vector<std::string>& leftovers,
   }
 }
 
-void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string>& known) {
-  if (!env.active()) return;
-  // What deploy/sagemaker/train reads: its own three, and troupe_<variable> for run()'s TROUPE_*.
-  std::vector<std::string> troupe = {"troupe_app", "troupe_args", "troupe_pass_args"};
+namespace {
+
+// What deploy/sagemaker/train reads itself, and troupe_<variable> for run()'s TROUPE_*.
+std::vector<std::string> troupeHyperparameters() {
+  std::vector<std::string> troupe = {"troupe_app", "troupe_args", "troupe_pass_args",
+                                     "troupe_python", "troupe_node_restarts"};
   for (auto& f : runFlags()) {
     if (!f.variable.empty()) troupe.push_back(lower(f.variable));
   }
+  return troupe;
+}
+
+}  // namespace
+
+std::vector<std::string> troupeHyperparameterWarnings(const SageMakerEnv& env) {
+  std::vector<std::string> warnings;
+  if (!env.active()) return warnings;
+  auto troupe = troupeHyperparameters();
+  for (auto& key : env.keys()) {
+    if (key.rfind("troupe_", 0) != 0 || key == "troupe_token") continue;
+    auto name = underscored(key);
+    if (std::find(troupe.begin(), troupe.end(), name) != troupe.end()) continue;
+    auto near = nearestName(name, troupe);
+    warnings.push_back("hyperparameter '" + key + "' in " + env.hyperparametersPath() +
+                       " sets " + upper(name) + ", which troupe itself does not read" +
+                       (near.empty() ? "" : "; did you mean '" + near + "'?"));
+  }
+  return warnings;
+}
+
+void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string>& known) {
+  if (!env.active()) return;
+  auto troupe = troupeHyperparameters();
   std::vector<std::string> names;
   for (auto& k : known) {
     if (k != "help") names.push_back(underscored(dashless(k)));
@@ -108,9 +141,11 @@ void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string
   refuseSecretHyperparameter(env);
   for (auto& key : env.keys()) {
     if (key.rfind("sagemaker_", 0) == 0) continue;  // SageMaker's own (sagemaker_program, ...)
+    // troupe's own: deploy/sagemaker/train passes each as TROUPE_<NAME>; never the app's to
+    // refuse (troupeHyperparameterWarnings() names one troupe does not read).
+    if (key.rfind("troupe_", 0) == 0) continue;
     auto name = underscored(key);
-    bool isTroupes = key.rfind("troupe_", 0) == 0;
-    auto& pool = isTroupes ? troupe : names;
+    auto& pool = names;
     if (std::find(pool.begin(), pool.end(), name) != pool.end()) continue;
     std::string what = "unknown hyperparameter '" + key + "' in " + env.hyperparametersPath();
     auto near = nearestName(name, pool);
@@ -122,9 +157,10 @@ void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string
                           "; set it as the hyperparameter '" + lower(f.variable) + "'");
       }
     }
-    throw ConfigError(what + "; known: " + join(isTroupes ? troupe : names) +
-                      " (and SageMaker's own sagemaker_*)");
+    throw ConfigError(what + "; known: " + join(names) +
+                      " (and SageMaker's own sagemaker_*, troupe's troupe_*)");
   }
+  for (auto& warning : troupeHyperparameterWarnings(env)) spdlog::warn("{}", warning);
 }
 
 void configError(const std::string& message) {
