@@ -327,7 +327,9 @@ def command(code_dir, program, python, user):
                                   "source folder %s (it has: %s)"
                                   % (program, code_dir, ", ".join(sorted(os.listdir(code_dir)))))
         os.chmod(path, 0o755)
-        return [path] + args
+        # A .sh runs under /bin/sh as the toolkit runs it (no #! line needed); another file
+        # runs itself.
+        return (["/bin/sh", path] if program.endswith(".sh") else [path]) + args
     if "setup.py" in os.listdir(code_dir):
         out = subprocess.run([python, "-m", "pip", "install", "."], cwd=code_dir)
         if out.returncode != 0:
