@@ -126,6 +126,33 @@ def main():
             failures += len(bad)
             print("%s: %d variables and the command line as sagemaker-training's%s"
                   % (name, len(theirs) + 2, "" if not bad else " - %d differ" % len(bad)))
+    # A source archive that would write outside /opt/ml/code is refused, naming the member.
+    import io
+    import tarfile
+    for member, kind in (("../evil.py", "file"), ("link", "symlink")):
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = os.path.join(tmp, "sourcedir.tar.gz")
+            with tarfile.open(archive, "w:gz") as t:
+                info = tarfile.TarInfo(member)
+                if kind == "symlink":
+                    info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                    t.addfile(info)
+                else:
+                    info.size = 1
+                    t.addfile(info, io.BytesIO(b"x"))
+            try:
+                script_mode.fetch("file://" + archive, os.path.join(tmp, "code"))
+                print("FAILED: an archive with %s %s outside the code folder was unpacked"
+                      % (kind, member))
+                failures += 1
+            except script_mode.ScriptModeError as e:
+                if member not in str(e) or "refused" not in str(e):
+                    print("FAILED: the refusal does not name %s: %s" % (member, e))
+                    failures += 1
+            if os.path.exists(os.path.join(tmp, "evil.py")):
+                print("FAILED: ../evil.py was written")
+                failures += 1
+    print("hostile archives: a member outside the code folder and a link out of it, refused")
     if any(k.startswith("SM_HP_TROUPE") for k in ours) or "troupe_node_restarts" in str(
             script_mode.cmd_args(user)):
         print("FAILED: a troupe_* hyperparameter reached the script")
