@@ -73,9 +73,9 @@ std::vector<std::string> scriptEnv() {
 
 }  // namespace
 
-TEST_CASE("a script written for SageMaker script mode runs unchanged through deploy/sagemaker/train "
-          "under troupe sim: its source fetched and requirements installed on every instance, "
-          "the toolkit's SM_* variables and command line",
+TEST_CASE("script mode: a script written for SageMaker runs unchanged through "
+          "deploy/sagemaker/train under troupe sim, its source fetched and requirements installed "
+          "on every instance, the toolkit's SM_* variables and command line",
           "[pytorch][sagemaker][script-mode]") {
   SKIP_WITHOUT_TORCH();
   ScriptModeJob job("numpy");
@@ -109,7 +109,7 @@ TEST_CASE("a script written for SageMaker script mode runs unchanged through dep
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("script mode that cannot start: a requirement pip cannot install, an entry point the "
+TEST_CASE("script mode that cannot start, a requirement pip cannot install or an entry point the "
           "source lacks - every instance exits 2 and output/failure names it",
           "[pytorch][sagemaker][script-mode][bad-input]") {
   SKIP_WITHOUT_TORCH();
