@@ -109,45 +109,40 @@ TEST_CASE("script mode: a script written for SageMaker runs unchanged through "
   CHECK(run.leftovers().empty());
 }
 
+// A script-mode job that cannot start: every instance exits 2, each output/failure holding every
+// one of `says`.
+static void checkRefused(const std::string& requirements, const std::string& program,
+                  const std::vector<std::string>& says) {
+  ScriptModeJob job(requirements);
+  Run run(harness::sim(job.simArgs(program), {TRAIN_SCRIPT}), scriptEnv());
+  int code = run.wait(120s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 2);
+  CHECK(harness::count(out, " exited with 2") == 3);
+  auto all = failures(run);
+  CHECK(all.size() == 3);
+  for (auto& failure : all) {
+    INFO("output/failure: " << failure);
+    for (auto& text : says) CHECK(failure.find(text) != std::string::npos);
+  }
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("script mode that cannot start, a requirement pip cannot install or an entry point the "
           "source lacks - every instance exits 2 and output/failure names it",
           "[pytorch][sagemaker][script-mode][bad-input]") {
   SKIP_WITHOUT_TORCH();
   SECTION("requirements.txt names a package pip cannot find") {
-    ScriptModeJob job("troupe-no-such-package==1.0");
-    Run run(harness::sim(job.simArgs("train.py"), {TRAIN_SCRIPT}), scriptEnv());
-    int code = run.wait(120s);
-    auto out = run.output();
-    INFO(out);
-    CHECK(code == 2);
-    CHECK(harness::count(out, " exited with 2") == 3);
-    auto all = failures(run);
-    CHECK(all.size() == 3);
-    for (auto& failure : all) {
-      INFO("output/failure: " << failure);
-      CHECK(failure.find("script mode: ") != std::string::npos);
-      CHECK(failure.find("/code/requirements.txt: pip install -r requirements.txt exited 1: "
-                         "ERROR: ") != std::string::npos);
-      CHECK(failure.find("troupe-no-such-package==1.0") != std::string::npos);
-    }
-    CHECK(run.leftovers().empty());
+    checkRefused("troupe-no-such-package==1.0", "train.py",
+                 {"script mode: ",
+                  "/code/requirements.txt: pip install -r requirements.txt exited 1: ERROR: ",
+                  "troupe-no-such-package==1.0"});
   }
   SECTION("sagemaker_program names a file the source folder does not have") {
-    ScriptModeJob job("numpy");
-    Run run(harness::sim(job.simArgs("trian.py"), {TRAIN_SCRIPT}), scriptEnv());
-    int code = run.wait(120s);
-    auto out = run.output();
-    INFO(out);
-    CHECK(code == 2);
-    CHECK(harness::count(out, " exited with 2") == 3);
-    auto all = failures(run);
-    CHECK(all.size() == 3);
-    for (auto& failure : all) {
-      INFO("output/failure: " << failure);
-      CHECK(failure.find("hyperparameter sagemaker_program 'trian.py': no such file in the "
-                         "source folder ") != std::string::npos);
-      CHECK(failure.find("(it has: requirements.txt, train.py)") != std::string::npos);
-    }
-    CHECK(run.leftovers().empty());
+    checkRefused("numpy", "trian.py",
+                 {"hyperparameter sagemaker_program 'trian.py': no such file in the source "
+                  "folder ",
+                  "(it has: requirements.txt, train.py)"});
   }
 }
