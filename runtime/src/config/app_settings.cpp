@@ -133,7 +133,6 @@ std::vector<std::string> troupeHyperparameterWarnings(const SageMakerEnv& env) {
 
 void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string>& known) {
   if (!env.active()) return;
-  auto troupe = troupeHyperparameters();
   std::vector<std::string> names;
   for (auto& k : known) {
     if (k != "help") names.push_back(underscored(dashless(k)));
@@ -145,10 +144,9 @@ void checkHyperparameters(const SageMakerEnv& env, const std::vector<std::string
     // refuse (troupeHyperparameterWarnings() names one troupe does not read).
     if (key.rfind("troupe_", 0) == 0) continue;
     auto name = underscored(key);
-    auto& pool = names;
-    if (std::find(pool.begin(), pool.end(), name) != pool.end()) continue;
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
     std::string what = "unknown hyperparameter '" + key + "' in " + env.hyperparametersPath();
-    auto near = nearestName(name, pool);
+    auto near = nearestName(name, names);
     if (!near.empty()) throw ConfigError(what + "; did you mean '" + near + "'?");
     for (auto& f : runFlags()) {
       // "port": troupe's own option, which deploy/sagemaker/train takes as troupe_<variable>.
