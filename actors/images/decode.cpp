@@ -1,14 +1,18 @@
 // Decoding image files (troupe/images/transforms.h): JPEG through libjpeg-turbo's TurboJPEG API,
-// with its DCT scaling; everything else OpenCV reads (PNG, BMP, PPM/PGM, TIFF, WebP) through
-// cv::imdecode.
+// with its DCT scaling; PNG through libpng (decode_png.cpp); the rest OpenCV reads (BMP, PPM/PGM,
+// TIFF, WebP) through cv::imdecode, in a build with OpenCV's imgcodecs (TROUPE_IMGCODECS, ON but
+// for the wheel's build: scripts/wheel.sh).
 
 #include <turbojpeg.h>
 
 #include <cstring>
+#if TROUPE_IMGCODECS
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "cv_image.h"
+#endif
+#include "decode_png.h"
 #include "troupe/images/transforms.h"
 
 namespace troupe::images {
@@ -94,6 +98,8 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
       return out;
     }
   }
+  if (isPng(bytes)) return decodePng(bytes, name, channels);
+#if TROUPE_IMGCODECS
   cv::Mat m;
   try {
     m = cv::imdecode(cv::Mat(1, int(bytes.size()), CV_8U, const_cast<uint8_t*>(bytes.data())),
@@ -107,6 +113,11 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
   }
   if (channels == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
   return imageOf(m);
+#else
+  throw data::SampleError(name, "not JPEG or PNG, the formats this build of troupe reads (the "
+                                "wheel's: its build has no OpenCV imgcodecs); BMP, PPM/PGM, TIFF "
+                                "and WebP need troupe built from source or its image");
+#endif
 }
 
 }  // namespace troupe::images

@@ -225,6 +225,46 @@ TEST_CASE("decoding: JPEG at 1/2, 1/4 and 1/8 scale, PNG to RGB, a corrupt and a
   CHECK_THROWS_WITH(troupe::images::decode(text, "t.png", 3), Catch::Contains("t.png"));
 }
 
+// decode_png.cpp reads PNG through libpng with OpenCV's transforms: its pixels are cv::imdecode's
+// for every kind cv::imencode writes (8 and 16 bits, grey, RGB, RGBA, 1-bit), to grey and to RGB.
+TEST_CASE("decoding: a PNG through libpng gives OpenCV's pixels for every kind, a cut one named",
+          "[images][decode]") {
+  cv::Mat rgb = picture(37, 23, 3), grey, rgba, rgb16, grey16, bilevel;
+  cv::cvtColor(rgb, grey, cv::COLOR_BGR2GRAY);
+  cv::cvtColor(rgb, rgba, cv::COLOR_BGR2BGRA);
+  for (int y = 0; y < rgba.rows; ++y) rgba.at<cv::Vec4b>(y, y % rgba.cols)[3] = uint8_t(y * 9);
+  rgb.convertTo(rgb16, CV_16UC3, 257.0, 3);
+  grey.convertTo(grey16, CV_16UC1, 250.0);
+  cv::threshold(grey, bilevel, 128, 255, cv::THRESH_BINARY);
+  struct Kind {
+    const char* name;
+    cv::Mat image;
+    std::vector<int> params;
+  };
+  for (const auto& kind : {Kind{"8-bit RGB", rgb, {}}, Kind{"8-bit grey", grey, {}},
+                           Kind{"RGBA", rgba, {}}, Kind{"16-bit RGB", rgb16, {}},
+                           Kind{"16-bit grey", grey16, {}},
+                           Kind{"1-bit", bilevel, {cv::IMWRITE_PNG_BILEVEL, 1}}}) {
+    std::vector<uint8_t> bytes;
+    REQUIRE(cv::imencode(".png", kind.image, bytes, kind.params));
+    for (int channels : {1, 3}) {
+      INFO(kind.name << ", decoded to " << channels << " channels");
+      cv::Mat want = cv::imdecode(bytes, channels == 3 ? cv::IMREAD_COLOR : cv::IMREAD_GRAYSCALE);
+      if (channels == 3) cv::cvtColor(want, want, cv::COLOR_BGR2RGB);
+      auto got = troupe::images::decode(bytes, "k.png", channels);
+      REQUIRE(got.width == want.cols);
+      REQUIRE(got.height == want.rows);
+      REQUIRE(got.channels == channels);
+      REQUIRE(want.isContinuous());
+      CHECK(std::equal(got.pixels.begin(), got.pixels.end(), want.data));
+    }
+    auto cut = bytes;
+    cut.resize(bytes.size() * 2 / 3);
+    CHECK_THROWS_WITH(troupe::images::decode(cut, "cut.png", 3),
+                      Catch::Contains("cut.png") && Catch::Contains("PNG"));
+  }
+}
+
 TEST_CASE("transform specs: torchvision's names and arguments, and a typo names what is allowed",
           "[images][spec]") {
   auto p = Pipeline::parse("RandomResizedCrop(224),RandomHorizontalFlip(),ColorJitter(0.4,0.4,0.4),"
