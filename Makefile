@@ -7,7 +7,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBIN
 	"-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 
 .PHONY: run test build deps deps-run configure configure-run clean hello soak test-sanitize image \
-	test-image test-slurm compare scaling run-pytorch run-pytorch-stream bench-pytorch run-images
+	test-image test-slurm wheel test-wheel compare scaling run-pytorch run-pytorch-stream bench-pytorch run-images
 
 deps:
 	@scripts/install-deps.sh
@@ -153,11 +153,22 @@ soak: build
 
 # The SageMaker image (deploy/sagemaker/Dockerfile) as troupe-train:latest, with podman or docker
 # (podman installed from Debian when neither is there). IMAGE_CUDA=off: CPU only, no CUDA stage.
+# IMAGE_TORCH=off: without torch and troupe's Python package (the Dockerfile's runtime stage).
 # Debian base images are made offline (debootstrap) when no image registry answers. docs/sagemaker.md.
 IMAGE ?= troupe-train:latest
 IMAGE_CUDA ?= on
+IMAGE_TORCH ?= on
 image:
-	IMAGE=$(IMAGE) IMAGE_CUDA=$(IMAGE_CUDA) scripts/image.sh
+	IMAGE=$(IMAGE) IMAGE_CUDA=$(IMAGE_CUDA) IMAGE_TORCH=$(IMAGE_TORCH) scripts/image.sh
+
+# troupe's Python package as a wheel in dist/ (scripts/wheel.sh: its own CPU-only Release build in
+# build-wheel/, the native libraries it needs copied in by auditwheel, the manylinux tag that is
+# true of it), and that wheel in a fresh venv running the drop-in example under its own `troupe
+# sim` (tests/wheel/wheel_test.sh). docs/pytorch.md, "Installing troupe from its wheel".
+wheel: deps
+	JOBS=$(JOBS) scripts/wheel.sh
+test-wheel: wheel
+	tests/wheel/wheel_test.sh
 
 # That image run as SageMaker runs it: three containers algo-1..3, /opt/ml roots, `train`
 # (tests/image/image_test.py). IMAGE_TEST_SEED picks the fault moments (printed when random).

@@ -5,6 +5,10 @@
 #   IMAGE_CUDA=on   (default) the CUDA stage is NVIDIA's image (CUDA_IMAGE, pulled if missing);
 #                   the trainer gets its CUDA back end
 #   IMAGE_CUDA=off  no CUDA stage: a CPU-only image, built from Debian images alone
+#   IMAGE_TORCH=on  (default) the Dockerfile's last stage, pytorch: Python with torch, torchvision
+#                   and troupe's package besides the C++ programs (torch from Debian in a CPU-only
+#                   image, PyPI's CUDA wheels in a CUDA one; debian or pypi picks either)
+#   IMAGE_TORCH=off the runtime stage alone: the C++ programs, no Python packages
 #
 # The Debian base images (debian:bookworm, debian:bookworm-slim) are used when the engine has
 # them or can pull them. Where no image registry answers, one is made offline instead: a minimal
@@ -14,12 +18,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-troupe-train:latest}
 IMAGE_CUDA=${IMAGE_CUDA:-on}
+IMAGE_TORCH=${IMAGE_TORCH:-on}
 CUDA_VERSION=${CUDA_VERSION:-12.4.1}
 CUDA_IMAGE=${CUDA_IMAGE:-nvidia/cuda:$CUDA_VERSION-devel-ubuntu22.04}
 state=${IMAGE_STATE:-$PWD/build-image}
 case "$IMAGE_CUDA" in on|off) ;; *)
   echo "make image: IMAGE_CUDA is '$IMAGE_CUDA'; use on (the CUDA image) or off (CPU only)" >&2
   exit 2 ;;
+esac
+case "$IMAGE_TORCH" in
+  off) stage=(--target runtime) ;;
+  on) stage=(--target pytorch --build-arg TORCH=auto) ;;
+  debian|pypi) stage=(--target pytorch --build-arg "TORCH=$IMAGE_TORCH") ;;
+  *) echo "make image: IMAGE_TORCH is '$IMAGE_TORCH'; use on (torch for the image's kind), debian," \
+          "pypi or off (no Python packages)" >&2
+     exit 2 ;;
 esac
 
 eval "$(scripts/container-engine.sh)"
@@ -80,10 +93,10 @@ else
   CUDA_IMAGE=$DEBIAN_IMAGE
 fi
 
-echo "troupe: building $IMAGE with $ENGINE (IMAGE_CUDA=$IMAGE_CUDA; bases $DEBIAN_IMAGE, $DEBIAN_SLIM_IMAGE; CUDA stage $CUDA_IMAGE)"
+echo "troupe: building $IMAGE with $ENGINE (IMAGE_CUDA=$IMAGE_CUDA IMAGE_TORCH=$IMAGE_TORCH; bases $DEBIAN_IMAGE, $DEBIAN_SLIM_IMAGE; CUDA stage $CUDA_IMAGE)"
 start=$(date +%s)
 # The build's RUN steps reach the Debian mirror through the host's network.
-$ENGINE build --network host -f deploy/sagemaker/Dockerfile -t "$IMAGE" \
+$ENGINE build --network host -f deploy/sagemaker/Dockerfile -t "$IMAGE" "${stage[@]}" \
   --build-arg "CUDA_IMAGE=$CUDA_IMAGE" --build-arg "CUDA_VERSION=$CUDA_VERSION" \
   --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE" --build-arg "DEBIAN_SLIM_IMAGE=$DEBIAN_SLIM_IMAGE" .
 echo "troupe: built $IMAGE in $(( $(date +%s) - start )) s: $($ENGINE image inspect --format '{{.Size}}' "$IMAGE") bytes"

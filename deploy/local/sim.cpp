@@ -270,8 +270,23 @@ sim::JobSpec jobSpec(Options& o) {
                                   "; run without --netns (loopback)");
     }
   }
+  // A bare name is looked up in PATH, as a shell does (`-- python train.py` in a venv).
+  if (o.app[0].find('/') == std::string::npos) {
+    std::string dirs = getenv("PATH") ? getenv("PATH") : "";
+    for (size_t at = 0; at <= dirs.size();) {
+      size_t end = std::min(dirs.find(':', at), dirs.size());
+      auto candidate = (end > at ? dirs.substr(at, end - at) : ".") + "/" + o.app[0];
+      if (access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate)) {
+        o.app[0] = fs::absolute(candidate).string();
+        break;
+      }
+      at = end + 1;
+    }
+  }
   if (access(o.app[0].c_str(), X_OK) != 0) {
-    throw std::invalid_argument("app '" + o.app[0] + "' is not an executable file; build it first");
+    throw std::invalid_argument("app '" + o.app[0] + "' is not an executable file" +
+                                (o.app[0].find('/') == std::string::npos ? " in PATH" : "") +
+                                "; build it first, or give its path");
   }
   if (!o.out.empty() && fs::exists(o.out) && !fs::is_directory(o.out)) {
     throw std::invalid_argument("--out '" + o.out + "' is a file; give a folder (made if missing)");

@@ -23,6 +23,18 @@ Cases (each prints one line, PASS or FAIL with why):
                 rejoins, every container exits 0, exactly once
   broken-image  the same job in a copy of the image without libcapnp-rpc: the job case must
                 fail on it (the check can fail)
+  pytorch-job   a PyTorch script in script mode (tests/image/pytorch/train.py, shipped as the SDK
+                ships it: sourcedir.tar.gz with a requirements.txt, named by
+                sagemaker_submit_directory; SageMaker's hyperparameters as the SDK writes them),
+                with SIGKILL to the app under `train` in a data container mid-epoch: train starts
+                it again, every container exits 0, the model on the head, and every sample of
+                every epoch trained exactly once (the ids the script trained on, counted here)
+  pytorch-stop  the same job, `stop --time 120` of every container mid-epoch: exit 6 everywhere,
+                output/failure naming the stop, the script's state in /opt/ml/checkpoints; then
+                the job again from SageMaker's copy of it: exit 0 everywhere, every sample of
+                every epoch exactly once across both runs
+  The pytorch-* cases need the PyTorch image (`make image`, IMAGE_TORCH=on, the default); on an
+  image built with IMAGE_TORCH=off each is reported as a skip with that reason.
 
 Usage: image_test.py [--image NAME] [--seed N] [--case NAME ...]. Exit 0 when every case passed;
 exit 77 with one line when no container engine can run here (a skip, not a pass).
@@ -95,7 +107,8 @@ class Cluster:
 
     GROUPS = {"data_group": "ml.c5.xlarge", "dnn_group": "ml.p3.2xlarge"}
 
-    def __init__(self, engine, image, network, work, name, layout, checkpoints=None):
+    def __init__(self, engine, image, network, work, name, layout, checkpoints=None, hps=None,
+                 source=None):
         # The network's own DNS server only (its gateway): the host's resolvers, which the engine
         # also lists, are unreachable from an internal network, and a lookup that reaches them
         # waited 20 s to fail while the names were being registered.
@@ -107,13 +120,14 @@ class Cluster:
         self.secret = secrets.token_hex(16)
         self.dir = os.path.join(work, name)
         self.containers = {h: "troupe-it-%d-%s-%s" % (os.getpid(), name, h) for h in self.hosts}
+        self.hps = hps or HYPERPARAMETERS
         for host in self.hosts:
-            self._root(host, checkpoints)
+            self._root(host, checkpoints, source)
 
     def root(self, host):
         return os.path.join(self.dir, host)
 
-    def _root(self, host, checkpoints):
+    def _root(self, host, checkpoints, source):
         root = self.root(host)
         config = os.path.join(root, "input", "config")
         os.makedirs(config)
@@ -129,7 +143,7 @@ class Cluster:
                        "hosts": self.hosts, "instance_groups": groups,
                        "network_interface_name": "eth0"}, f)
         with open(os.path.join(config, "hyperparameters.json"), "w") as f:
-            json.dump(HYPERPARAMETERS, f)
+            json.dump(self.hps, f)
         with open(os.path.join(config, "inputdataconfig.json"), "w") as f:
             json.dump({"train": {"TrainingInputMode": "File"},
                        "troupe-secret": {"TrainingInputMode": "File"}}, f)
@@ -142,6 +156,9 @@ class Cluster:
         os.chmod(secret_file, 0o400)
         for d in ("model", "output", "checkpoints"):  # not output/data: the app makes it
             os.makedirs(os.path.join(root, d))
+        if source:  # the estimator's source_dir as the SDK uploads it (local mode: a file:// URI)
+            os.makedirs(os.path.join(root, "source"))
+            shutil.copy2(source, os.path.join(root, "source", "sourcedir.tar.gz"))
         if checkpoints:  # SageMaker copies checkpoint_s3_uri into every instance's folder
             for f in os.listdir(checkpoints):
                 shutil.copy2(os.path.join(checkpoints, f), os.path.join(root, "checkpoints"))
@@ -257,6 +274,7 @@ def sigterm_blocked(pid):
 # own counters: the GPU check's copy.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from gpu_check_parts import digest as every_id_once  # noqa: E402
+from pytorch_cases import PytorchCases, Skip  # noqa: E402
 
 
 def exactly_once(report, samples=TRAIN_SAMPLES, epochs=EPOCHS):
@@ -277,7 +295,7 @@ def exactly_once(report, samples=TRAIN_SAMPLES, epochs=EPOCHS):
     return None
 
 
-class Run:
+class Run(PytorchCases):
     def __init__(self, args, engine):
         self.args, self.engine = args, engine
         self.rng = random.Random(args.seed)
@@ -301,12 +319,12 @@ class Run:
                 return network, "10.214.%d.1" % self.third
         raise RuntimeError("cannot create a container network: " + p.stderr)
 
-    def cluster(self, name, image=None, layout=None, checkpoints=None):
+    def cluster(self, name, image=None, layout=None, checkpoints=None, hps=None, source=None):
         layout = layout or {"algo-1": "data_group", "algo-2": "dnn_group",
                             "algo-3": "data_group"}
         network, dns = self.network(name)
         c = Cluster(self.engine, image or self.args.image, (network, dns), self.work, name,
-                    layout, checkpoints)
+                    layout, checkpoints, hps, source)
         self.clusters.append(c)
         t = time.time()
         c.create()
@@ -513,7 +531,8 @@ class Run:
         return None
 
 
-CASES = ["job", "secret", "stop", "early-stop", "kill-data", "kill-app", "broken-image"]
+CASES = ["job", "secret", "stop", "early-stop", "kill-data", "kill-app", "broken-image",
+         "pytorch-job", "pytorch-stop"]
 
 
 def main():
@@ -535,12 +554,16 @@ def main():
     # A SIGTERM (a CI timeout) still removes the containers and the network: `finally` below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("image test: SIGTERM; cleaning up"))
     run = Run(args, engine)
-    passed = failed = 0
+    passed = failed = skipped = 0
     try:
         for case in args.case or CASES:
             t = time.time()
             try:
                 why = getattr(run, case.replace("-", "_"))()
+            except Skip as e:
+                skipped += 1
+                print("SKIP %-13s: %s" % (case, e), flush=True)
+                continue
             except Exception as e:  # a broken harness is a failed case, never a pass
                 why = "%s: %s" % (type(e).__name__, e)
             line = "%-13s %5.1f s" % (case, time.time() - t)
@@ -552,7 +575,7 @@ def main():
                 print("FAIL %s: %s" % (line, why), flush=True)
     finally:
         run.close()
-    print("%d passed, %d failed" % (passed, failed))
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
     return 0 if failed == 0 else 1
 
 

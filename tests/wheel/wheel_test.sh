@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# make test-wheel: the wheel `make wheel` wrote to dist/, installed as a user installs it and run
+# as docs/pytorch.md has them run it - no build tree, no PYTHONPATH, no troupe in PATH but the
+# venv's.
+#
+#   1. a fresh venv that sees the system's packages (Debian's torch and torchvision: the module
+#      does not link torch), in a folder of its own; `pip install` of the wheel, offline;
+#   2. every shared library the installed module and program load is the wheel's own
+#      (troupe.libs/) or one of the few every manylinux platform has and a slim image holds
+#      (glibc's, libstdc++, libgcc_s, zlib): read with ldd, so a library the wheel forgot fails
+#      here rather than on a user's image;
+#   3. the drop-in example (examples/pytorch/train_images.py, copied out of the tree) on an
+#      ImageFolder made here from Fashion-MNIST (JPEGs and PNGs), under the wheel's own
+#      `troupe sim` with two data instances and one dnn instance: every instance exits 0 and the
+#      script trains every sample of its epoch;
+#   4. troupe.data.ImageDataset (troupe's C++ decoding: libjpeg-turbo, libpng) reads both kinds
+#      of file with the same pixels as PIL where the decode is exact (PNG).
+#
+# Prints one line per check, PASS or FAIL with why; exit 0 when every one passed, 77 (a skip,
+# with its reason) without torch.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+wheel=${1:-$(ls "$repo"/dist/troupe-*.whl 2>/dev/null | head -n 1)}
+python=${PYTHON:-/usr/bin/python3}
+if [ -z "$wheel" ] || [ ! -f "$wheel" ]; then
+  echo "FAIL: no wheel in $repo/dist (make wheel writes it)"
+  exit 1
+fi
+if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
+  echo "SKIP: wheel test: $python has no torch and torchvision (apt-get install python3-torch python3-torchvision)"
+  exit 77
+fi
+work=$(mktemp -d /tmp/troupe-wheel-test.XXXXXX)
+sim=
+cleanup() {
+  [ -n "$sim" ] && kill -TERM "$sim" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+failed=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1"; failed=1; }
+
+echo "wheel test: $(basename "$wheel"); $("$python" --version), glibc $(ldd --version | head -n 1 | awk '{print $NF}'), torch $("$python" -c 'import torch; print(torch.__version__)')"
+"$python" -m venv --system-site-packages "$work/venv"
+cd "$work"
+export PATH="$work/venv/bin:/usr/bin:/bin"
+unset PYTHONPATH LD_LIBRARY_PATH
+if out=$(pip install -q --no-index --disable-pip-version-check "$wheel" 2>&1); then
+  pass "install: pip install $(basename "$wheel") into a fresh venv, offline"
+else
+  fail "install: $out"
+  exit 1
+fi
+
+# 2. The libraries: the wheel's or the platform's, nothing from this machine's other packages.
+site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+native=$(ls "$site"/troupe/_native*.so)
+program=$site/troupe/_bin/troupe
+bad=$(ldd "$native" "$program" | awk '/=>/ {print $1, $3}' | while read -r name path; do
+  case "$(realpath -m "$path")" in
+    "$site"/troupe.libs/*) ;;
+    *) case "$name" in
+         libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|libstdc++.so.*|libgcc_s.so.*|libz.so.1|ld-linux*) ;;
+         *) echo "$name ($path)" ;;
+       esac ;;
+  esac
+done)
+if [ -z "$bad" ] && ! ldd "$native" "$program" | grep -q "not found"; then
+  pass "libraries: the module and the program load only the wheel's ($(ls "$site/troupe.libs" | wc -l) in troupe.libs) and glibc's, libstdc++, libgcc_s, zlib"
+else
+  fail "libraries from outside the wheel: $(echo $bad) $(ldd "$native" "$program" | grep 'not found')"
+fi
+where=$(command -v troupe)
+package=$(python -c 'import troupe.data; print(troupe.__file__)')
+if [ "$where" = "$work/venv/bin/troupe" ] && troupe --help >/dev/null 2>&1 &&
+   [ "$package" = "$site/troupe/__init__.py" ]; then
+  pass "program and package: the wheel's ($where, $package)"
+else
+  fail "program and package: troupe is '$where' and the package '$package', not the venv's ($site), or --help failed"
+fi
+
+# 3. The drop-in example on an ImageFolder made here: 10 classes, 40 training images each (every
+# fourth a PNG) and 10 test images each, Fashion-MNIST's pictures tinted and enlarged to 40x40.
+python - "$work/data" <<'EOF'
+import gzip, os, sys
+import numpy as np
+from PIL import Image
+root = sys.argv[1]
+with gzip.open("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") as f:
+    images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+with gzip.open("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz") as f:
+    labels = np.frombuffer(f.read(), np.uint8, offset=8)
+count = {}
+for i in range(len(images)):
+    c = int(labels[i])
+    n = count.get(c, 0)
+    if n == 50:
+        continue
+    count[c] = n + 1
+    split = "train" if n < 40 else "test"
+    rgb = np.stack([images[i], images[i] // 2 + 60, 255 - images[i]], axis=2)
+    picture = Image.fromarray(rgb).resize((40, 40), Image.BILINEAR)
+    folder = os.path.join(root, split, "class_%d" % c)
+    os.makedirs(folder, exist_ok=True)
+    picture.save(os.path.join(folder, "%05d.%s" % (i, "png" if n % 4 == 3 else "jpg")), quality=90)
+    if len(count) == 10 and all(v == 50 for v in count.values()):
+        break
+EOF
+cp "$repo/examples/pytorch/train_images.py" "$work/"
+troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- \
+  python train_images.py "$work/data" --epochs 2 --batch-size 32 > "$work/sim.log" 2>&1 &
+sim=$!
+wait "$sim"
+code=$?
+sim=
+log=$(cat "$work/sim.log")
+if [ "$code" = 0 ] && grep -q "epoch 2/2: 400 samples" <<<"$log" &&
+   grep -q "troupe sim: all 3 instances exited 0" <<<"$log"; then
+  pass "example: train_images.py under the wheel's troupe sim, 2 data + 1 dnn instance: $(grep -o 'epoch 2/2: [^,]*, [^,]*' <<<"$log"), all 3 instances exited 0"
+else
+  fail "example: troupe sim exited $code; its log ends: $(tail -n 15 <<<"$log")"
+fi
+
+# 4. troupe's own decoding from the wheel (no OpenCV imgcodecs in it): a PNG's pixels are PIL's.
+if out=$(python - "$work/data/train" 2>&1 <<'EOF'
+import sys
+import numpy as np
+from PIL import Image
+import troupe.data
+ds = troupe.data.ImageDataset(sys.argv[1], "CenterCrop(40)")  # the whole 40x40 picture
+kinds = {}
+for i in range(len(ds)):
+    kinds.setdefault(ds.source.name(i).rsplit(".", 1)[1], i)
+for kind, i in sorted(kinds.items()):
+    x, _ = ds[i]
+    got = x.numpy()
+    if got.dtype != np.uint8:
+        got = np.rint(got * 255)
+    got = got.astype(int).transpose(1, 2, 0) if got.shape[0] == 3 else got.astype(int)
+    want = np.asarray(Image.open(ds.source.name(i) if ds.source.name(i).startswith("/")
+                                 else sys.argv[1] + "/" + ds.source.name(i)).convert("RGB"))
+    diff = int(np.abs(got - want).max())
+    print("%s (%s) %s, max difference from PIL %d;" % (ds.source.name(i), kind, got.shape, diff))
+    if kind == "png" and diff != 0:
+        sys.exit("the PNG %s differs from PIL's by %d" % (ds.source.name(i), diff))
+EOF
+); then
+  pass "decode: troupe's C++ decoding from the wheel: $(echo $out)"
+else
+  fail "decode: $out"
+fi
+exit $failed
