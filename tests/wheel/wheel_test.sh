@@ -14,7 +14,11 @@
 #      `troupe sim` with two data instances and one dnn instance: every instance exits 0 and the
 #      script trains every sample of its epoch;
 #   4. troupe.data.ImageDataset (troupe's C++ decoding: libjpeg-turbo, libpng) reads both kinds
-#      of file with the same pixels as PIL where the decode is exact (PNG).
+#      of file with the same pixels as PIL where the decode is exact (PNG);
+#   5. a script written for SageMaker's script mode (tests/python/script_mode/, shipped as
+#      sourcedir.tar.gz with a requirements.txt) through a copy of deploy/sagemaker/train, as a
+#      user's own image runs it, under the wheel's `troupe sim`: every instance exits 0 and the
+#      script trains every sample of each epoch once.
 #
 # Prints one line per check, PASS or FAIL with why; exit 0 when every one passed, 77 (a skip,
 # with its reason) without torch.
@@ -150,5 +154,31 @@ EOF
   pass "decode: troupe's C++ decoding from the wheel: $(echo $out)"
 else
   fail "decode: $out"
+fi
+
+# 5. Script mode from the wheel: the entry point copied out of the tree, the source as the SDK
+# ships it, pip offline (numpy is met by Debian's, through the venv's system site packages).
+mkdir -p "$work/entry" "$work/source" "$work/channel"
+cp "$repo/deploy/sagemaker/train" "$repo/deploy/sagemaker/script_mode.py" "$work/entry/"
+cp "$repo/tests/python/script_mode/train.py" "$work/source/"
+echo numpy > "$work/source/requirements.txt"
+tar -C "$work/source" -czf "$work/sourcedir.tar.gz" .
+python -c 'import sys; sys.stdout.writelines("%g,%g\n" % (i / 100, 3 * i / 100 + 1) for i in range(200))' \
+  > "$work/channel/rows.csv"
+PIP_NO_INDEX=1 troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
+  --channel train="$work/channel" --hp sagemaker_program=train.py \
+  --hp sagemaker_submit_directory="file://$work/sourcedir.tar.gz" --hp epochs=2 \
+  --hp batch-size=20 -- "$work/entry/train" > "$work/script-mode.log" 2>&1 &
+sim=$!
+wait "$sim"
+code=$?
+sim=
+log=$(cat "$work/script-mode.log")
+if [ "$code" = 0 ] && grep -q "script-mode epoch 1: 200 samples, 200 distinct of 200" <<<"$log" &&
+   [ "$(grep -c "requirements.txt installed" <<<"$log")" = 3 ] &&
+   grep -q "troupe sim: all 3 instances exited 0" <<<"$log"; then
+  pass "script mode: a SageMaker script through train under the wheel's troupe sim: $(grep -o 'script-mode epoch 1: [^,]*, [^,]*' <<<"$log"), requirements installed on all 3, all 3 instances exited 0"
+else
+  fail "script mode: troupe sim exited $code; its log ends: $(tail -n 15 <<<"$log")"
 fi
 exit $failed
