@@ -493,19 +493,31 @@ class Run(PytorchCases):
             return "the job did not complete: exit statuses %s" % codes
         return exactly_once(c.file(c.head, "output", "data", "report.json"))
 
+    def app_killed(self, c, case, step):
+        """Starts `c` and, at `step` of epoch 1, SIGKILLs the app under `train` in a data
+        container: (that host, None), or (that host, why the kill did not happen)."""
+        victim = next(h for h in c.hosts if c.layout[h] == "data_group")
+        print("  %s: SIGKILL to the app under train in %s at step %d of epoch 1 (--seed %d)" % (
+            case, victim, step, self.args.seed), flush=True)
+        c.start()
+        if not c.wait_for_step(step):
+            return victim, "training never reached step %d; the head's log ends: %s" % (
+                step, c.logs(c.head)[-800:])
+        # The app is the one child of PID 1 (train); what it started (a DataLoader's fork server
+        # and workers) are its own children.
+        p = self.engine.run("exec", c.containers[victim], "sh", "-c",
+                            "kill -9 $(cat /proc/1/task/1/children)", check=False)
+        if p.returncode != 0:
+            return victim, "the kill did not happen in %s: %s" % (victim, p.stderr.strip()[-300:])
+        return victim, None
+
     def kill_app(self):
         # The app's process in a data container dies (kill -9, as the OOM killer does); `train`,
         # PID 1, starts it again and it rejoins: every container exits 0, as SageMaker needs.
-        step = self.rng.randint(3, 30)
         c = self.cluster("killapp")
-        victim = next(h for h in c.hosts if c.layout[h] == "data_group")
-        print("  kill-app: SIGKILL to the app under train in %s at step %d of epoch 1 "
-              "(--seed %d)" % (victim, step, self.args.seed), flush=True)
-        c.start()
-        if not c.wait_for_step(step):
-            return "training never reached step %d" % step
-        self.engine.run("exec", c.containers[victim], "sh", "-c",
-                        "kill -9 $(cat /proc/1/task/1/children)")
+        victim, why = self.app_killed(c, "kill-app", self.rng.randint(3, 30))
+        if why:
+            return why
         codes = c.wait()
         log = c.logs(victim)
         if "starting it again (restart 1 of 2)" not in log:

@@ -50,7 +50,8 @@ def exactly_once(ids_json):
 
 
 class PytorchCases:
-    """Mixed into image_test.Run: self.cluster(), self.engine, self.rng, self.args, self.work."""
+    """Mixed into image_test.Run: self.cluster(), self.app_killed(), self.engine, self.rng,
+    self.args, self.work."""
 
     def _source(self):
         """sourcedir.tar.gz as the SDK makes it from source_dir: the script and a
@@ -80,21 +81,10 @@ class PytorchCases:
         return self.cluster(name, hps=hyperparameters(), source=self._source(), **kw)
 
     def pytorch_job(self):
-        step = self.rng.randint(3, STEPS - 20)
         c = self._script_cluster("torchjob")
-        victim = next(h for h in c.hosts if c.layout[h] == "data_group")
-        print("  pytorch-job: SIGKILL to the app under train in %s at step %d of epoch 1 "
-              "(--seed %d)" % (victim, step, self.args.seed), flush=True)
-        c.start()
-        if not c.wait_for_step(step):
-            return "training never reached step %d; the head's log ends: %s" % (
-                step, c.logs(c.head)[-800:])
-        # The app is the one child of PID 1 (train); its DataLoader's fork server and workers are
-        # its own children.
-        p = self.engine.run("exec", c.containers[victim], "sh", "-c",
-                            "kill -9 $(cat /proc/1/task/1/children)", check=False)
-        if p.returncode != 0:
-            return "the kill did not happen in %s: %s" % (victim, p.stderr.strip()[-300:])
+        victim, why = self.app_killed(c, "pytorch-job", self.rng.randint(3, STEPS - 20))
+        if why:
+            return why
         codes = c.wait()
         log = c.logs(victim)
         if "starting it again (restart 1 of 2)" not in log:

@@ -45,6 +45,19 @@ trap 'exit 143' TERM INT
 failed=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; failed=1; }
+# sim_job FILE ARGS...: `troupe sim` on two data instances and one dnn instance with ARGS, its
+# output into FILE and the variable log, its exit status in code (reaped here; killed at exit).
+sim_job() {
+  local file=$1
+  shift
+  troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge "$@" \
+    > "$file" 2>&1 &
+  sim=$!
+  wait "$sim"
+  code=$?
+  sim=
+  log=$(cat "$file")
+}
 
 echo "wheel test: $(basename "$wheel"); $("$python" --version), glibc $(ldd --version | head -n 1 | awk '{print $NF}'), torch $("$python" -c 'import torch; print(torch.__version__)')"
 "$python" -m venv --system-site-packages "$work/venv"
@@ -113,13 +126,7 @@ for i in range(len(images)):
         break
 EOF
 cp "$repo/examples/pytorch/train_images.py" "$work/"
-troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge -- \
-  python train_images.py "$work/data" --epochs 2 --batch-size 32 > "$work/sim.log" 2>&1 &
-sim=$!
-wait "$sim"
-code=$?
-sim=
-log=$(cat "$work/sim.log")
+sim_job "$work/sim.log" -- python train_images.py "$work/data" --epochs 2 --batch-size 32
 if [ "$code" = 0 ] && grep -q "epoch 2/2: 400 samples" <<<"$log" &&
    grep -q "troupe sim: all 3 instances exited 0" <<<"$log"; then
   pass "example: train_images.py under the wheel's troupe sim, 2 data + 1 dnn instance: $(grep -o 'epoch 2/2: [^,]*, [^,]*' <<<"$log"), all 3 instances exited 0"
@@ -165,15 +172,9 @@ echo numpy > "$work/source/requirements.txt"
 tar -C "$work/source" -czf "$work/sourcedir.tar.gz" .
 python -c 'import sys; sys.stdout.writelines("%g,%g\n" % (i / 100, 3 * i / 100 + 1) for i in range(200))' \
   > "$work/channel/rows.csv"
-PIP_NO_INDEX=1 troupe sim --group data_group=2:ml.c5.xlarge --group dnn_group=1:ml.p3.2xlarge \
-  --channel train="$work/channel" --hp sagemaker_program=train.py \
-  --hp sagemaker_submit_directory="file://$work/sourcedir.tar.gz" --hp epochs=2 \
-  --hp batch-size=20 -- "$work/entry/train" > "$work/script-mode.log" 2>&1 &
-sim=$!
-wait "$sim"
-code=$?
-sim=
-log=$(cat "$work/script-mode.log")
+PIP_NO_INDEX=1 sim_job "$work/script-mode.log" --channel train="$work/channel" \
+  --hp sagemaker_program=train.py --hp sagemaker_submit_directory="file://$work/sourcedir.tar.gz" \
+  --hp epochs=2 --hp batch-size=20 -- "$work/entry/train"
 if [ "$code" = 0 ] && grep -q "script-mode epoch 1: 200 samples, 200 distinct of 200" <<<"$log" &&
    [ "$(grep -c "requirements.txt installed" <<<"$log")" = 3 ] &&
    grep -q "troupe sim: all 3 instances exited 0" <<<"$log"; then
