@@ -48,6 +48,7 @@
 #include "outputs.h"
 #include "sim_run.h"
 #include "status_cmd.h"
+#include "subprocess.h"
 #include "troupe/app_settings.h"
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
@@ -272,16 +273,8 @@ sim::JobSpec jobSpec(Options& o) {
   }
   // A bare name is looked up in PATH, as a shell does (`-- python train.py` in a venv).
   if (o.app[0].find('/') == std::string::npos) {
-    std::string dirs = getenv("PATH") ? getenv("PATH") : "";
-    for (size_t at = 0; at <= dirs.size();) {
-      size_t end = std::min(dirs.find(':', at), dirs.size());
-      auto candidate = (end > at ? dirs.substr(at, end - at) : ".") + "/" + o.app[0];
-      if (access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate)) {
-        o.app[0] = fs::absolute(candidate).string();
-        break;
-      }
-      at = end + 1;
-    }
+    auto found = troupe::subprocess::inPath(o.app[0]);
+    if (found != o.app[0]) o.app[0] = fs::absolute(found).string();
   }
   if (access(o.app[0].c_str(), X_OK) != 0) {
     throw std::invalid_argument("app '" + o.app[0] + "' is not an executable file" +

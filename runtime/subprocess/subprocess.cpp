@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,20 +51,23 @@ int openStream(const Stream& s, bool forReading) {
   return -1;
 }
 
-// `name` looked up in PATH, as a shell would, before the fork (execvpe may allocate, which a
-// child of a threaded process must not). Unfound: the name itself, which then fails to run (127).
+}  // namespace
+
+// Looked up before the fork (execvpe may allocate, which a child of a threaded process must not).
 std::string inPath(const std::string& name) {
   const char* path = getenv("PATH");
   std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
     auto candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    struct stat st;
+    if (access(candidate.c_str(), X_OK) == 0 && stat(candidate.c_str(), &st) == 0 &&
+        !S_ISDIR(st.st_mode)) {
+      return candidate;
+    }
   }
   return name;
 }
-
-}  // namespace
 
 Child::Child(const Spec& spec) : group_(spec.ownProcessGroup) {
   if (spec.argv.empty()) throw std::invalid_argument("a child process needs an argv");

@@ -18,6 +18,10 @@ namespace troupe::subprocess {
 /// A wait status as one number: the exit code, or 128 + the signal that ended the process.
 int exitStatus(int waitStatus);
 
+/// `name` looked up in PATH as a shell would: the first executable file of that name in its
+/// folders; unfound, the name itself (which then fails to run, 127).
+std::string inPath(const std::string& name);
+
 /// Where one of the child's standard streams goes.
 struct Stream {
   enum class Kind { kInherit, kNull, kFile, kFd };
