@@ -493,9 +493,12 @@ class GpuCheck:
                               "epoch_seconds": [e.get("seconds") for e in r.get("epochs", [])],
                               "steps": [e.get("steps") for e in r.get("epochs", [])],
                               "wait_seconds": [e.get("wait_seconds") for e in r.get("epochs", [])]})
-        check.require((last.get("accuracy") or 0) >= 0.6,
-                      "test accuracy %s after %d epochs (want >= 0.6)" % (last.get("accuracy"),
-                                                                         epochs))
+        # Chance is 0.10; the steps' order (which augmenter's batch comes first) varies run to
+        # run: --quick's 47 steps gave 0.58 to 0.65 on the CPU, 2 full epochs 0.817 on an H200.
+        want = 0.5 if self.args.quick else 0.7
+        check.require((last.get("accuracy") or 0) >= want,
+                      "test accuracy %s after %d epochs of %d samples (want >= %s)" %
+                      (last.get("accuracy"), epochs, samples, want))
 
     # --- the whole ------------------------------------------------------------------------------
     def main(self):
