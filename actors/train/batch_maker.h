@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,20 +28,31 @@ struct MadeTensor {
   uint64_t offset = 0, bytes = 0;  // in MadeBatch::data
 };
 
-// A numpy typestr's item size ("<f4": 4, "|u1": 1, "<U8": 32), or 0 when it is not one a batch
-// carries (object arrays, malformed text): what a tensor's bytes are checked against (its
-// shape's product times this), on both ends of the wire.
+// A numpy typestr's item size ("<f4": 4, "|u1": 1, "|b1": 1), or 0 when it is not a numeric
+// dtype a tensor has (bool, int, uint, float, complex, of their sizes): what a tensor's bytes
+// are checked against (its shape's product times this), on both ends of the wire. Strings,
+// objects and records are refused: the worker says so (_workers.py), the receiver never makes
+// an array of them.
 inline uint64_t numpyItemSize(const std::string& dtype) {
-  if (dtype.size() < 3 || std::string("<>|=").find(dtype[0]) == std::string::npos ||
-      std::string("biufcUSV").find(dtype[1]) == std::string::npos) {
+  if (dtype.size() < 3 || dtype.size() > 4 ||
+      std::string("<>|=").find(dtype[0]) == std::string::npos) {
     return 0;
   }
-  uint64_t n = 0;
-  for (size_t i = 2; i < dtype.size(); ++i) {
-    if (dtype[i] < '0' || dtype[i] > '9' || n > (1ull << 32)) return 0;
-    n = n * 10 + uint64_t(dtype[i] - '0');
+  auto size = dtype.substr(2);
+  auto oneOf = [&](std::initializer_list<const char*> sizes) -> uint64_t {
+    for (auto s : sizes) {
+      if (size == s) return std::stoul(size);
+    }
+    return 0;
+  };
+  switch (dtype[1]) {
+    case 'b': return oneOf({"1"});
+    case 'i':
+    case 'u': return oneOf({"1", "2", "4", "8"});
+    case 'f': return oneOf({"2", "4", "8"});
+    case 'c': return oneOf({"8", "16"});
+    default: return 0;
   }
-  return dtype[1] == 'U' ? n * 4 : n;  // numpy's unicode: 4 bytes a character
 }
 
 // Whether `bytes` are exactly what a tensor of `dtype` and `shape` holds (no overflow).

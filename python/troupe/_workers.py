@@ -53,6 +53,10 @@ def flatten(value, tensors):
         tensors.append(value.detach().cpu().contiguous().numpy())
         return {"t": len(tensors) - 1}
     if isinstance(value, numpy.ndarray):
+        if value.dtype.kind not in "biufc":
+            raise TypeError(f"DataLoader: a collated batch holds a numpy array of dtype "
+                            f"{value.dtype.str}; batches carry numeric arrays (bool, int, uint, "
+                            "float, complex): give strings as a list (default_collate does)")
         tensors.append(numpy.ascontiguousarray(value))
         return {"t": len(tensors) - 1}
     if isinstance(value, tuple):
