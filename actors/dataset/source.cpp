@@ -104,13 +104,18 @@ class FileList : public Source {
  public:
   size_t size() const override { return paths_.size(); }
   Encoded read(size_t i) const override {
-    return Encoded{files::readWhole(paths_.at(i)), targets_.at(i), paths_[i]};
+    try {
+      return Encoded{files::readWhole(paths_.at(i)), targets_.at(i), paths_[i]};
+    } catch (const std::bad_alloc&) {
+      throw SampleError(paths_[i], "out of memory reading it whole");
+    }
   }
   std::string nameOf(size_t i) const override { return paths_.at(i); }
   const std::vector<std::string>& classes() const override { return classes_; }
+  std::vector<std::string> notes() const override { return notes_; }
 
  protected:
-  std::vector<std::string> classes_;
+  std::vector<std::string> classes_, notes_;
   std::vector<std::string> paths_;
   std::vector<int64_t> targets_;
 };
@@ -125,7 +130,9 @@ class ImageFolder final : public FileList {
     for (auto& e : fs::directory_iterator(root, ec)) {
       auto name = e.path().filename().string();
       if (name.empty() || name[0] == '.') continue;
-      if (e.is_directory()) classes_.push_back(name);
+      std::error_code entry;
+      if (e.is_directory(entry)) classes_.push_back(name);
+      if (entry == std::errc::too_many_symbolic_link_levels) throw loop(e.path(), entry);
     }
     if (ec) throw SourceError("ImageFolder " + root.string() + ": cannot list: " + ec.message());
     std::sort(classes_.begin(), classes_.end());
@@ -138,22 +145,43 @@ class ImageFolder final : public FileList {
     for (size_t c = 0; c < classes_.size(); ++c) {
       std::vector<std::pair<std::string, std::string>> found;  // (folder, name)
       auto dir = root / classes_[c];
+      // The folders the listing is inside, as their real paths: a folder that is one of them
+      // again is a symlink loop, which os.walk(followlinks=True) would follow until the path is
+      // too long. Error codes throughout: a filesystem_error here would end every process.
+      std::vector<fs::path> inside{fs::canonical(dir, ec)};
+      if (ec) throw cannotList(dir, ec);
       for (auto it = fs::recursive_directory_iterator(
                dir, fs::directory_options::follow_directory_symlink, ec);
-           it != fs::recursive_directory_iterator(); it.increment(ec)) {
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         auto name = it->path().filename().string();
+        std::error_code entry;
+        bool folder = it->is_directory(entry);
+        if (entry == std::errc::too_many_symbolic_link_levels) throw loop(it->path(), entry);
         if (!name.empty() && name[0] == '.') {
-          if (it->is_directory()) it.disable_recursion_pending();
+          if (folder) it.disable_recursion_pending();
           continue;
         }
-        if (!it->is_regular_file()) continue;
+        if (folder) {
+          auto real = fs::canonical(it->path(), entry);
+          if (entry) throw cannotList(it->path(), entry);
+          inside.resize(size_t(it.depth()) + 1);
+          if (std::find(inside.begin(), inside.end(), real) != inside.end()) {
+            throw SourceError("ImageFolder " + root.string() + ": " + it->path().string() +
+                              " is a symlink loop: it leads back to " + real.string() +
+                              ", a folder it is inside; remove the link or point it elsewhere");
+          }
+          inside.push_back(real);
+          continue;
+        }
+        if (!it->is_regular_file(entry)) continue;  // a dangling link, a socket
         if (!isImage(it->path())) {
           notImages.push_back(it->path().string());
           continue;
         }
         found.emplace_back(it->path().parent_path().string(), name);
       }
-      if (ec) throw SourceError("ImageFolder " + dir.string() + ": cannot list: " + ec.message());
+      if (ec == std::errc::too_many_symbolic_link_levels) throw loop(dir, ec);
+      if (ec) throw cannotList(dir, ec);
       if (found.empty()) empty.push_back(classes_[c]);
       // torchvision: sorted(os.walk(...)), then each folder's files sorted.
       std::sort(found.begin(), found.end());
@@ -170,14 +198,16 @@ class ImageFolder final : public FileList {
                         "); remove the folder or add its images");
     }
     if (!notImages.empty()) {
+      // torchvision's ImageFolder leaves them out without a word; this says how many.
       std::string list;
       for (size_t i = 0; i < notImages.size() && i < 5; ++i) {
         list += (list.empty() ? "" : ", ") + notImages[i];
       }
       if (notImages.size() > 5) list += " and " + std::to_string(notImages.size() - 5) + " more";
-      throw SourceError("ImageFolder " + root.string() + ": " + std::to_string(notImages.size()) +
-                        " file(s) that are not images: " + list + " (image files end in " +
-                        files::extensionList() + "; hidden files, named .*, are ignored)");
+      notes_.push_back("ImageFolder " + root.string() + ": left out " +
+                       std::to_string(notImages.size()) + " file(s) that are not images, as " +
+                       "torchvision's ImageFolder does: " + list + " (image files end in " +
+                       files::extensionList() + ")");
     }
   }
 
@@ -186,6 +216,17 @@ class ImageFolder final : public FileList {
 
  private:
   fs::path root_;
+
+  SourceError cannotList(const fs::path& p, std::error_code ec) const {
+    if (ec == std::errc::too_many_symbolic_link_levels) return loop(p, ec);
+    return SourceError("ImageFolder " + root_.string() + ": cannot list " + p.string() + ": " +
+                       ec.message());
+  }
+  SourceError loop(const fs::path& p, std::error_code ec) const {
+    return SourceError("ImageFolder " + root_.string() + ": " + p.string() +
+                       " is a symlink loop (" + ec.message() +
+                       "); remove the link or point it elsewhere");
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -306,7 +347,9 @@ std::unique_ptr<Source> openImageFolder(const fs::path& root) {
 std::unique_ptr<Source> openManifest(const fs::path& file) { return std::make_unique<Manifest>(file); }
 std::unique_ptr<Source> openIdx(const fs::path& dir) { return std::make_unique<Idx>(dir); }
 
-std::unique_ptr<Source> openSource(const fs::path& path) {
+namespace {
+
+std::unique_ptr<Source> openAt(const fs::path& path) {
   std::error_code ec;
   auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
@@ -324,8 +367,9 @@ std::unique_ptr<Source> openSource(const fs::path& path) {
   for (auto& e : fs::directory_iterator(path, ec)) {
     auto name = e.path().filename().string();
     if (name.empty() || name[0] == '.') continue;
-    if (e.is_directory()) folders = true;
-    if (!e.is_regular_file()) continue;
+    std::error_code entry;  // a symlink loop: the ImageFolder names it
+    if (e.is_directory(entry) || entry == std::errc::too_many_symbolic_link_levels) folders = true;
+    if (!e.is_regular_file(entry)) continue;
     if (files::lower(e.path().extension().string()) == ".tar") shards.push_back(e.path());
     if (isManifest(e.path())) manifests.push_back(e.path());
     if (name.rfind("train-images-idx3-ubyte", 0) == 0) idx = true;
@@ -336,12 +380,28 @@ std::unique_ptr<Source> openSource(const fs::path& path) {
     return openWebDataset(shards);
   }
   if (idx) return openIdx(path);
-  if (manifests.size() == 1 && !folders) return openManifest(manifests.front());
+  if (!manifests.empty() && folders) {
+    throw SourceError("dataset " + path.string() + ": both class folders (an ImageFolder) and " +
+                      "a manifest, " + manifests.front().filename().string() +
+                      ": which to read is unclear; give the manifest's own path to read it, or "
+                      "move it out of the folder to read the class folders");
+  }
+  if (manifests.size() == 1) return openManifest(manifests.front());
   if (folders) return openImageFolder(path);
   throw SourceError("dataset " + path.string() +
                     ": found no dataset there: looked for class folders (an ImageFolder), .tar "
                     "shards (WebDataset), one manifest (.csv, .jsonl) and Fashion-MNIST's IDX "
                     "files (train-images-idx3-ubyte)");
+}
+
+}  // namespace
+
+std::unique_ptr<Source> openSource(const fs::path& path) {
+  try {
+    return openAt(path);
+  } catch (const fs::filesystem_error& e) {  // one the listing did not foresee: still named
+    throw SourceError("dataset " + path.string() + ": " + e.what());
+  }
 }
 
 }  // namespace troupe::data

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "source_files.h"
@@ -102,8 +103,9 @@ class WebDataset final : public Source {
         throw SourceError("WebDataset " + where + " has no image (members " + sample.key +
                           ".jpg, .jpeg, .png ...)");
       }
-      // A shard cut short inside an image: that sample is a bad one (read() says so), its
-      // label gone with the rest of the shard.
+      // A shard cut short inside an image, or between an image and its label: that sample is
+      // a bad one (read() says so), its label gone with the rest of the shard.
+      if (cutShards_.count(sample.image->shard) && !sample.label) sample.image->truncated = true;
       bool cut = sample.image->truncated;
       if (cut && !sample.label) sample.label = 0;
       if (!sample.labelProblem.empty() && !cut) {
@@ -135,10 +137,16 @@ class WebDataset final : public Source {
   Encoded read(size_t i) const override {
     auto& m = members_.at(i);
     if (m.truncated) {
-      throw SampleError(names_[i], "cut short: the shard ends inside this member (" +
-                                       std::to_string(m.size) + " bytes)");
+      throw SampleError(names_[i], "cut short: the shard ends inside this sample (its image " +
+                                       std::to_string(m.size) +
+                                       " bytes), and whatever followed it in the shard is lost");
     }
-    std::vector<uint8_t> bytes(m.size);
+    std::vector<uint8_t> bytes;
+    try {
+      bytes.resize(m.size);
+    } catch (const std::bad_alloc&) {
+      throw SampleError(names_[i], "out of memory reading its " + std::to_string(m.size) + " bytes");
+    }
     if (!preadAll(fds_[m.shard], bytes.data(), bytes.size(), m.offset)) {
       throw SampleError(names_[i], errno ? std::string("cannot read: ") + strerror(errno)
                                          : "cut short: the shard ends inside this member");
@@ -148,6 +156,7 @@ class WebDataset final : public Source {
   }
   std::string nameOf(size_t i) const override { return names_.at(i); }
   const std::vector<std::string>& classes() const override { return classes_; }
+  std::vector<std::string> notes() const override { return notes_; }
   std::string kind() const override { return "WebDataset"; }
   std::string where() const override {
     return shards_.size() == 1 ? shards_[0].string()
@@ -167,17 +176,33 @@ class WebDataset final : public Source {
                          std::to_string(at) + "; is it a tar file (tar --format=ustar or gnu)?");
     };
     char h[kBlock];
+    bool ended = false;  // tar's end-of-archive block seen
+    std::string cutInside;  // the member the shard ends inside
     while (at + kBlock <= fileSize) {
       if (!preadAll(fd, h, kBlock, at)) throw bad(std::string("cannot read: ") + strerror(errno));
-      if (std::all_of(h, h + kBlock, [](char c) { return c == 0; })) break;  // the end
+      if (std::all_of(h, h + kBlock, [](char c) { return c == 0; })) {
+        ended = true;
+        break;
+      }
       auto size = tarNumber(h + 124, 12);
       if (!size) throw bad("a damaged header (size '" + field(h + 124, 12) + "')");
       char type = h[156];
       uint64_t data = at + kBlock;
+      // A size past the shard's end: a member cut short, or a crafted size. Nothing is allocated
+      // or skipped by it (skipping would wrap the offset round to an earlier header).
+      bool past = *size > fileSize - data;
       std::string name = field(h, 100);
       if (memcmp(h + 257, "ustar", 5) == 0 && h[345] != '\0') name = field(h + 345, 155) + "/" + name;
       if (!longName.empty()) name = std::exchange(longName, std::string());
       if (type == 'L' || type == 'x') {
+        constexpr uint64_t kMaxHeader = 1 << 20;
+        if (past || *size > kMaxHeader) {
+          throw bad("a " + std::string(type == 'L' ? "long-name" : "pax") + " header of " +
+                    std::to_string(*size) + " bytes (" +
+                    (past ? "past the shard's end, " + std::to_string(fileSize) + " bytes"
+                          : "more than 1 MiB") +
+                    ")");
+        }
         std::string text(*size, '\0');
         if (!preadAll(fd, text.data(), text.size(), data)) throw bad("a header cut short");
         if (type == 'L') {
@@ -195,9 +220,25 @@ class WebDataset final : public Source {
           }
         }
       } else if (type == '0' || type == '\0' || type == '7') {
-        add(s, name, data, *size, data + *size > fileSize, fd, byKey, samples);
+        add(s, name, data, *size, past, fd, byKey, samples);
+        if (past) cutInside = name;
       }
+      if (past) break;
       at = data + (*size + kBlock - 1) / kBlock * kBlock;
+    }
+    // A shard cut short: the member it ends inside is a bad sample (read() says so); the members
+    // after the cut are gone without a name, so the shard is named here with where it ends.
+    if (!cutInside.empty() || (!ended && at < fileSize)) {
+      cutShards_.insert(s);
+      notes_.push_back("WebDataset shard " + shards_[s].string() + " is cut short: it ends at byte " +
+                       std::to_string(fileSize) +
+                       (cutInside.empty() ? " inside a header"
+                                          : " inside member " + cutInside + " (a bad sample)") +
+                       ", and every member after the cut is lost; copy the shard again");
+    } else if (!ended) {
+      notes_.push_back("WebDataset shard " + shards_[s].string() + " has no end-of-archive " +
+                       "blocks after byte " + std::to_string(at) +
+                       ": it may have been cut between members, losing those after the cut");
     }
   }
 
@@ -249,7 +290,8 @@ class WebDataset final : public Source {
   std::vector<Member> members_;
   std::vector<std::string> names_;
   std::vector<int64_t> targets_;
-  std::vector<std::string> classes_;
+  std::vector<std::string> classes_, notes_;
+  std::set<uint32_t> cutShards_;
 };
 
 }  // namespace

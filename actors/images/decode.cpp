@@ -33,16 +33,35 @@ tjhandle decompressor() {
   return handle.h;
 }
 
-// What libjpeg calls a warning but is a file cut short or damaged: the decoder fills the rest
-// with grey and goes on, which would train on a half-grey image.
-bool damaged(const char* message) {
-  return strstr(message, "Premature end") != nullptr || strstr(message, "Corrupt JPEG") != nullptr ||
-         strstr(message, "Bogus") != nullptr || strstr(message, "Invalid") != nullptr;
+// The one libjpeg warning PIL does not decode through: the file ends early (PIL: "image file is
+// truncated"), where the decoder fills the rest with grey. The others (stray bytes before a
+// marker, a bad Huffman code) PIL decodes, and so does this.
+bool cutShort(const char* message) { return strstr(message, "Premature end") != nullptr; }
+
+// A PNG's IHDR width and height, big-endian at bytes 16..23 (IHDR is always the first chunk).
+std::pair<uint32_t, uint32_t> pngSize(std::span<const uint8_t> b) {
+  auto be = [&](size_t at) {
+    return uint32_t(b[at]) << 24 | uint32_t(b[at + 1]) << 16 | uint32_t(b[at + 2]) << 8 | b[at + 3];
+  };
+  return {be(16), be(20)};
+}
+
+// A header that claims more than `maxPixels` (0: no limit): a bad sample, before any allocation.
+void checkPixels(uint64_t w, uint64_t h, uint64_t maxPixels, const std::string& name) {
+  if (maxPixels == 0 || w * h <= maxPixels) return;
+  throw data::SampleError(name, "its header claims " + std::to_string(w) + " x " +
+                                    std::to_string(h) + " = " + std::to_string(w * h) +
+                                    " pixels, more than the limit of " +
+                                    std::to_string(maxPixels) +
+                                    " (a decompression bomb, or an image larger than PIL opens; "
+                                    "--max-image-pixels, or max_image_pixels= in Python, raises "
+                                    "the limit, 0 removes it)");
 }
 
 }  // namespace
 
-std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string& name) {
+std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string& name,
+                              uint64_t maxPixels) {
   if (isJpeg(bytes)) {
     int w = 0, h = 0, subsamp = 0, colorspace = 0;
     if (tjDecompressHeader3(decompressor(), bytes.data(), (unsigned long)bytes.size(), &w, &h,
@@ -50,23 +69,24 @@ std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string&
       throw data::SampleError(name, std::string("not a JPEG this can read: ") +
                                         tjGetErrorStr2(decompressor()));
     }
+    checkPixels(uint64_t(w), uint64_t(h), maxPixels, name);
     return {w, h};
   }
-  // PNG: the IHDR chunk's width and height, big-endian, at bytes 16..23.
-  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (bytes.size() >= 24 && memcmp(bytes.data(), kPng, 8) == 0) {
-    auto be = [&](size_t at) {
-      return int(uint32_t(bytes[at]) << 24 | uint32_t(bytes[at + 1]) << 16 |
-                 uint32_t(bytes[at + 2]) << 8 | bytes[at + 3]);
-    };
-    return {be(16), be(20)};
+  if (bytes.size() >= 24 && isPng(bytes)) {
+    auto [w, h] = pngSize(bytes);
+    checkPixels(w, h, maxPixels, name);
+    if (w == 0 || h == 0 || w > 0x7fffffff || h > 0x7fffffff) {
+      throw data::SampleError(name, "a damaged PNG header: its size is " + std::to_string(w) +
+                                        " x " + std::to_string(h));
+    }
+    return {int(w), int(h)};
   }
-  auto image = decode(bytes, name, 1);  // the other formats: decode to learn it
+  auto image = decode(bytes, name, 1, 1, maxPixels);  // the other formats: decode to learn it
   return {image.width, image.height};
 }
 
 Image decode(std::span<const uint8_t> bytes, const std::string& name, int channels,
-             int scaleDenominator) {
+             int scaleDenominator, uint64_t maxPixels) {
   if (channels != 1 && channels != 3) {
     throw std::invalid_argument("decode: channels must be 1 or 3, not " + std::to_string(channels));
   }
@@ -78,6 +98,7 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
                             &colorspace) != 0) {
       throw data::SampleError(name, std::string("a damaged JPEG header: ") + tjGetErrorStr2(tj));
     }
+    checkPixels(uint64_t(w), uint64_t(h), maxPixels, name);
     tjscalingfactor factor{1, std::max(1, scaleDenominator)};
     int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
     // CMYK JPEGs: TurboJPEG cannot convert them to RGB; OpenCV can.
@@ -91,14 +112,17 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
                              0, sh, channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
       if (rc != 0) {
         const char* why = tjGetErrorStr2(tj);
-        if (tjGetErrorCode(tj) != TJERR_WARNING || damaged(why)) {
+        if (tjGetErrorCode(tj) != TJERR_WARNING || cutShort(why)) {
           throw data::SampleError(name, std::string("a corrupt or truncated JPEG: ") + why);
         }
       }
       return out;
     }
   }
-  if (isPng(bytes)) return decodePng(bytes, name, channels);
+  if (isPng(bytes)) {
+    if (bytes.size() >= 24) checkPixels(pngSize(bytes).first, pngSize(bytes).second, maxPixels, name);
+    return decodePng(bytes, name, channels);
+  }
 #if TROUPE_IMGCODECS
   cv::Mat m;
   try {

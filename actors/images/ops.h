@@ -39,7 +39,7 @@ struct Op {
   Range scale{0.08, 1.0, true}, ratio{3.0 / 4.0, 4.0 / 3.0, true};  // RandomResizedCrop
   double p = 0.5;                                                   // flips
   Range brightness, contrast, saturation, hue;                      // ColorJitter
-  Range degrees, translate, affineScale, shear;                     // RandomAffine
+  Range degrees, translate, affineScale, shear, shearY;             // RandomAffine
   int kernelX = 0, kernelY = 0;                                     // GaussianBlur
   Range sigma{0.1, 2.0, true};
   int grayChannels = 1;            // Grayscale

@@ -371,25 +371,49 @@ Op bind(const Call& c, const std::vector<std::string>& names, Kind kind) {
       auto& d = a.require("degrees");
       op.degrees = d.type == Value::kNumber ? Range{-a.number("degrees", d, 0, 360), d.number, true}
                                             : a.range("degrees", 0, -360, 360, false);
-      if (a.get("translate")) {
-        op.translate = a.range("translate", 0, 0, 1, false);
-        if (a.get("translate")->type != Value::kTuple) {
-          a.bad("translate", *a.get("translate"), "(x, y): fractions of the width and height");
+      // As torchvision reads them: translate (a, b), the largest fractions of the width and the
+      // height, each from 0 to 1 (kept in translate.min and .max); scale (min, max), a pair only;
+      // shear a number s (x in (-s, s)), (min, max) of x, or (xmin, xmax, ymin, ymax).
+      if (auto* v = a.get("translate")) {
+        if (v->type != Value::kTuple || v->items.size() != 2) {
+          a.bad("translate", *v, "(a, b): the largest fractions of the width and the height");
+        }
+        op.translate = Range{a.number("translate", v->items[0], 0, 1),
+                             a.number("translate", v->items[1], 0, 1), true};
+      }
+      if (auto* v = a.get("scale")) {
+        if (v->type != Value::kTuple) a.bad("scale", *v, "(min, max), as torchvision's: a pair");
+        op.affineScale = a.range("scale", 0, 1e-3, 10, false);
+      }
+      if (auto* v = a.get("shear")) {
+        if (v->type == Value::kTuple && v->items.size() == 4) {
+          auto pair = [&](size_t at) {
+            double lo = a.number("shear", v->items[at], -89, 89);
+            double hi = a.number("shear", v->items[at + 1], -89, 89);
+            if (lo > hi) a.bad("shear", *v, "(xmin, xmax, ymin, ymax), each min <= max");
+            return Range{lo, hi, true};
+          };
+          op.shear = pair(0);
+          op.shearY = pair(2);
+        } else {
+          op.shear = v->type == Value::kNumber
+                         ? Range{-a.number("shear", *v, 0, 89), v->number, true}
+                         : a.range("shear", 0, -89, 89, false);
         }
       }
-      if (a.get("scale")) op.affineScale = a.range("scale", 0, 1e-3, 10, false);
-      if (auto* v = a.get("shear")) {
-        op.shear = v->type == Value::kNumber ? Range{-a.number("shear", *v, 0, 89), v->number, true}
-                                             : a.range("shear", 0, -89, 89, false);
-      }
-      op.text = "RandomAffine(degrees=(" + fmt(op.degrees.min) + ", " + fmt(op.degrees.max) + ")" +
-                (op.translate.set ? ", translate=(" + fmt(op.translate.min) + ", " + fmt(op.translate.max) + ")" : "") +
-                (op.affineScale.set ? ", scale=(" + fmt(op.affineScale.min) + ", " + fmt(op.affineScale.max) + ")" : "") +
-                (op.shear.set ? ", shear=(" + fmt(op.shear.min) + ", " + fmt(op.shear.max) + ")" : "") + ")";
+      auto pair = [](const Range& r) { return "(" + fmt(r.min) + ", " + fmt(r.max) + ")"; };
+      op.text = "RandomAffine(degrees=" + pair(op.degrees) +
+                (op.translate.set ? ", translate=" + pair(op.translate) : "") +
+                (op.affineScale.set ? ", scale=" + pair(op.affineScale) : "") +
+                (op.shearY.set ? ", shear=(" + fmt(op.shear.min) + ", " + fmt(op.shear.max) +
+                                     ", " + fmt(op.shearY.min) + ", " + fmt(op.shearY.max) + ")"
+                 : op.shear.set ? ", shear=" + pair(op.shear)
+                                : "") +
+                ")";
       break;
     }
     case Kind::kGaussianBlur: {
-      auto [ky, kx] = a.size("kernel_size", single);
+      auto [kx, ky] = a.size("kernel_size", single);  // torchvision's (x, y): width first
       if (kx % 2 == 0 || ky % 2 == 0 || kx > 99 || ky > 99) {
         a.bad("kernel_size", a.require("kernel_size"), "odd sizes from 1 to 99");
       }

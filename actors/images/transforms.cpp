@@ -13,6 +13,7 @@
 
 #include "cv_image.h"
 #include "ops.h"
+#include "resample.h"
 
 namespace troupe::images {
 
@@ -58,14 +59,9 @@ cv::Mat view(Image& im) {
   return cv::Mat(im.height, im.width, CV_8UC(im.channels), im.pixels.data());
 }
 
-// PIL's bilinear resize is antialiased when shrinking; OpenCV's INTER_AREA averages the same
-// footprint, INTER_LINEAR is PIL's filter when growing.
 cv::Mat resize(const cv::Mat& m, int height, int width) {
   if (m.rows == height && m.cols == width) return m;
-  cv::Mat out;
-  bool shrink = height <= m.rows && width <= m.cols;
-  cv::resize(m, out, cv::Size(width, height), 0, 0, shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
-  return out;
+  return pilResize(m, 0, 0, m.cols, m.rows, width, height);
 }
 
 // torchvision's _compute_resized_output_size for an int size: the shorter side becomes `size`.
@@ -171,6 +167,11 @@ cv::Mat colorJitter(const cv::Mat& in, const Op& op, Rng& rng) {
   return m;
 }
 
+// torchvision 0.14's RandomAffine on a PIL image: its draws (angle, translation, scale, shear x
+// and y), the inverse matrix of functional._get_inverse_affine_matrix about the image's centre
+// (w / 2, h / 2), and PIL's nearest-neighbour sampling: output pixel (x, y) reads input pixel
+// floor(M (x + 0.5, y + 0.5)), zero outside. A positive angle turns the picture clockwise, as
+// torchvision's affine does.
 cv::Mat affine(const cv::Mat& m, const Op& op, Rng& rng) {
   double angle = rng.uniform(op.degrees.min, op.degrees.max);
   double tx = 0, ty = 0;
@@ -180,22 +181,26 @@ cv::Mat affine(const cv::Mat& m, const Op& op, Rng& rng) {
     ty = pyRound(rng.uniform(-maxY, maxY));
   }
   double scale = op.affineScale.set ? rng.uniform(op.affineScale.min, op.affineScale.max) : 1;
-  double shear = op.shear.set ? rng.uniform(op.shear.min, op.shear.max) : 0;
-  cv::Point2f center(float(m.cols * 0.5), float(m.rows * 0.5));
-  cv::Mat rot = cv::getRotationMatrix2D(center, angle, scale);  // counter-clockwise, as torchvision
-  if (shear != 0) {
-    // An x shear about the centre, after the rotation.
-    double k = -std::tan(shear * M_PI / 180);
-    cv::Mat s = (cv::Mat_<double>(3, 3) << 1, k, -k * center.y, 0, 1, 0, 0, 0, 1);
-    cv::Mat r3 = cv::Mat::eye(3, 3, CV_64F);
-    rot.copyTo(r3(cv::Rect(0, 0, 3, 2)));
-    cv::Mat product = s * r3;
-    rot = product(cv::Rect(0, 0, 3, 2)).clone();
-  }
-  rot.at<double>(0, 2) += tx;
-  rot.at<double>(1, 2) += ty;
+  double shearX = op.shear.set ? rng.uniform(op.shear.min, op.shear.max) : 0;
+  double shearY = op.shearY.set ? rng.uniform(op.shearY.min, op.shearY.max) : 0;
+  double rot = angle * M_PI / 180, sx = shearX * M_PI / 180, sy = shearY * M_PI / 180;
+  double cx = m.cols * 0.5, cy = m.rows * 0.5;
+  double a = std::cos(rot - sy) / std::cos(sy);
+  double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  double c = std::sin(rot - sy) / std::cos(sy);
+  double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  // The inverse: RSS^-1 (det 1), scaled, then the centre and the translation undone.
+  double inv[6] = {d / scale, -b / scale, 0, -c / scale, a / scale, 0};
+  inv[2] = inv[0] * (-cx - tx) + inv[1] * (-cy - ty) + cx;
+  inv[5] = inv[3] * (-cx - tx) + inv[4] * (-cy - ty) + cy;
+  // OpenCV's nearest reads round(M' (x, y)) = floor(M' (x, y) + 0.5): M' = M with the half pixel
+  // PIL adds on both sides folded into the offsets.
+  inv[2] += (inv[0] + inv[1]) * 0.5 - 0.5;
+  inv[5] += (inv[3] + inv[4]) * 0.5 - 0.5;
+  cv::Mat matrix(2, 3, CV_64F, inv);
   cv::Mat out;
-  cv::warpAffine(m, out, rot, m.size(), cv::INTER_NEAREST, cv::BORDER_CONSTANT, cv::Scalar::all(0));
+  cv::warpAffine(m, out, matrix, m.size(), cv::INTER_NEAREST | cv::WARP_INVERSE_MAP,
+                 cv::BORDER_CONSTANT, cv::Scalar::all(0));
   return out;
 }
 
@@ -396,10 +401,12 @@ Image Pipeline::transformScaled(Image image, uint64_t seed, int scale,
         Box box = i == 0 ? resizedCropBox(op, full.first, full.second, rng)
                          : resizedCropBox(op, m.rows, m.cols, rng);
         if (i == 0 && scale > 1) {
-          box = {box.top / scale, box.left / scale, std::max(1, box.height / scale),
-                 std::max(1, box.width / scale)};
-          box.height = std::min(box.height, m.rows - box.top);
-          box.width = std::min(box.width, m.cols - box.left);
+          // The same box in the smaller decode's pixels, where its edges fall inside pixels.
+          // decodeScale() chose a scale that leaves the box at least the output's size.
+          m = pilResize(m, double(box.left) / scale, double(box.top) / scale,
+                        double(box.left + box.width) / scale, double(box.top + box.height) / scale,
+                        op.width, op.height);
+          break;
         }
         m = resize(m(cv::Rect(box.left, box.top, box.width, box.height)), op.height, op.width);
         break;
@@ -501,15 +508,25 @@ void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
     }
     image.pixels = sample.bytes;
   } else {
-    auto [w, h] = imageSize(sample.bytes, sample.name);
+    auto [w, h] = imageSize(sample.bytes, sample.name, maxPixels_);
     full = {h, w};
     scale = decodeScale(w, h, seed);
-    image = decode(sample.bytes, sample.name, 3, scale);
+    try {
+      image = decode(sample.bytes, sample.name, 3, scale, maxPixels_);
+    } catch (const std::bad_alloc&) {
+      throw data::SampleError(sample.name, "out of memory decoding its " + std::to_string(w) +
+                                               " x " + std::to_string(h) + " pixels");
+    }
     if (image.width == w && image.height == h) scale = 1;  // not a JPEG: decoded at full size
   }
   auto shape = outputShape(image.channels);
   if (encoding == data::Encoding::kRawGrey8) full = {image.height, image.width};
-  auto done = transformScaled(std::move(image), seed, scale, full);
+  Image done;
+  try {
+    done = transformScaled(std::move(image), seed, scale, full);
+  } catch (const std::bad_alloc&) {
+    throw data::SampleError(sample.name, "out of memory transforming it");
+  }
   if (done.height != shape.height || done.width != shape.width) {
     throw data::SampleError(sample.name, "transformed to " + std::to_string(done.height) + " x " +
                                              std::to_string(done.width) + ", not " +

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -80,8 +81,9 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   } else if (dataset_.empty()) {
     augmenter_ = std::make_shared<const augment::Augmenter>(configFrom(args.getAugment()));
   } else {
-    pipeline_ = std::make_shared<const images::Pipeline>(
-        images::Pipeline::parse(args.getTransform().cStr()));
+    auto pipeline = images::Pipeline::parse(args.getTransform().cStr());
+    pipeline.setMaxPixels(args.getMaxImagePixels());
+    pipeline_ = std::make_shared<const images::Pipeline>(kj::mv(pipeline));
   }
   KJ_REQUIRE(batchSize_ > 0, "batch size must be at least 1");
 }
@@ -125,6 +127,7 @@ std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64
   auto source = slot.lock();
   if (!source) {
     source = std::shared_ptr<const data::Source>(data::openSource(path));
+    for (auto& note : source->notes()) spdlog::warn("{}", note);
     slot = source;
   }
   KJ_REQUIRE(samples <= source->size(), "more training samples asked for than the dataset has",
@@ -481,6 +484,17 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
           Built built;
           auto bytes = out.as<uint8_t>();
           size_t kept = 0;
+          // A sample that cannot be read: the job's end, naming it, or skipped. Memory and
+          // filesystem errors while reading one are its errors too (a file too large to hold).
+          auto bad = [&](uint32_t id, std::string why) {
+            if (!skipBad) {
+              built.failure.push_back(why + " (--skip-bad-samples trains on without it)");
+              return false;
+            }
+            built.skipped.push_back(id);
+            built.skippedFiles.push_back(kj::mv(why));
+            return true;
+          };
           for (size_t k = 0; k < ids.size(); ++k) {
             auto id = ids[k];
             try {
@@ -490,13 +504,11 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
               built.targets.push_back(sample.target);
               ++kept;
             } catch (const data::SampleError& e) {
-              if (!skipBad) {
-                built.failure.push_back(std::string(e.what()) +
-                                        " (--skip-bad-samples trains on without it)");
-                break;
-              }
-              built.skipped.push_back(id);
-              built.skippedFiles.push_back(e.what());
+              if (!bad(id, e.what())) break;
+            } catch (const std::bad_alloc&) {
+              if (!bad(id, source.nameOf(id) + ": out of memory reading or decoding it")) break;
+            } catch (const std::filesystem::filesystem_error& e) {
+              if (!bad(id, source.nameOf(id) + ": " + e.what())) break;
             }
           }
           built.ids = kj::mv(ids);

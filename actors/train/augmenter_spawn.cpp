@@ -47,6 +47,7 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setDataset(spec.dataset);
         a.setTransform(spec.transform);
         a.setSkipBadSamples(spec.skipBadSamples);
+        a.setMaxImagePixels(spec.maxImagePixels);
         if (spec.batched) {
           auto order = a.initOrder();
           setBatchedOrder(order, spec.shuffle, spec.dropLast);

@@ -34,6 +34,7 @@ struct AugmenterSpec {
   // from dataDir through `augment`.
   std::string dataset, transform;
   bool skipBadSamples = false;
+  uint64_t maxImagePixels = images::kMaxImagePixels;
   // The epoch cut as torch's DataLoader cuts it (AugmenterArgs.order; needs a dataset).
   bool batched = false, shuffle = true, dropLast = false;
   bool python = false;  // a script's Dataset, from the process's batch maker (batch_maker.h)
@@ -50,7 +51,8 @@ struct AugmenterSpec {
 };
 
 // An AugmenterSpec from an app's settings: any type with the fields of the same names (seed,
-// batchSize, dataDir, restarts, perNode, dataGroup, dataset, transform, skipBadSamples, dropLast),
+// batchSize, dataDir, restarts, perNode, dataGroup, dataset, transform, skipBadSamples,
+// maxImagePixels, dropLast),
 // as hetero_train's and the Python package's settings have; what is the app's own it sets after.
 template <typename Settings>
 AugmenterSpec augmenterSpecOf(const Settings& s, uint64_t samples, augment::AugmentConfig augment,
@@ -67,6 +69,7 @@ AugmenterSpec augmenterSpecOf(const Settings& s, uint64_t samples, augment::Augm
   spec.dataset = s.dataset;
   spec.transform = s.transform;
   spec.skipBadSamples = s.skipBadSamples;
+  spec.maxImagePixels = s.maxImagePixels;
   spec.batched = batched;
   spec.dropLast = s.dropLast;
   return spec;

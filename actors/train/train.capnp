@@ -37,6 +37,9 @@ struct AugmenterArgs {
   # The batches come from this process's batch maker (batch_maker.h: a training script's
   # Dataset in its worker processes), as named tensors; `samples` is the dataset's length.
   workers @10 :WorkerArgs;        # with python: how the loader's workers run on each node
+  maxImagePixels @11 :UInt64 = 178956970;
+  # An image whose header claims more pixels is a bad sample (troupe/images/transforms.h,
+  # kMaxImagePixels: PIL's limit); 0: no limit.
 }
 
 struct WorkerArgs {

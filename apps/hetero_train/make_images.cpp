@@ -7,7 +7,11 @@
 // Class folders are named "0_tshirt_top" ... "9_ankle_boot", so torchvision's sorted order is
 // Fashion-MNIST's label order. Every --png-every-th file is a PNG, every --grey-every-th a
 // one-channel JPEG; --corrupt N cuts N training JPEGs short (a bad file, named on stdout).
-// Deterministic from --seed. Writes nothing over an existing OUT/train.
+// --hostile adds what a real collection holds: a README.txt and a Thumbs.db in class folders
+// (not images: torchvision leaves them out), a JPEG with 3 stray bytes before its end marker
+// (libjpeg warns, PIL decodes it) and a 3 KB progressive JPEG whose header claims 65000 x 65000
+// pixels (a decompression bomb), each named on stdout. Deterministic from --seed. Writes nothing
+// over an existing OUT/train.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -35,8 +39,60 @@ struct Options {
   unsigned samples = 6000, testSamples = 1000;
   unsigned minSize = 40, maxSize = 160;
   unsigned pngEvery = 37, greyEvery = 29, corrupt = 0;
+  bool hostile = false;
   uint64_t seed = 7;
 };
+
+// The 16-bit big-endian height and width of a JPEG's start-of-frame marker (SOF0..SOF2), set.
+bool claimSize(std::vector<uint8_t>& jpeg, uint16_t w, uint16_t h) {
+  for (size_t i = 2; i + 9 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] >= 0xC0 && jpeg[i + 1] <= 0xC2) {
+      jpeg[i + 5] = uint8_t(h >> 8), jpeg[i + 6] = uint8_t(h);
+      jpeg[i + 7] = uint8_t(w >> 8), jpeg[i + 8] = uint8_t(w);
+      return true;
+    }
+  }
+  return false;
+}
+
+void writeBytes(const fs::path& p, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + p.string());
+}
+
+// --hostile: into the training set at `root` (train.partial), `shown` the folder's final name.
+void addHostile(const std::vector<std::pair<fs::path, int>>& files, const fs::path& root,
+                const fs::path& shown) {
+  std::ofstream(root / kClasses[0] / "README.txt") << "T-shirts, scraped in 2019.\n";
+  std::ofstream(root / kClasses[1] / "Thumbs.db") << "a Windows thumbnail cache";
+  printf("hostile: %s, %s: not images\n", (shown / kClasses[0] / "README.txt").c_str(),
+         (shown / kClasses[1] / "Thumbs.db").c_str());
+  std::vector<fs::path> jpegs;
+  for (auto& [path, label] : files) {
+    if (path.extension() == ".jpg") jpegs.push_back(path);
+  }
+  if (jpegs.size() < 20) throw std::runtime_error("--hostile needs 20 JPEGs: more --samples");
+  // Stray bytes before the end marker: "Corrupt JPEG data: 3 extraneous bytes before marker".
+  auto& stray = jpegs[jpegs.size() / 3];
+  std::ifstream in(stray, std::ios::binary);
+  std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
+  bytes.insert(bytes.end() - 2, {0x00, 0x00, 0x00});
+  writeBytes(stray, bytes);
+  printf("hostile: %s: 3 stray bytes before its end marker\n",
+         (shown / fs::relative(stray, root)).c_str());
+  // The bomb: a small progressive JPEG, its header made to claim 65000 x 65000.
+  auto& bomb = jpegs[jpegs.size() * 2 / 3];
+  cv::Mat small = cv::imread(bomb.string());
+  std::vector<uint8_t> jpeg;
+  if (small.empty() || !cv::imencode(".jpg", small, jpeg, {cv::IMWRITE_JPEG_PROGRESSIVE, 1}) ||
+      !claimSize(jpeg, 65000, 65000)) {
+    throw std::runtime_error("cannot make the bomb from " + bomb.string());
+  }
+  writeBytes(bomb, jpeg);
+  printf("hostile: %s: a %zu-byte progressive JPEG whose header claims 65000 x 65000 pixels\n",
+         (shown / fs::relative(bomb, root)).c_str(), jpeg.size());
+}
 
 // One sample: scaled to w x h, the garment in its class's colour on a background of another.
 cv::Mat render(std::span<const uint8_t> grey, int label, std::mt19937_64& rng, int w, int h) {
@@ -99,6 +155,8 @@ int main(int argc, char* argv[]) {
   cli.add_option("--png-every", o.pngEvery, "every Nth file a PNG (0: none)");
   cli.add_option("--grey-every", o.greyEvery, "every Nth file one-channel (0: none)");
   cli.add_option("--corrupt", o.corrupt, "cut this many training JPEGs short");
+  cli.add_flag("--hostile", o.hostile,
+               "add a README.txt, a Thumbs.db, a JPEG with stray bytes and a decompression bomb");
   cli.add_option("--seed", o.seed);
   CLI11_PARSE(cli, argc, argv);
   if (o.minSize > o.maxSize) {
@@ -138,6 +196,7 @@ int main(int argc, char* argv[]) {
              uintmax_t(size / 2));
       ++cut;
     }
+    if (o.hostile) addHostile(files, out / "train.partial", out / "train");
     // Complete, or not there: a make_images stopped halfway leaves only train.partial.
     fs::rename(out / "train.partial", out / "train");
     printf(

@@ -220,6 +220,9 @@ Settings parseSettings(int argc, char* argv[]) {
                "a training sample that cannot be read is skipped and listed in the report, "
                "instead of failing the job")
       ->expected(0, 1);
+  cli.add_option("--max-image-pixels", s.maxImagePixels,
+                 "an image whose header claims more pixels is a bad sample, refused before it "
+                 "is decoded (a decompression bomb); default PIL's limit, 0: none");
   cli.add_option("--model-dir", s.modelDir, "where to save the model (empty: don't)");
   cli.add_option("--report", s.report, "write the report as JSON to this path");
   cli.add_option("--device", s.device, "auto, cpu or cuda")

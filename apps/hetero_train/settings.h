@@ -48,6 +48,7 @@ struct Settings {
   // Fashion-MNIST's IDX files without --transform keep the augmenter of --augment instead.
   std::string dataset, transform, testDataset, testTransform;
   bool skipBadSamples = false;
+  uint64_t maxImagePixels = troupe::images::kMaxImagePixels;  // 0: no limit
   bool dropLast = false;  // --dataset: each epoch's last, short batch left out
   std::shared_ptr<const troupe::data::Source> source;  // opened at start (sharedSource)
   troupe::images::Shape shape;                         // a sample as the transform writes it

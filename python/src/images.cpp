@@ -38,6 +38,9 @@ void bindImages(py::module_& m) {
       .def_property_readonly("classes", &troupe::data::Source::classes)
       .def_property_readonly("kind", &troupe::data::Source::kind)
       .def("name", &troupe::data::Source::nameOf, py::arg("index"))
+      .def_property_readonly("notes", &troupe::data::Source::notes,
+                             "What opening it left out or found odd, one line each (files that "
+                             "are not images, a shard cut short).")
       .def(
           "read",
           [](const troupe::data::Source& s, size_t i) {
@@ -62,6 +65,9 @@ void bindImages(py::module_& m) {
   py::class_<Pipeline>(m, "Transform")
       .def(py::init([](std::string spec) { return Pipeline::parse(spec); }), py::arg("spec"))
       .def("__repr__", [](const Pipeline& p) { return "Transform('" + p.describe() + "')"; })
+      .def_property("max_pixels", &Pipeline::maxPixels, &Pipeline::setMaxPixels,
+                    "An image whose header claims more pixels is refused before it is decoded "
+                    "(PIL's limit by default; 0: none).")
       .def_property_readonly("dtype",
                              [](const Pipeline& p) { return troupe::images::dtypeName(p.dtype()); })
       .def(

@@ -43,6 +43,7 @@ struct Settings {
   // A dataset of any kind and its transform (docs/data.md); empty: Fashion-MNIST from dataDir.
   std::string dataset, transform;
   bool skipBadSamples = false;
+  uint64_t maxImagePixels = troupe::images::kMaxImagePixels;  // 0: no limit
   bool shuffle = true, dropLast = false;  // a dataset's epoch, cut as torch's DataLoader cuts it
   // troupe.data.DataLoader: the script's own Dataset (`samples` long) in worker processes
   // (worker_pool.h), or an ImageDataset; passes until the script ends, each planned by the

@@ -109,9 +109,19 @@ void datasetTensors(troupe::train::StepBatch& b, const Format& f) {
 py::tuple madeArrays(ScriptLearner::Item& item) {
   auto& b = item.batch;
   const uint8_t* base = nullptr;
+  size_t total = b.images.size();
   auto owner = holder(std::move(b.images), base);
   py::list tensors;
   for (auto& t : b.tensors) {
+    // The trainer checked these when the batch came (trainer_batches.cpp); a view past the
+    // bytes received is never made, whatever reached this far.
+    if (t.offset > total || t.bytes > total - t.offset ||
+        !troupe::train::tensorBytesFit(t.dtype, t.shape, t.bytes)) {
+      throw std::runtime_error("a received batch's tensor of dtype '" + t.dtype + "', " +
+                               std::to_string(t.bytes) + " bytes at " + std::to_string(t.offset) +
+                               " does not fit its " + std::to_string(total) +
+                               " bytes or its shape");
+    }
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
     tensors.append(
         py::array(py::dtype::from_args(py::str(t.dtype)), shape, base + t.offset, owner));
@@ -216,6 +226,7 @@ Settings settingsFrom(py::dict options) {
   get("dataset", s.dataset);
   get("transform", s.transform);
   get("skip_bad_samples", s.skipBadSamples);
+  get("max_image_pixels", s.maxImagePixels);
   get("shuffle", s.shuffle);
   get("drop_last", s.dropLast);
   get("python", s.python);

@@ -2,6 +2,8 @@
 augmentation per sample, and a dataset of any kind decoded and transformed by troupe's C++
 transforms (ImageDataset, which DataLoader hands to the C++ path)."""
 
+import warnings
+
 from troupe._common import _native, _torch
 
 def fashion_mnist(split="train", data_dir="/usr/share/datasets/fashion-mnist"):
@@ -64,13 +66,27 @@ class ImageDataset:
     position: the same on the data group, in a local loader and under plain python3); elsewhere
     each call draws a fresh seed from torch, as torchvision's transforms do. A bad spec raises
     ValueError naming what is allowed; a dataset that cannot be used, RuntimeError naming the
-    path; a sample that cannot be read or decoded, RuntimeError naming its file."""
+    path; a sample that cannot be read or decoded, RuntimeError naming its file.
 
-    def __init__(self, path, transform, seed=None):
+    ``max_image_pixels`` (default PIL's limit, 178,956,970): an image whose header claims more
+    pixels is a sample that cannot be decoded, refused before anything is allocated for it (a
+    decompression bomb); 0 removes the limit. Files in class folders that are not images (a
+    README.txt, Thumbs.db) are left out, as torchvision's ImageFolder leaves them, with one
+    warning saying how many."""
+
+    def __init__(self, path, transform, seed=None, max_image_pixels=None):
         self._torch = _torch()
         self.path, self.spec = str(path), transform
         self.source = _native.open_dataset(str(path))
+        for note in self.source.notes:
+            warnings.warn(note, stacklevel=2)
         self.transform = _native.Transform(transform)
+        if max_image_pixels is not None:
+            if int(max_image_pixels) < 0:
+                raise ValueError("max_image_pixels=%r: a number of pixels, 0 for no limit" %
+                                 (max_image_pixels,))
+            self.transform.max_pixels = int(max_image_pixels)
+        self.max_image_pixels = self.transform.max_pixels
         self.transform.shape(3)  # a spec that fixes no size, or a wrong Normalize: now, not later
         self.classes = list(self.source.classes)
         self.seed = seed

@@ -227,7 +227,8 @@ class DataLoader:
                         shuffle=bool(self._planner.shuffle), drop_last=bool(self.drop_last))
         if images:
             # troupe's own decoding and transforms on the data group (docs/data.md).
-            settings.update(dataset=dataset.path, transform=dataset.spec, image_seed=dataset.seed)
+            settings.update(dataset=dataset.path, transform=dataset.spec, image_seed=dataset.seed,
+                            max_image_pixels=dataset.max_image_pixels)
         else:
             settings.update(python=True, workers=num_workers)
         spec = _workers.WorkerSpec(dataset, self.collate_fn, self.worker_init_fn,

@@ -9,7 +9,7 @@ from troupe._common import Ending, JobFailed, Process, StateError, Stopped, _nat
 
 _OPTIONS = ("prefetch", "seed", "train_samples", "augment", "blur", "augmenters_per_node",
             "restarts", "stop_timeout", "data_dir", "data_group", "dataset", "transform",
-            "skip_bad_samples", "shuffle", "drop_last")
+            "skip_bad_samples", "max_image_pixels", "shuffle", "drop_last")
 
 
 class Epoch(int):
@@ -53,7 +53,8 @@ class AugmentedBatches:
     Your own data (docs/data.md): ``dataset`` (an ImageFolder, a CSV or JSON-lines manifest,
     WebDataset ``.tar`` shards, or IDX files), ``transform`` (a torchvision-style spec such as
     ``"RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)"``, the default) and
-    ``skip_bad_samples``. The data group decodes and transforms it; ``images`` come as the
+    ``skip_bad_samples`` (and ``max_image_pixels``, PIL's limit by default: a larger image is a
+    bad sample, 0 no limit). The data group decodes and transforms it; ``images`` come as the
     transform writes them - float32 ``(N, C, H, W)`` after Normalize, uint8 ``(N, H, W, C)``
     without, float16 with ``ToDtype(float16)`` - and ``labels`` are the dataset's targets (int64).
     ``normalize`` applies to Fashion-MNIST only. With a dataset each epoch is cut as torch's

@@ -96,7 +96,8 @@ TEST_CASE("ImageFolder: classes and files in torchvision's order, targets by cla
   CHECK(s->read(3).bytes == readFile(d.path / "cat" / "b.jpg"));
 }
 
-TEST_CASE("ImageFolder: an empty class folder and a file that is not an image fail at open",
+TEST_CASE("ImageFolder: an empty class folder fails at open, a file that is not an image is left "
+          "out and counted",
           "[images][source]") {
   Dir d("bad-folder");
   makeFolder(d.path);
@@ -110,14 +111,16 @@ TEST_CASE("ImageFolder: an empty class folder and a file that is not an image fa
     CHECK(std::string(e.what()).find(".jpg .jpeg .png") != std::string::npos);
   }
   fs::remove(d.path / "emu");
+  // torchvision's ImageFolder leaves out what has no image extension; this says how many.
   std::ofstream(d.path / "cat" / "notes.txt") << "not an image";
-  try {
-    troupe::data::openSource(d.path);
-    FAIL("a text file in a class folder was accepted");
-  } catch (const SourceError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find("cat/notes.txt") != std::string::npos);
-  }
+  std::ofstream(d.path / "dog" / "Thumbs.db") << "a Windows thumbnail cache";
+  auto s = troupe::data::openSource(d.path);
+  CHECK(s->size() == 6);
+  REQUIRE(s->notes().size() == 1);
+  INFO(s->notes()[0]);
+  CHECK(s->notes()[0].find("left out 2 file(s) that are not images") != std::string::npos);
+  CHECK(s->notes()[0].find("cat/notes.txt") != std::string::npos);
+  CHECK(s->notes()[0].find("dog/Thumbs.db") != std::string::npos);
 }
 
 TEST_CASE("a manifest, CSV or JSON lines: paths beside it, labels checked at open",
@@ -226,7 +229,8 @@ TEST_CASE("decoding: JPEG at 1/2, 1/4 and 1/8 scale, PNG to RGB, a corrupt and a
 }
 
 // decode_png.cpp reads PNG through libpng with OpenCV's transforms: its pixels are cv::imdecode's
-// for every kind cv::imencode writes (8 and 16 bits, grey, RGB, RGBA, 1-bit), to grey and to RGB.
+// for every kind cv::imencode writes (8 and 16 bits, grey, RGB, RGBA, 1-bit), to grey and to RGB,
+// but 16-bit grey, which is PIL's (each sample clipped to 255, as convert("RGB") of mode "I").
 TEST_CASE("decoding: a PNG through libpng gives OpenCV's pixels for every kind, a cut one named",
           "[images][decode]") {
   cv::Mat rgb = picture(37, 23, 3), grey, rgba, rgb16, grey16, bilevel;
@@ -234,7 +238,7 @@ TEST_CASE("decoding: a PNG through libpng gives OpenCV's pixels for every kind, 
   cv::cvtColor(rgb, rgba, cv::COLOR_BGR2BGRA);
   for (int y = 0; y < rgba.rows; ++y) rgba.at<cv::Vec4b>(y, y % rgba.cols)[3] = uint8_t(y * 9);
   rgb.convertTo(rgb16, CV_16UC3, 257.0, 3);
-  grey.convertTo(grey16, CV_16UC1, 250.0);
+  grey.convertTo(grey16, CV_16UC1, 2.0);  // 0..510: half above 255, where PIL clips
   cv::threshold(grey, bilevel, 128, 255, cv::THRESH_BINARY);
   struct Kind {
     const char* name;
@@ -251,6 +255,12 @@ TEST_CASE("decoding: a PNG through libpng gives OpenCV's pixels for every kind, 
       INFO(kind.name << ", decoded to " << channels << " channels");
       cv::Mat want = cv::imdecode(bytes, channels == 3 ? cv::IMREAD_COLOR : cv::IMREAD_GRAYSCALE);
       if (channels == 3) cv::cvtColor(want, want, cv::COLOR_BGR2RGB);
+      if (std::string(kind.name) == "16-bit grey") {
+        cv::Mat clipped = cv::min(grey16, 255);
+        clipped.convertTo(want, CV_8U);
+        CHECK(cv::countNonZero(want != 255) > 0);  // not all clipped: a test that can fail
+        if (channels == 3) cv::cvtColor(want, want, cv::COLOR_GRAY2RGB);
+      }
       auto got = troupe::images::decode(bytes, "k.png", channels);
       REQUIRE(got.width == want.cols);
       REQUIRE(got.height == want.rows);
@@ -358,4 +368,29 @@ TEST_CASE("the same seed gives the same pixels, and a large JPEG is decoded at a
   float first;
   memcpy(&first, out.data(), 4);
   CHECK(first == Approx((100 / 255.0 - 0.286) / 0.353).margin(1e-4));
+}
+
+// The DCT-scaled decode is the default path for every large JPEG: it must give the pixels a full
+// decode would, within 2 levels of 255 on average (libjpeg-turbo's scaled IDCT against a full
+// decode and the area resize the crop then does).
+TEST_CASE("a JPEG decoded at a DCT scale gives a full decode's pixels, within 2 levels on average",
+          "[images][transforms]") {
+  auto p = Pipeline::parse("RandomResizedCrop(64)");
+  auto full = Pipeline::parse("RandomResizedCrop(64)");
+  full.setDecodeScaling(false);
+  troupe::data::Encoded sample{encode(picture(1200, 900, 5), ".jpg"), 0, "large.jpg"};
+  std::vector<uint8_t> a(p.outputShape(3).elements()), b(a.size());
+  int scaled = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    if (p.decodeScale(1200, 900, seed) == 1) continue;
+    ++scaled;
+    p.run(sample, troupe::data::Encoding::kFile, {}, seed, a);
+    full.run(sample, troupe::data::Encoding::kFile, {}, seed, b);
+    double sum = 0;
+    for (size_t i = 0; i < a.size(); ++i) sum += std::abs(int(a[i]) - int(b[i]));
+    INFO("seed " << seed << ": decoded at 1/" << p.decodeScale(1200, 900, seed));
+    CHECK(sum / a.size() <= 2.0);
+    CHECK(a != b);  // another path indeed: the comparison is not of one decode with itself
+  }
+  CHECK(scaled >= 10);
 }

@@ -4,6 +4,7 @@
 // naming it, or is skipped and listed; a dataset or a transform that cannot be used, refused at
 // start. Every sample once is judged by the report's digest, computed here.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -261,6 +262,72 @@ TEST_CASE(
     CHECK(j["skipped_files"].size() == 2);
     for (auto& f : corrupt) CHECK(files.find(fs::path(f).filename()) != std::string::npos);
     unlink(report.c_str());
+  }
+  fs::remove_all(made.dir);
+}
+
+// What a real collection holds (make_images --hostile): a README.txt and a Thumbs.db in class
+// folders, a JPEG with stray bytes before its end marker, and a 3 KB progressive JPEG whose
+// header claims 65000 x 65000 pixels. Before: the bomb grew the data process to 8 GB, then the
+// dnn host's, and the job ended 137 naming nothing. The memory is read from the OS: the largest
+// resident set of every process the run started and reaped (RUSAGE_CHILDREN).
+TEST_CASE("a collection with a README, a Thumbs.db, a stray-bytes JPEG and a bomb trains with "
+          "--skip-bad-samples under 1 GB",
+          "[train][images][bad-input]") {
+  auto made = makeImages("imgs-hostile", {"--samples", "600", "--test-samples", "0", "--hostile"});
+  INFO(made.output);
+  std::smatch m;
+  REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): a \\d+-byte progressive")));
+  auto bomb = fs::path(m[1].str()).filename().string();
+  REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): 3 stray bytes")));
+  auto stray = fs::path(m[1].str()).filename().string();
+  SECTION("without --skip-bad-samples: exit 1, the failure file names the bomb and its size") {
+    auto cluster = kCluster;
+    cluster.insert(cluster.begin(), "--keep");
+    Run run(harness::sim(cluster, train(made.dir + "/train", {"--epochs", "1"})));
+    int code = run.wait(120s);
+    INFO(run.output());
+    CHECK(code == 1);
+    auto roots = harness::rootsOf(run);
+    REQUIRE(!roots.empty());
+    KJ_DEFER(fs::remove_all(roots));
+    auto failure = harness::readFile(roots + "/" + harness::headOf(roots) + "/output/failure");
+    INFO("the head's output/failure: " << failure);
+    CHECK(failure.find(bomb) != std::string::npos);
+    CHECK(failure.find("65000 x 65000") != std::string::npos);
+    CHECK(run.leftovers().empty());
+  }
+  SECTION("with --skip-bad-samples: the bomb skipped, the rest trained, no process above 1 GB") {
+    auto report = tempPath("hostile.json");
+    Run run(harness::sim(
+        kCluster,
+        train(made.dir + "/train", {"--epochs", "2", "--skip-bad-samples", "--report", report})));
+    int code = run.wait(180s);
+    auto out = run.output();
+    INFO(out);
+    REQUIRE(code == 0);
+    CHECK(out.find("left out 2 file(s) that are not images") != std::string::npos);
+    std::ifstream in(report);
+    REQUIRE(in.good());
+    auto j = nlohmann::json::parse(in);
+    REQUIRE(j["epochs"].size() == 2);
+    for (auto& e : j["epochs"]) {
+      CHECK(e["samples"] == 599);  // the stray-bytes JPEG among them, as PIL decodes it
+      CHECK(e["skipped"] == 1);
+      CHECK(e["missing"] == 0);
+      CHECK(e["duplicates"] == 0);
+    }
+    auto files = j["skipped_files"].dump();
+    CHECK(j["skipped_files"].size() == 1);
+    CHECK(files.find(bomb) != std::string::npos);
+    CHECK(files.find(stray) == std::string::npos);
+    struct rusage children {};
+    REQUIRE(getrusage(RUSAGE_CHILDREN, &children) == 0);
+    INFO("the largest process the run reaped: " << children.ru_maxrss / 1024 << " MiB");
+    CHECK(children.ru_maxrss > 0);
+    CHECK(children.ru_maxrss < 1024 * 1024);  // KiB
+    unlink(report.c_str());
+    CHECK(run.leftovers().empty());
   }
   fs::remove_all(made.dir);
 }

@@ -1,7 +1,11 @@
 """troupe's image pipeline (troupe._native.Transform, docs/data.md) against torchvision 0.14 on the
-same images, for the transforms that are deterministic: Resize (the shorter side, and an exact
-size), CenterCrop (smaller and larger than the image), a flip with p=1, ToTensor and Normalize.
-Then a dataset on disk through troupe._native.open_dataset, in torchvision's ImageFolder order.
+same images: the deterministic transforms (Resize, the shorter side and an exact size; CenterCrop,
+smaller and larger than the image; a flip with p=1; ToTensor and Normalize), then the random ones
+with their ranges pinned so both draw the same (RandomAffine, GaussianBlur, ColorJitter's four,
+Grayscale, RandomResizedCrop over the whole image), each within 2 levels of 255 on average. Then
+files as PIL decodes them (a JPEG with stray bytes, a 16-bit grey PNG, a decompression bomb), and a
+dataset on disk through troupe._native.open_dataset, in torchvision's ImageFolder order, with a
+README.txt and a Thumbs.db torchvision leaves out.
 
 Images: PNGs made here with PIL, so both sides decode the same pixels; a JPEG's decoders may
 round differently. Prints one line per comparison and exits 1 on the first that is off.
@@ -83,16 +87,15 @@ for (w, h) in [(500, 375), (97, 131), (40, 30)]:
     theirs = T.Compose([T.CenterCrop(16), T.ToTensor(),
                         T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])(img).numpy()
     compare(f"{size} {spec}", ours, theirs, 1e-5, 1e-6)
-    # Resampling: OpenCV's area and bilinear filters against PIL's antialiased bilinear. The
-    # same size exactly; the pixels within a level on average (measured: mean 0.09-1.02, max 1-24
-    # on this noisy picture; the filters' weights differ).
+    # Resampling: troupe's is PIL's antialiased bilinear written again (resample.cpp): the same
+    # size and the same pixels (measured: max 0; one level allowed for a PIL built otherwise).
     for spec, tv in [("Resize(24),CenterCrop(24)", T.Compose([T.Resize(24), T.CenterCrop(24)])),
                      ("Resize((32, 40))", T.Resize((32, 40))),
                      ("Resize((2 * h, 2 * w))".replace("2 * h", str(2 * h)).replace("2 * w", str(2 * w)),
                       T.Resize((2 * h, 2 * w)))]:
         ours = _native.Transform(spec)(data)
         theirs = np.asarray(tv(img))
-        compare(f"{size} {spec}", ours, theirs, 32, 1.5)
+        compare(f"{size} {spec}", ours, theirs, 1, 0.01)
     # Resize(int) keeps the aspect ratio as torchvision computes it.
     ours = _native.Transform("Resize(20),ToTensor()")
     try:
@@ -106,6 +109,80 @@ for (w, h) in [(500, 375), (97, 131), (40, 30)]:
     ok = (got[1], got[0]) == want
     print(f"{'ok  ' if ok else 'FAIL'} {size} Resize(20): {got[1]}x{got[0]}, torchvision {want[0]}x{want[1]}")
     failures += 0 if ok else 1
+
+# The random transforms, their ranges pinned: both sides draw the same, so the pixels must agree
+# (mean within 2 levels of 255; the max is printed, not judged: one pixel on an edge may round
+# the other way).
+for (w, h) in [(97, 131), (160, 120)]:
+    img = picture(w, h, 3)
+    arr = np.asarray(img)
+    pinned = [
+        ("RandomAffine(degrees=(30, 30))", T.RandomAffine(degrees=(30, 30))),
+        ("RandomAffine(degrees=(-20, -20), scale=(1.2, 1.2), shear=(10, 10))",
+         T.RandomAffine(degrees=(-20, -20), scale=(1.2, 1.2), shear=(10, 10))),
+        ("RandomAffine(degrees=(0, 0), shear=(5, 5, -8, -8))",
+         T.RandomAffine(degrees=(0, 0), shear=(5, 5, -8, -8))),
+        ("GaussianBlur(kernel_size=(3, 9), sigma=(1.5, 1.5))",
+         T.GaussianBlur((3, 9), sigma=(1.5, 1.5))),
+        ("GaussianBlur(5, sigma=0.8)", T.GaussianBlur(5, sigma=0.8)),
+        ("ColorJitter(brightness=(1.4, 1.4))", T.ColorJitter(brightness=(1.4, 1.4))),
+        ("ColorJitter(contrast=(0.6, 0.6))", T.ColorJitter(contrast=(0.6, 0.6))),
+        ("ColorJitter(saturation=(1.5, 1.5))", T.ColorJitter(saturation=(1.5, 1.5))),
+        ("ColorJitter(hue=(0.1, 0.1))", T.ColorJitter(hue=(0.1, 0.1))),
+        ("Grayscale()", T.Grayscale()),
+        ("Grayscale(3)", T.Grayscale(3)),
+        (f"RandomResizedCrop(({h // 2}, {w // 2}), scale=(1, 1), ratio=({w / h}, {w / h}))",
+         T.RandomResizedCrop((h // 2, w // 2), scale=(1, 1), ratio=(w / h, w / h))),
+    ]
+    for spec, tv in pinned:
+        ours = _native.Transform(spec).image(arr, 5).astype(np.float64)
+        theirs = np.asarray(tv(img)).astype(np.float64).reshape(ours.shape)
+        compare(f"{w}x{h} {spec}", ours, theirs, 255, 2.0)
+# Arguments as torchvision reads them: translate's fractions need not be ordered; scale is a pair.
+for spec, takes in [("RandomAffine(0, translate=(0.2, 0.1))", True),
+                    ("RandomAffine(0, scale=1.2)", False)]:
+    try:
+        _native.Transform(spec)
+        ok = takes
+    except ValueError:
+        ok = not takes
+    print(f"{'ok  ' if ok else 'FAIL'} {spec}: {'taken' if takes else 'refused'}, as torchvision")
+    failures += 0 if ok else 1
+
+# Files as PIL decodes them.
+def pil_rgb(data):
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def ours_rgb(data, w, h, name="<bytes>"):
+    return _native.Transform(f"CenterCrop(({h}, {w}))")(data, 0, name)
+
+
+jpeg = io.BytesIO()
+picture(90, 70, 4).save(jpeg, format="JPEG", quality=90)
+stray = jpeg.getvalue()[:-2] + b"\0\0\0" + jpeg.getvalue()[-2:]
+compare("a JPEG with 3 stray bytes before its end marker, against PIL", ours_rgb(stray, 90, 70),
+        pil_rgb(stray), 255, 1.0)
+grey16 = io.BytesIO()
+Image.fromarray((np.arange(60 * 40).reshape(40, 60) * 7 % 700).astype(np.uint16)).save(grey16, format="PNG")
+compare("a 16-bit grey PNG (values 0..699), against PIL", ours_rgb(grey16.getvalue(), 60, 40),
+        pil_rgb(grey16.getvalue()), 0, 0)
+bomb = bytearray(jpeg.getvalue())
+sof = bomb.index(b"\xff\xc0")
+bomb[sof + 5:sof + 9] = (65000).to_bytes(2, "big") * 2
+try:
+    Image.open(io.BytesIO(bytes(bomb))).load()
+    pil = "decoded"
+except Image.DecompressionBombError:
+    pil = "DecompressionBombError"
+try:
+    ours_rgb(bytes(bomb), 90, 70, "bomb.jpg")
+    said = "decoded"
+except RuntimeError as e:
+    said = str(e)
+ok = pil == "DecompressionBombError" and "bomb.jpg" in said and "65000 x 65000" in said
+print(f"{'ok  ' if ok else 'FAIL'} a header claiming 65000 x 65000: PIL {pil}, troupe: {said[:110]}")
+failures += 0 if ok else 1
 
 # The same seed, the same pixels; a spec with a typo names what is allowed.
 t = _native.Transform("RandomResizedCrop(32),ColorJitter(0.4, 0.4, 0.4),Normalize(imagenet)")
@@ -129,6 +206,10 @@ with tempfile.TemporaryDirectory() as root:
         for i, n in enumerate(names):
             picture(20 + i, 10 + i, i).save(os.path.join(root, cls, n))
     picture(8, 8, 9).save(os.path.join(root, "moth", "sub", "f.png"))
+    with open(os.path.join(root, "ant", "README.txt"), "w") as f:
+        f.write("ants, 2019\n")
+    with open(os.path.join(root, "moth", "Thumbs.db"), "wb") as f:
+        f.write(b"\0" * 64)
     ours = _native.open_dataset(root)
     theirs = torchvision.datasets.ImageFolder(root)
     ok = (ours.kind == "ImageFolder" and list(ours.classes) == theirs.classes and len(ours) == len(theirs)
@@ -137,10 +218,25 @@ with tempfile.TemporaryDirectory() as root:
     print(f"{'ok  ' if ok else 'FAIL'} ImageFolder: {len(ours)} samples, classes {list(ours.classes)}, "
           f"order and targets as torchvision's")
     failures += 0 if ok else 1
+    notes = list(ours.notes)
+    ok = len(notes) == 1 and "left out 2 file(s)" in notes[0] and "Thumbs.db" in notes[0]
+    print(f"{'ok  ' if ok else 'FAIL'} a README.txt and a Thumbs.db left out, as torchvision, and "
+          f"said: {notes}")
+    failures += 0 if ok else 1
 
     # The same folder as a torch dataset through troupe.data (the C++ pipeline in this process).
     import troupe.data
-    ds = troupe.data.ImageDataset(root, "Resize((12, 16)),RandomHorizontalFlip(),ToTensor()", seed=3)
+    import warnings
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = troupe.data.ImageDataset(root, "Resize((12, 16)),RandomHorizontalFlip(),ToTensor()",
+                                      seed=3)
+    ok = (len(said) == 1 and "left out 2 file(s)" in str(said[0].message)
+          and ds.max_image_pixels == 178956970
+          and troupe.data.ImageDataset(root, "Resize((12, 16))", max_image_pixels=0).max_image_pixels == 0)
+    print(f"{'ok  ' if ok else 'FAIL'} ImageDataset warns once of the files left out; "
+          f"max_image_pixels {ds.max_image_pixels} by default, 0 taken")
+    failures += 0 if ok else 1
     batches = list(torch.utils.data.DataLoader(ds, batch_size=4))
     again = list(torch.utils.data.DataLoader(ds, batch_size=4))
     ds.set_epoch(1)

@@ -4,7 +4,8 @@
 // or raw pixels) and a target. Four kinds, found from what is at the path (openSource):
 //
 //   - an ImageFolder, as torchvision's: one sub-folder per class, classes in sorted order, the
-//     files of each class in sorted order, image files by extension (.jpg .jpeg .png ...);
+//     files of each class in sorted order, image files by extension (.jpg .jpeg .png ...), other
+//     files left out (and counted in notes()), symlinked folders followed;
 //   - a manifest: a CSV (`path,label` per line, an optional header) or JSON lines
 //     (`{"path": ..., "label": ...}`), paths relative to the manifest's folder;
 //   - WebDataset shards: `.tar` files whose members are grouped by basename (the name up to its
@@ -17,10 +18,11 @@
 // no sample's bytes are kept. read() is safe from any number of threads at once.
 //
 // Errors: a dataset that cannot be used at all (nothing there, an empty class folder, a label out
-// of range, a damaged tar header) throws SourceError at open, naming the path and what is
-// allowed: a configuration error, exit 2 before anything starts. One sample that cannot be read
-// later (gone, unreadable, cut short) throws SampleError naming that file, which the caller fails
-// the job with, or skips (--skip-bad-samples).
+// of range, a damaged tar header, a symlink loop, class folders beside a manifest) throws
+// SourceError at open, naming the path and what is allowed: a configuration error, exit 2
+// before anything starts. One sample that cannot be read later (gone, unreadable, cut short, too
+// large to hold) throws SampleError naming that file, which the caller fails the job with, or
+// skips (--skip-bad-samples).
 
 #pragma once
 
@@ -90,6 +92,10 @@ class Source {
 
   /// kRawGrey8: the image's rows and cols.
   virtual std::pair<int, int> rawShape() const { return {0, 0}; }
+
+  /// What opening it left out or found odd, one line each, for the log: files in class folders
+  /// that are not images (left out, as torchvision's ImageFolder leaves them), a shard cut short.
+  virtual std::vector<std::string> notes() const { return {}; }
 };
 
 /// The file extensions of images an ImageFolder or a shard holds, as torchvision's

@@ -1,8 +1,8 @@
 // File: troupe/images/transforms.h
 //
-// The data group's image pipeline: decode a sample (JPEG through libjpeg-turbo, PNG and the rest
-// through OpenCV, or raw grey pixels) and apply transforms with torchvision's names and
-// semantics, written as a spec:
+// The data group's image pipeline: decode a sample (JPEG through libjpeg-turbo, PNG through
+// libpng, the rest through OpenCV, or raw grey pixels) and apply transforms with torchvision's
+// names and semantics, written as a spec:
 //
 //     auto p = Pipeline::parse("RandomResizedCrop(224),RandomHorizontalFlip(),"
 //                              "ColorJitter(0.4,0.4,0.4),Normalize(imagenet)");
@@ -76,15 +76,26 @@ struct Shape {
   size_t elements() const { return size_t(channels) * height * width; }
 };
 
+/// The most pixels an image may claim before it is decoded: PIL's limit, twice its
+/// Image.MAX_IMAGE_PIXELS, where it raises DecompressionBombError. A JPEG or PNG whose header
+/// claims more is a bad sample (SampleError naming it), refused before anything is allocated
+/// for its pixels; 0 is no limit. Formats OpenCV decodes (BMP, TIFF, WebP) have OpenCV's own
+/// (CV_IO_MAX_IMAGE_PIXELS, 2^30).
+constexpr uint64_t kMaxImagePixels = 178956970;
+
 /// The JPEG's or PNG's size without decoding it: (width, height). SampleError naming `name`
-/// when it is not an image this can read.
-std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string& name);
+/// when it is not an image this can read, or claims more than `maxPixels` pixels.
+std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string& name,
+                              uint64_t maxPixels = kMaxImagePixels);
 
 /// Decodes an image file to `channels` (1 or 3) channels. `scaleDenominator` (1, 2, 4 or 8):
 /// a JPEG is decoded at that fraction of its size; other formats at full size. SampleError
-/// naming `name` for a corrupt, truncated or unknown file.
+/// naming `name` for a corrupt, truncated or unknown file, or one whose header claims more than
+/// `maxPixels` pixels. As PIL: a JPEG libjpeg warns about (stray bytes, a bad Huffman code) is
+/// decoded, one that ends early is not; a 16-bit PNG is read as PIL reads it (grey clipped to
+/// 255, colour cut to its high byte).
 Image decode(std::span<const uint8_t> bytes, const std::string& name, int channels,
-             int scaleDenominator = 1);
+             int scaleDenominator = 1, uint64_t maxPixels = kMaxImagePixels);
 
 struct Op;  // one transform with its arguments (transforms.cpp)
 
@@ -129,6 +140,10 @@ class Pipeline {
   /// apps/bench/images). On by default.
   void setDecodeScaling(bool on) { decodeScaling_ = on; }
 
+  /// The most pixels run() decodes an image of (kMaxImagePixels; 0: no limit).
+  void setMaxPixels(uint64_t n) { maxPixels_ = n; }
+  uint64_t maxPixels() const { return maxPixels_; }
+
  private:
   Pipeline();
   std::vector<std::unique_ptr<Op>> ops_;
@@ -136,6 +151,7 @@ class Pipeline {
   bool tensor_ = false;         // ToTensor or Normalize: float, channels first
   bool channelsLast_ = false;   // ChannelsLast
   bool decodeScaling_ = true;
+  uint64_t maxPixels_ = kMaxImagePixels;
   std::vector<float> mean_, std_;  // Normalize; empty: [0, 1] only
 
   void finish(const Image& image, std::span<uint8_t> out) const;
