@@ -35,6 +35,8 @@ TEST_CASE("bench_pipeline --json carries the advisor's predicted step beside the
   auto out = bench.output();
   auto j = json::parse(out.substr(out.rfind("\n{") + 1));
   REQUIRE(j["setups"].size() == 2);
+  double load = std::max(j["load_average"]["before"].get<double>(),
+                         j["load_average"]["after"].get<double>());
   for (auto& s : j["setups"]) {
     CHECK(s["measured_step_ms"].get<double>() > 0);
     CHECK(s["predicted_step_ms"].get<double>() > 0);
@@ -49,17 +51,14 @@ TEST_CASE("bench_pipeline --json carries the advisor's predicted step beside the
     // of two either way, so a model that is broken (a wrong sign, a lost term) fails, while a
     // busy machine's jitter does not (make test's own two jobs load this VM 2-4). Loaded past
     // twice its CPUs (other work took most of the runs' time, which the model knows nothing of)
-    // the bound says nothing: said, not checked.
+    // the bound says nothing: the test is a skip then, not a pass.
     double ratio = s["predicted_step_ms"].get<double>() / s["measured_step_ms"].get<double>();
-    double load = std::max(j["load_average"]["before"].get<double>(),
-                           j["load_average"]["after"].get<double>());
-    if (load <= 2 * cpus) {
-      CHECK(std::fabs(std::log(ratio)) < std::log(2.0));
-    } else {
-      WARN("the advisor's bound not checked: load average " << load << " on " << cpus
-                                                            << " CPUs; predicted/measured "
-                                                            << ratio);
-    }
+    INFO("predicted/measured " << ratio << ", load average " << load << " on " << cpus << " CPUs");
+    if (load <= 2 * cpus) CHECK(std::fabs(std::log(ratio)) < std::log(2.0));
+  }
+  if (load > 2 * cpus) {
+    WARN("skipping: the advisor's bound: load average " << load << " on " << cpus
+                                                        << " CPUs, past twice them");
   }
   CHECK(j["per_blur"][0]["recommended_data_instances"].is_number());
   CHECK(j.contains("targets_met"));

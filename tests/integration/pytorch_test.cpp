@@ -348,17 +348,12 @@ TEST_CASE("bench_dataloader runs both loaders on one CPU each and says troupe's 
   CHECK(j["scaling"][0]["troupe_n_images_per_s"].get<double>() > 50);
   CHECK(j["seed_cost_percent"].get<double>() < 25);
   CHECK(j["seed_us_per_item"].get<double>() > 0);
-  if (j["handoff_us_per_batch"].is_null()) {
-    // Only batches already queued when the script asks are measured: none on a machine so loaded
-    // that the data side fell behind the bench's 80 ms step; the bench says so.
-    CHECK(j["handoff_batches"] == 0);
-    CHECK(j["handoff_note"].get<std::string>().find("not measured") == 0);
-    WARN("handoff not checked: " << j["handoff_note"].get<std::string>());
-  } else {
-    CHECK(j["handoff_batches"].get<int>() > 0);
-    CHECK(j["handoff_us_per_batch"].get<double>() > 0);
-    CHECK(j["handoff_us_per_batch"].get<double>() < 5000);  // measured 154
-  }
+  // The handoff, measured on batches already queued when the script asked: the bench steps
+  // slower than its own feed so that some are, and fails when none was.
+  REQUIRE(j["handoff_us_per_batch"].is_number());
+  CHECK(j["handoff_batches"].get<int>() > 0);
+  CHECK(j["handoff_us_per_batch"].get<double>() > 0);
+  CHECK(j["handoff_us_per_batch"].get<double>() < 5000);  // measured 154
 }
 
 TEST_CASE("bench_ddp runs one DDP rank and two on the same data group and says each rank's data "
@@ -384,10 +379,14 @@ TEST_CASE("bench_ddp runs one DDP rank and two on the same data group and says e
   CHECK(round["one_rank_images_per_s"].get<double>() > 20);
   CHECK(round["two_ranks_images_per_s"].get<double>() > 20);
   REQUIRE(round["two_ranks_wait_ms_per_batch"].size() == 2);
-  // Loose bounds: ten seconds' wait a batch is a broken feed, not a slow machine.
-  CHECK(round["one_rank_wait_ms_per_batch"].get<double>() >= 0);
+  // Loose bounds: ten seconds' wait a batch is a broken feed, not a slow machine. Each next() on
+  // the loader takes some time, so a wait of 0 is one not measured.
+  CHECK(round["one_rank_wait_ms_per_batch"].get<double>() > 0);
   CHECK(round["one_rank_wait_ms_per_batch"].get<double>() < 10000);
-  for (auto& w : round["two_ranks_wait_ms_per_batch"]) CHECK(w.get<double>() >= 0);
+  for (auto& w : round["two_ranks_wait_ms_per_batch"]) {
+    CHECK(w.get<double>() > 0);
+    CHECK(w.get<double>() < 10000);
+  }
   // The stop agreement's all-reduce: measured, and a tenth of a second would be a broken one.
   CHECK(round["stop_agreement_us_per_batch"].get<double>() > 0);
   CHECK(round["stop_agreement_us_per_batch"].get<double>() < 100000);
