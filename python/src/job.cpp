@@ -199,7 +199,7 @@ class Job {
     bool batched = first.format.source != nullptr || s.python;
     places_ = rankPlaces(job, batched);
     masterAddr_ = hostOf(job.node().address().cStr());
-    masterPort_ = freePort();  // one rank too: torchrun sets it for one process
+    masterPort_ = freePort(masterAddr_);  // one rank too: torchrun sets it for one process
     std::random_device entropy;
     jobSeed_ = (uint64_t(entropy()) << 32 | entropy()) & ((1ull << 62) - 1);
     auto failed = kj::newPromiseAndFulfiller<void>();
@@ -408,9 +408,10 @@ class Job {
     return address;
   }
 
-  // A TCP port free on this host for rank 0's torch.distributed store (MASTER_PORT), unless the
-  // environment names one.
-  static uint16_t freePort() {
+  // A TCP port free on this host's cluster address (MASTER_ADDR) for rank 0's torch.distributed
+  // store (MASTER_PORT), unless the environment names one. The probe binds that address only,
+  // never every interface (torch's store then listens where torch listens: docs/security.md).
+  static uint16_t freePort(const std::string& address) {
     if (const char* given = getenv("MASTER_PORT"); given != nullptr && *given) {
       return static_cast<uint16_t>(std::stoul(given));
     }
@@ -419,7 +420,7 @@ class Job {
     KJ_DEFER(close(fd));
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
     socklen_t size = sizeof a;
     KJ_REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
                    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size) == 0,

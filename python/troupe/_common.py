@@ -24,6 +24,29 @@ except ImportError as e:  # pragma: no cover - reported to the user as is
     raise ImportError(f"troupe.data needs troupe's native module and numpy: {e}") from e
 
 
+def interface_to(address):
+    """The name of this host's network interface that reaches IPv4 ``address`` (on the host that
+    holds it, the interface it is on), or None where it cannot be told. DDP's collectives are
+    confined to it (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME), as the cluster's private network."""
+    import fcntl
+    import socket
+    import struct
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((address, 9))  # a UDP connect sends nothing: the kernel picks the route
+            local = s.getsockname()[0]
+            for _, name in socket.if_nameindex():
+                try:  # SIOCGIFADDR: the interface's IPv4 address
+                    packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+                except OSError:
+                    continue
+                if socket.inet_ntoa(packed[20:24]) == local:
+                    return name
+    except (OSError, UnicodeError):
+        return None
+    return None
+
+
 def _torch():
     try:
         import torch

@@ -18,7 +18,7 @@ import warnings
 
 from troupe import _forkserver, _local, _workers
 from troupe._common import (Ending, JobFailed, Process, StateError, Stopped, _native, _torch,
-                            debug_logging)
+                            debug_logging, interface_to)
 from troupe._plan import Planner, draw_base_seed
 
 # troupe's own options of AugmentedBatches' that a DataLoader takes too.
@@ -294,11 +294,18 @@ class DataLoader:
         # --nproc_per_node 1 does, so a DDP script runs unchanged on one instance.
         for name, value in rank.items():
             os.environ[name] = str(value)
+        # gloo's and NCCL's sockets on the interface that reaches rank 0 (the cluster's private
+        # network), not whatever the host name resolves to; a value the job set stays.
+        interface = interface_to(str(rank["MASTER_ADDR"])) if self.world_size > 1 else None
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if interface and not os.environ.get(name):
+                os.environ[name] = interface
         if self.world_size > 1 and self.stream == 0:
             print(f"troupe.data: DDP rank {self.rank} of {self.world_size}, local rank "
                   f"{rank['LOCAL_RANK']} of {rank['LOCAL_WORLD_SIZE']} (MASTER_ADDR="
-                  f"{rank['MASTER_ADDR']} MASTER_PORT={rank['MASTER_PORT']}): {len(self)} "
-                  "batches an epoch", flush=True)
+                  f"{rank['MASTER_ADDR']} MASTER_PORT={rank['MASTER_PORT']}, collectives on "
+                  f"{os.environ.get('GLOO_SOCKET_IFNAME') or 'the default interface'}): "
+                  f"{len(self)} batches an epoch", flush=True)
         return rank
 
     def _seed_for_shares(self, job_seed):

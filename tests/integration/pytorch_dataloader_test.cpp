@@ -308,6 +308,9 @@ TEST_CASE("troupe.data.DataLoader feeds every DDP rank: torch.distributed (gloo)
     CHECK(out.find("check: rank 0 of 2, RANK=0 LOCAL_RANK=0, len 16") != std::string::npos);
     CHECK(out.find("check: rank 1 of 2, RANK=1 LOCAL_RANK=" + std::to_string(rank1Local) +
                    ", len 16") != std::string::npos);
+    // gloo's sockets on the interface that reaches rank 0 (troupe sim's nodes: loopback).
+    CHECK(out.find("len 16, gloo on lo") != std::string::npos);
+    CHECK(out.find("gloo on None") == std::string::npos);
     checkRanksEpochs(out);
     CHECK(out.find("check: parameters the same on every rank: True") != std::string::npos);
     // The validation loader, a DistributedSampler made after init_process_group(): each rank its

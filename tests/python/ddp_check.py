@@ -99,7 +99,8 @@ loader = troupe.data.DataLoader(Indexed(), batch_size=BATCH, shuffle=True, seed=
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 print(f"check: rank {rank} of {world}, RANK={os.environ.get('RANK')} "
-      f"LOCAL_RANK={os.environ.get('LOCAL_RANK')}, len {len(loader)}", flush=True)
+      f"LOCAL_RANK={os.environ.get('LOCAL_RANK')}, len {len(loader)}, gloo on "
+      f"{os.environ.get('GLOO_SOCKET_IFNAME')}", flush=True)
 if rank != loader.rank or world != loader.world_size:
     fail(f"torch.distributed says rank {rank} of {world}, the loader {loader.rank} of "
          f"{loader.world_size}")
