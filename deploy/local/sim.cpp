@@ -407,6 +407,9 @@ sim::JobSpec jobSpec(Options& o) {
     }
   }
   spec.app = o.app;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) spec.self.assign(self, size_t(n));
   return spec;
 }
 
@@ -597,6 +600,16 @@ int runSim(int argc, char* argv[]) {
 }
 
 int main(int argc, char* argv[]) {
+  if (argc >= 3 && strcmp(argv[1], sim::kExecHeld) == 0) {
+    // An instance's process, as the per-instance entry points start it (deploy/sagemaker/train,
+    // troupe-node): SIGTERM and SIGINT blocked across the exec, so that a stop in its first
+    // moments (the dynamic linker's, a Python interpreter's) waits for troupe::run() to take it
+    // rather than kill it (143) with no word said.
+    troupe::blockStopSignalsForExec();  // one already recorded (preinit holds them) stays pending
+    execvp(argv[2], argv + 2);
+    fprintf(stderr, "troupe sim: cannot start %s: %s\n", argv[2], strerror(errno));
+    return 127;
+  }
   // troupe::run() is linked in (troupe env uses its functions) and holds SIGTERM and SIGINT for an
   // app's node; this tool is no app: the signals act as usual until `troupe sim` takes them.
   troupe::releaseStopSignals();

@@ -129,6 +129,9 @@ int jobStatus(const std::vector<Instance>& instances) {
 }  // namespace
 
 bool restartsNode(int status, int signal) {
+  // A stop (SIGTERM, SIGINT) is never undone by a restart, even one that killed the process
+  // before it took the signals (its first moments): as `train` and troupe-node.
+  if (signal == SIGTERM || signal == SIGINT) return false;
   return signal != 0 || status == troupe::HEAD_LOST || status == troupe::FENCED ||
          status == troupe::INTERNAL_ERROR;
 }
@@ -314,6 +317,9 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
       opts.args.insert(opts.args.begin(), prefix.begin(), prefix.end());
     }
     if (in.cgroup) opts.args = in.cgroup->wrap(opts.args);
+    // Outermost, so that the wrappers above (a shell, ip netns exec) start with the stops held
+    // too: only this program's own loading (milliseconds) is left for a stop to kill.
+    if (!spec_.self.empty()) opts.args.insert(opts.args.begin(), {spec_.self, kExecHeld});
     opts.env = environment(in, spec_, in.hostMap.empty() ? hostMapPath : fs::path(in.hostMap),
                            lab.has_value());
     opts.env.push_back("TROUPE_INCARNATION=" + std::to_string(in.incarnation));
@@ -385,10 +391,17 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     return in.process->onExit().then([&](troupe::ChildExit e) -> kj::Promise<troupe::ChildExit> {
       in.ended.push_back({in.process->pid(), e});
       in.wasHead = in.wasHead || isHead(in);
-      bool again = !in.wasHead && !ended && !signalled_ && signals == 0 &&
-                   in.incarnation < spec_.nodeRestarts && restartsNode(e.status, e.signal);
-      if (!again) return e;
+      bool mendable = !in.wasHead && !ended && !signalled_ && signals == 0 &&
+                      restartsNode(e.status, e.signal);
       int code = codeOf(e);
+      if (mendable && in.incarnation >= spec_.nodeRestarts && spec_.nodeRestarts > 0) {
+        // As `train` and troupe-node say it: the host ends with this process's code.
+        printf("troupe sim: %s (%s) %s %d (%s); no restarts left (--node-restarts %u): this host "
+               "ends %d\n",
+               in.host.c_str(), in.group.c_str(), e.signal ? "was killed by signal" : "exited with",
+               e.signal ? e.signal : code, codeName(code).c_str(), spec_.nodeRestarts, code);
+      }
+      if (!mendable || in.incarnation >= spec_.nodeRestarts) return e;
       ++in.incarnation;
       printf("troupe sim: %s (%s) %s %d (%s); starting it again (restart %u of %u)\n",
              in.host.c_str(), in.group.c_str(), e.signal ? "was killed by signal" : "exited with",

@@ -18,6 +18,10 @@
 
 namespace sim {
 
+// `troupe __exec-held APP ARGS...` (sim.cpp's main): execs APP with SIGTERM and SIGINT blocked,
+// as the per-instance entry points start an instance's process; startProcess() starts each so.
+inline constexpr const char* kExecHeld = "__exec-held";
+
 struct GroupArg {
   std::string name;
   unsigned count = 1;
@@ -57,6 +61,7 @@ struct JobSpec {
   };
   std::vector<ScaleUp> scaleUps;  // --scale-up GROUP=N@MS: new members, not in the description
   std::vector<std::string> app;
+  std::string self;  // this program (/proc/self/exe), which starts each process (kExecHeld)
   std::filesystem::path checkpoints;  // empty: none; else every root's checkpoints/ links here
   std::filesystem::path traceFile;    // --trace: every instance's TROUPE_TRACE (the head writes it)
 };

@@ -212,4 +212,21 @@ TEST_CASE("train starts a killed worker again, and says so when its restarts are
     CHECK(deploy::count(out, "started incarnation") == 1);
     CHECK(out.find("no restarts left") == std::string::npos);
   }
+  SECTION("a worker SIGTERM killed (a stop that reached the app alone): never started again") {
+    // The app starts with SIGTERM blocked (train's hold): it unblocks it, as troupe::run() takes
+    // it, and the stop kills it before a handler would.
+    std::ofstream(app) << "#!/usr/bin/env python3\n"
+                          "import os, signal\n"
+                          "open(os.environ['TROUPE_ROLE_FILE'], 'w').write('worker')\n"
+                          "print('started incarnation', os.environ['TROUPE_INCARNATION'], "
+                          "flush=True)\n"
+                          "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})\n"
+                          "os.kill(os.getpid(), signal.SIGTERM)\n";
+    auto run = start("worker", "t");
+    CHECK(run->wait(30s) == 143);
+    auto out = run->output();
+    INFO(out);
+    CHECK(deploy::count(out, "started incarnation") == 1);
+    CHECK(out.find("starting it again") == std::string::npos);
+  }
 }

@@ -14,7 +14,8 @@ node=$(realpath "$1")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 # The stand-in: `app ROLE ENDING...` writes ROLE to its role file and ends as ENDING[incarnation]:
-# a number (exit with it), kill (SIGKILL itself), none (no role written, then SIGKILL), wait
+# a number (exit with it), kill (SIGKILL itself), term and int (SIGTERM or SIGINT itself, untrapped:
+# a stop that reached the app alone), none (no role written, then SIGKILL), wait
 # (count the SIGTERMs and SIGINTs it gets for 0.5 s after the first, log them, exit 6; 1 after
 # 20 s without one), or wait-kill (the same, but SIGKILL itself instead of exit 6).
 cat > "$dir/app" << 'APP'
@@ -29,6 +30,8 @@ ignored=$(sed -n 's/^SigIgn:\t//p' /proc/self/status)
 echo "start $TROUPE_INCARNATION pid=$$ ignored=$ignored" >> "$APP_LOG"
 case $ending in
   kill | none) kill -KILL $$ ;;
+  term) trap - TERM; kill -TERM $$ ;;
+  int) trap - INT; kill -INT $$ ;;
   wait | wait-kill)
     got=()
     trap 'got+=(TERM)' TERM
@@ -105,6 +108,13 @@ check "a first process's 5 is its code" eq "$rc $(starts)" "5 1"
 
 run -- -- "$dir/app" head kill 0
 check "a head is never started again" eq "$rc $(starts)" "137 1"
+
+# A stop is never restarted: a worker SIGTERM or SIGINT killed (sent to the app alone, or before
+# it took the signals) ends the host with that signal's code.
+run -- -- "$dir/app" worker term 0
+check "a worker killed by SIGTERM is not started again" eq "$rc $(starts)" "143 1"
+run -- -- "$dir/app" worker int 0
+check "nor one killed by SIGINT" eq "$rc $(starts)" "130 1"
 
 # Killed before it wrote its role (the first second of a process that would be a worker or the
 # head): nothing of the job hangs on it yet, so it is started again (real Slurm: the job ended

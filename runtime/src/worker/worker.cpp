@@ -95,12 +95,21 @@ class Worker::Impl {
     auto incarnation = node_.info().incarnation();
     bool noHead = incarnation > 0 && refusedSince_ &&
                   now - *refusedSince_ >= refusedLimitMs() * kj::MILLISECONDS;
-    if (now > deadline_ || noHead) {
+    if (noHead) {
+      // The job is over: its head has ended, and a head is never started again. This host's
+      // work went elsewhere when its predecessor was lost; the job's outcome is its head's and
+      // the other instances', so this host ends 0 rather than fail a job that may have succeeded.
+      node_.requestExit(OK, "the job is over: nothing has listened at the head " + headLine() +
+                                " for " + std::to_string(refusedLimitMs()) +
+                                " ms (connection refused), and a head is never started again; "
+                                "this host, started again (incarnation " +
+                                std::to_string(incarnation) +
+                                "), ends 0: the job's outcome is its head's");
+      return kj::READY_NOW;
+    }
+    if (now > deadline_) {
       std::string why = lastError.cStr();
-      if (noHead) {
-        why = "nothing has listened there for " + std::to_string(refusedLimitMs()) +
-              " ms (connection refused): the head has ended, and a head is never started again";
-      } else if (refusedSince_ && !reached_) {
+      if (refusedSince_ && !reached_) {
         // A host started after its job ended reads the same as one whose head never started:
         // neither is a crash of this host (docs/lifecycle.md, "Joining after the job ended").
         why = "nothing listened there the whole time (connection refused): the job's head has "
@@ -108,9 +117,8 @@ class Worker::Impl {
       }
       node_.requestExit(JOIN_FAILED,
                         std::string(incarnation > 0 ? "could not rejoin" : "could not join") +
-                            " the head " + headLine() +
-                            (noHead ? std::string()
-                                    : " within " + std::to_string(joinLimitMs(node_)) + " ms") +
+                            " the head " + headLine() + " within " +
+                            std::to_string(joinLimitMs(node_)) + " ms" +
                             (incarnation > 0 ? " (incarnation " + std::to_string(incarnation) + ")"
                                              : std::string()) +
                             ": " + why);
@@ -283,6 +291,15 @@ class Worker::Impl {
     std::string reason = std::string(signal) + " on " + node_.info().host().cStr() + " (" +
                          node_.info().group().cStr() + ")";
     if (headConnection_.get() == nullptr) {
+      if (node_.info().incarnation() > 0) {
+        // Started again in place of a process the job had lost, and stopped before it rejoined:
+        // nothing of the job runs here (its work went elsewhere), so this is a drain, 0, as a
+        // stop of a worker that had rejoined would be; the supervisor never restarts a stop.
+        node_.requestExit(OK, "drained: " + reason + " while rejoining (incarnation " +
+                                  std::to_string(node_.info().incarnation()) +
+                                  "); the job's work goes on on the other nodes");
+        return;
+      }
       node_.requestExit(INTERRUPTED, reason + " before joining");
       return;
     }
