@@ -138,6 +138,17 @@ for (w, h) in [(97, 131), (160, 120)]:
         ours = _native.Transform(spec).image(arr, 5).astype(np.float64)
         theirs = np.asarray(tv(img)).astype(np.float64).reshape(ours.shape)
         compare(f"{w}x{h} {spec}", ours, theirs, 255, 2.0)
+# The dtype and the layout: ToDtype(float16) is ToTensor's values as half floats (torch's
+# .half()), ChannelsLast the same values as H x W x C (torchvision has no such transform: the
+# tensor permuted).
+img = picture(40, 30, 6)
+data = png(img)
+tensor = T.ToTensor()(img)
+compare("ToTensor(),ToDtype(float16)", _native.Transform("CenterCrop((30, 40)),ToTensor(),ToDtype(float16)")(data)
+        .astype(np.float32), tensor.half().float().numpy(), 0, 0)
+compare("ToTensor(),ChannelsLast()", _native.Transform("CenterCrop((30, 40)),ToTensor(),ChannelsLast()")(data),
+        tensor.permute(1, 2, 0).numpy(), 1e-6, 1e-7)  # x / 255 as a product: an ulp apart
+
 # Arguments as torchvision reads them: translate's fractions need not be ordered; scale is a pair.
 for spec, takes in [("RandomAffine(0, translate=(0.2, 0.1))", True),
                     ("RandomAffine(0, scale=1.2)", False)]:
