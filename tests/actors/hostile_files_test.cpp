@@ -4,7 +4,6 @@
 // process's end. The files are made here: a bomb is a small JPEG or PNG whose header is made to
 // claim 65000 x 65000 pixels.
 
-#include <unistd.h>
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -13,6 +12,7 @@
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
 
+#include "temp_dir.h"
 #include "troupe/dataset/source.h"
 #include "troupe/images/transforms.h"
 
@@ -23,18 +23,11 @@ using troupe::images::Pipeline;
 
 namespace {
 
+// A scratch folder (tests/support/temp_dir.h), `path` its own.
 struct Dir {
-  fs::path path;
-  explicit Dir(const std::string& name)
-      : path(fs::temp_directory_path() /
-             ("troupe-hostile-test-" + std::to_string(getpid()) + "-" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+  troupe::testing::TempDir dir;
+  fs::path path{dir.path()};
+  explicit Dir(const std::string& name) : dir("troupe-hostile-" + name) {}
 };
 
 cv::Mat picture(int w, int h) {

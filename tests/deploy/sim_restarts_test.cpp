@@ -32,18 +32,27 @@ pid_t pidOf(const std::string& out, const std::string& host, int incarnation) {
   return std::regex_search(out, m, line) ? pid_t(std::stol(m[1])) : 0;
 }
 
+// A job of kTrain with --node-restarts `restarts`, its data host `victim` killed (SIGKILL) once
+// the first epoch is done.
+std::unique_ptr<harness::Run> killedOnce(const std::string& restarts, harness::Instance& victim) {
+  auto args = kCluster;
+  args.insert(args.end(), {"--node-restarts", restarts});
+  auto run = std::make_unique<harness::Run>(harness::sim(args, kTrain));
+  REQUIRE_OUTPUT(*run, "epoch 1/", 60s);
+  victim = harness::instanceIn(*run, "data_group");
+  REQUIRE(victim.pid > 0);
+  REQUIRE(kill(victim.pid, SIGKILL) == 0);
+  return run;
+}
+
 }  // namespace
 
 TEST_CASE("sim --node-restarts: a data host's restarts used up are said, the host ending with "
           "its code",
           "[sim][restarts]") {
-  auto args = kCluster;
-  args.insert(args.end(), {"--node-restarts", "1"});
-  harness::Run run(harness::sim(args, kTrain));
-  REQUIRE_OUTPUT(run, "epoch 1/", 60s);
-  auto victim = harness::instanceIn(run, "data_group");
-  REQUIRE(victim.pid > 0);
-  REQUIRE(kill(victim.pid, SIGKILL) == 0);
+  harness::Instance victim;
+  auto started = killedOnce("1", victim);
+  auto& run = *started;
   REQUIRE_OUTPUT(run, "starting it again (restart 1 of 1)", 30s);
   REQUIRE_OUTPUT(run, "rejoined (incarnation 1)", 30s);
   auto again = pidOf(run.output(), victim.host, 1);
@@ -61,13 +70,9 @@ TEST_CASE("sim --node-restarts: a data host's restarts used up are said, the hos
 TEST_CASE("sim --node-restarts: SIGTERM to a worker started again, in its first moments, drains "
           "it (0) and is never restarted",
           "[sim][restarts]") {
-  auto args = kCluster;
-  args.insert(args.end(), {"--node-restarts", "2"});
-  harness::Run run(harness::sim(args, kTrain));
-  REQUIRE_OUTPUT(run, "epoch 1/", 60s);
-  auto victim = harness::instanceIn(run, "data_group");
-  REQUIRE(victim.pid > 0);
-  REQUIRE(kill(victim.pid, SIGKILL) == 0);
+  harness::Instance victim;
+  auto started = killedOnce("2", victim);
+  auto& run = *started;
   // The stop as soon as the new process is there, past the few milliseconds in which the sim's own
   // starter (troupe __exec-held) loads: while hetero_train's libraries load (it used to die of the
   // signal, 143, and be started again) or while it rejoins.
