@@ -86,7 +86,7 @@ std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string&
 }
 
 Image decode(std::span<const uint8_t> bytes, const std::string& name, int channels,
-             int scaleDenominator, uint64_t maxPixels) {
+             int scaleDenominator, uint64_t maxPixels, std::string* warning) {
   if (channels != 1 && channels != 3) {
     throw std::invalid_argument("decode: channels must be 1 or 3, not " + std::to_string(channels));
   }
@@ -115,6 +115,7 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
         if (tjGetErrorCode(tj) != TJERR_WARNING || cutShort(why)) {
           throw data::SampleError(name, std::string("a corrupt or truncated JPEG: ") + why);
         }
+        if (warning != nullptr) *warning = why;
       }
       return out;
     }

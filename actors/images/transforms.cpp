@@ -493,7 +493,8 @@ void Pipeline::finish(const Image& image, std::span<uint8_t> out) const {
 }
 
 void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
-                   std::pair<int, int> rawShape, uint64_t seed, std::span<uint8_t> out) const {
+                   std::pair<int, int> rawShape, uint64_t seed, std::span<uint8_t> out,
+                   std::string* warning) const {
   Image image;
   int scale = 1;
   std::pair<int, int> full;
@@ -512,7 +513,7 @@ void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
     full = {h, w};
     scale = decodeScale(w, h, seed);
     try {
-      image = decode(sample.bytes, sample.name, 3, scale, maxPixels_);
+      image = decode(sample.bytes, sample.name, 3, scale, maxPixels_, warning);
     } catch (const std::bad_alloc&) {
       throw data::SampleError(sample.name, "out of memory decoding its " + std::to_string(w) +
                                                " x " + std::to_string(h) + " pixels");

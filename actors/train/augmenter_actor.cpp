@@ -474,6 +474,7 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
           std::vector<int64_t> targets;   // of the samples not skipped
           std::vector<uint32_t> skipped;  // ids
           std::vector<std::string> skippedFiles, failure;
+          std::vector<std::string> warned;  // "file: warning", decoded all the same
           double cpu;
         };
         auto work = [data, pipeline = pipeline_, ids = kj::mv(ids), seeds = kj::mv(seeds),
@@ -499,8 +500,10 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
             auto id = ids[k];
             try {
               auto sample = source.read(id);
+              std::string warning;
               pipeline->run(sample, source.encoding(), source.rawShape(), seeds[k],
-                            bytes.subspan(kept * sampleBytes, sampleBytes));
+                            bytes.subspan(kept * sampleBytes, sampleBytes), &warning);
+              if (!warning.empty()) built.warned.push_back(sample.name + ": " + warning);
               built.targets.push_back(sample.target);
               ++kept;
             } catch (const data::SampleError& e) {
@@ -530,6 +533,10 @@ kj::Promise<void> AugmenterActor::pumpDataset(uint32_t shard, uint64_t session, 
               auto targets = b.initTargets(kept);
               for (size_t i = 0; i < kept; ++i) targets.set(i, built.targets[i]);
               b.setDtype(static_cast<uint8_t>(pipeline_->dtype()));
+              if (!built.warned.empty()) {
+                auto warned = b.initWarned(built.warned.size());
+                for (size_t i = 0; i < built.warned.size(); ++i) warned.set(i, built.warned[i]);
+              }
               if (built.skipped.empty()) {
                 b.adoptPixels(pixelsOut.lend(b));
               } else {

@@ -349,8 +349,11 @@ void ScriptLearner::epochEnded(uint32_t epoch) {
     auto& h = trainer_->history_.back();
     nlohmann::json skipped = nlohmann::json::array();
     for (auto& f : trainer_->skippedFiles_) skipped.push_back(f);
+    nlohmann::json warned = nlohmann::json::array();
+    for (auto& f : trainer_->warnedFiles_) warned.push_back(f);
     nlohmann::json report{{"pass", epoch},     {"samples", h.samples}, {"duplicates", h.duplicates},
                           {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped},
+                          {"warned_files", warned},
                           {"abandoned", h.abandoned}, {"steps", h.steps},
                           {"seconds", h.seconds}, {"wait_seconds", h.waitSeconds},
                           {"rejected", h.rejected}};

@@ -103,6 +103,7 @@ struct Batch {
   # A script's batch (AugmenterArgs.python): `pixels` holds every tensor's bytes.
   tensors @13 :List(Tensor);
   structure @14 :Text;            # how the tensors nest (the Python package's encoding)
+  warned @15 :List(Text);         # "file: warning": decoded despite libjpeg's warning, as PIL does
 }
 
 struct Tensor {
@@ -244,7 +245,7 @@ struct CheckpointReport {
 interface Trainer extends(Troupe.Actor) {
   train @0 (epochs :UInt32, sources :List(Troupe.ActorAddress), trainSamples :UInt64)
       -> (epochs :List(EpochReport), device :Text, checkpoints :CheckpointReport, cpu :TrainerCpu,
-          skippedFiles :List(Text));
+          skippedFiles :List(Text), warnedFiles :List(Text));
   # A checkpoint in the trainer's folder of this job is resumed: the epochs it finished come back
   # in `epochs` as they were, and training continues the epoch in progress from each shard's
   # acknowledged position.

@@ -206,6 +206,9 @@ kj::Promise<void> TrainerActor::train(TrainContext call) {
             auto skipped = r.initSkippedFiles(skippedFiles_.size());
             size_t k = 0;
             for (auto& f : skippedFiles_) skipped.set(k++, f);
+            auto warned = r.initWarnedFiles(warnedFiles_.size());
+            k = 0;
+            for (auto& f : warnedFiles_) warned.set(k++, f);
             learner_->finished(history_);
           },
           [this](kj::Exception&& e) {

@@ -99,6 +99,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     std::vector<int64_t> targets;
     std::vector<uint32_t> skipped;
     std::vector<std::string> skippedFiles;
+    std::vector<std::string> warned;  // decoded despite libjpeg's warning: "file: warning"
     std::string failure;
     std::vector<MadeTensor> tensors;  // a script's Dataset (TrainerArgs.python)
     std::string structure;
@@ -188,6 +189,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   kj::Maybe<kj::String> validate(const Pending& b, const Source& s) const;
   size_t sampleBytes(const Pending& b) const;  // what one sample of `b` takes in its pixels
   std::set<std::string> skippedFiles_;          // every file skipped, once
+  std::set<std::string> warnedFiles_;           // every file decoded despite a warning, once
 
   // -- checkpoints (trainer_checkpoint.cpp) --
   JobIdentity identity() const;

@@ -48,6 +48,7 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   if (args_.getPython() || args_.hasSample()) {
     for (auto id : batch.getSkipped()) p.skipped.push_back(id);
     for (auto f : batch.getSkippedFiles()) p.skippedFiles.push_back(f.cStr());
+    for (auto f : batch.getWarned()) p.warned.push_back(f.cStr());
   }
   if (batch.getFailure().size() > 0 && fatal_ == nullptr) {
     // A sample that could not be read, without --skip-bad-samples: the job's end, naming it.
@@ -253,6 +254,11 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   for (size_t k = 0; k < b.skipped.size(); ++k) {
     ++stats_.skipped;
     skippedFiles_.insert(b.skippedFiles[k]);
+  }
+  for (auto& w : b.warned) {
+    if (warnedFiles_.insert(w).second) {
+      spdlog::info("decoded despite libjpeg's warning, as PIL decodes it: {}", w);
+    }
   }
   auto all = b.ids;
   if (!b.skipped.empty()) std::erase_if(b.ids, isSkipped);

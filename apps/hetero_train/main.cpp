@@ -332,6 +332,14 @@ class Job {
              skippedFiles.size());
       for (auto& f : skippedFiles) printf("  %s\n", f.get<std::string>().c_str());
     }
+    nlohmann::json warnedFiles = nlohmann::json::array();
+    for (auto f : r.getWarnedFiles()) warnedFiles.push_back(f.cStr());
+    if (!warnedFiles.empty()) {
+      printf("\n%zu training samples were decoded despite libjpeg's warning, as PIL decodes "
+             "them:\n",
+             warnedFiles.size());
+      for (auto& f : warnedFiles) printf("  %s\n", f.get<std::string>().c_str());
+    }
     nlohmann::json dataset = nullptr;
     if (s_.source) {
       dataset = {{"path", s_.source->where()},
@@ -518,6 +526,7 @@ class Job {
                           {"membership", changes},
                           {"dataset", dataset},
                           {"skipped_files", skippedFiles},
+                          {"warned_files", warnedFiles},
                           {"exit_status", 0}};
       hetero_train::writeReport(s_.report, j.dump(2) + "\n");
     }

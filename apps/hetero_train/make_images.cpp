@@ -8,7 +8,7 @@
 // Fashion-MNIST's label order. Every --png-every-th file is a PNG, every --grey-every-th a
 // one-channel JPEG; --corrupt N cuts N training JPEGs short (a bad file, named on stdout).
 // --hostile adds what a real collection holds: a README.txt and a Thumbs.db in class folders
-// (not images: torchvision leaves them out), a JPEG with 3 stray bytes before its end marker
+// (not images: torchvision leaves them out), a JPEG with 8 stray bytes before its end marker
 // (libjpeg warns, PIL decodes it) and a 3 KB progressive JPEG whose header claims 65000 x 65000
 // pixels (a decompression bomb), each named on stdout. Deterministic from --seed. Writes nothing
 // over an existing OUT/train.
@@ -73,13 +73,15 @@ void addHostile(const std::vector<std::pair<fs::path, int>>& files, const fs::pa
     if (path.extension() == ".jpg") jpegs.push_back(path);
   }
   if (jpegs.size() < 20) throw std::runtime_error("--hostile needs 20 JPEGs: more --samples");
-  // Stray bytes before the end marker: "Corrupt JPEG data: 3 extraneous bytes before marker".
+  // Stray bytes before the end marker: "Corrupt JPEG data: N extraneous bytes before marker
+  // 0xd9". Eight, as the entropy decoder reads up to four bytes ahead of what it needs: fewer may
+  // all be read as the scan's padding, and then libjpeg says nothing.
   auto& stray = jpegs[jpegs.size() / 3];
   std::ifstream in(stray, std::ios::binary);
   std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
-  bytes.insert(bytes.end() - 2, {0x00, 0x00, 0x00});
+  bytes.insert(bytes.end() - 2, 8, 0x00);
   writeBytes(stray, bytes);
-  printf("hostile: %s: 3 stray bytes before its end marker\n",
+  printf("hostile: %s: 8 stray bytes before its end marker\n",
          (shown / fs::relative(stray, root)).c_str());
   // The bomb: a small progressive JPEG, its header made to claim 65000 x 65000.
   auto& bomb = jpegs[jpegs.size() * 2 / 3];

@@ -146,10 +146,15 @@ TEST_CASE("a JPEG libjpeg warns about is decoded as PIL decodes it, one that end
           "[images][decode][hostile]") {
   auto jpeg = encode(picture(64, 48), ".jpg");
   auto stray = jpeg;
-  stray.insert(stray.end() - 2, {0x00, 0x00, 0x00});  // "3 extraneous bytes before marker 0xd9"
-  auto clean = troupe::images::decode(jpeg, "clean.jpg", 3);
-  auto warned = troupe::images::decode(stray, "stray.jpg", 3);
+  stray.insert(stray.end() - 2, 8, 0x00);  // "N extraneous bytes before marker 0xd9"
+  std::string none, warning;
+  auto clean = troupe::images::decode(jpeg, "clean.jpg", 3, 1, troupe::images::kMaxImagePixels,
+                                      &none);
+  auto warned = troupe::images::decode(stray, "stray.jpg", 3, 1, troupe::images::kMaxImagePixels,
+                                       &warning);
   CHECK(warned.pixels == clean.pixels);
+  CHECK(none.empty());
+  CHECK(warning.find("extraneous bytes before marker 0xd9") != std::string::npos);
   auto cut = jpeg;
   cut.resize(jpeg.size() * 2 / 3);
   CHECK_THROWS_WITH(troupe::images::decode(cut, "cut.jpg", 3),

@@ -285,7 +285,7 @@ TEST_CASE("a collection with a README, a Thumbs.db, a stray-bytes JPEG and a bom
   std::smatch m;
   REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): a \\d+-byte progressive")));
   auto bomb = fs::path(m[1].str()).filename().string();
-  REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): 3 stray bytes")));
+  REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): 8 stray bytes")));
   auto stray = fs::path(m[1].str()).filename().string();
   SECTION("without --skip-bad-samples: exit 1, the failure file names the bomb and its size") {
     auto failure = failedOn(made.dir + "/train");
@@ -316,6 +316,13 @@ TEST_CASE("a collection with a README, a Thumbs.db, a stray-bytes JPEG and a bom
     CHECK(j["skipped_files"].size() == 1);
     CHECK(files.find(bomb) != std::string::npos);
     CHECK(files.find(stray) == std::string::npos);
+    // Decoded as PIL decodes it, and counted: the report lists it with libjpeg's warning.
+    REQUIRE(j["warned_files"].size() == 1);
+    CHECK(j["warned_files"][0].get<std::string>().find(stray + ": Corrupt JPEG data: ") !=
+          std::string::npos);
+    CHECK(j["warned_files"][0].get<std::string>().find(" extraneous bytes before marker 0xd9") !=
+          std::string::npos);
+    CHECK(out.find("decoded despite libjpeg's warning, as PIL decodes it: ") != std::string::npos);
     struct rusage children {};
     REQUIRE(getrusage(RUSAGE_CHILDREN, &children) == 0);
     INFO("the largest process the run reaped: " << children.ru_maxrss / 1024 << " MiB");

@@ -171,8 +171,8 @@ def ours_rgb(data, w, h, name="<bytes>"):
 
 jpeg = io.BytesIO()
 picture(90, 70, 4).save(jpeg, format="JPEG", quality=90)
-stray = jpeg.getvalue()[:-2] + b"\0\0\0" + jpeg.getvalue()[-2:]
-compare("a JPEG with 3 stray bytes before its end marker, against PIL", ours_rgb(stray, 90, 70),
+stray = jpeg.getvalue()[:-2] + bytes(8) + jpeg.getvalue()[-2:]
+compare("a JPEG with 8 stray bytes before its end marker, against PIL", ours_rgb(stray, 90, 70),
         pil_rgb(stray), 255, 1.0)
 grey16 = io.BytesIO()
 Image.fromarray((np.arange(60 * 40).reshape(40, 60) * 7 % 700).astype(np.uint16)).save(grey16, format="PNG")

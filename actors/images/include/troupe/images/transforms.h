@@ -93,9 +93,11 @@ std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string&
 /// naming `name` for a corrupt, truncated or unknown file, or one whose header claims more than
 /// `maxPixels` pixels. As PIL: a JPEG libjpeg warns about (stray bytes, a bad Huffman code) is
 /// decoded, one that ends early is not; a 16-bit PNG is read as PIL reads it (grey clipped to
-/// 255, colour cut to its high byte).
+/// 255, colour cut to its high byte). `warning`, where given, gets libjpeg's warning about a JPEG
+/// decoded despite one (empty: none).
 Image decode(std::span<const uint8_t> bytes, const std::string& name, int channels,
-             int scaleDenominator = 1, uint64_t maxPixels = kMaxImagePixels);
+             int scaleDenominator = 1, uint64_t maxPixels = kMaxImagePixels,
+             std::string* warning = nullptr);
 
 struct Op;  // one transform with its arguments (transforms.cpp)
 
@@ -126,9 +128,10 @@ class Pipeline {
 
   /// Decodes and transforms one sample into `out` (outputShape().elements() x dtypeBytes()).
   /// Raw grey samples need `rawShape` (rows, cols). SampleError naming the file when it cannot
-  /// be decoded.
+  /// be decoded. `warning`, where given, gets libjpeg's warning about a JPEG decoded despite one
+  /// (as PIL decodes it), else is left empty.
   void run(const data::Encoded& sample, data::Encoding encoding, std::pair<int, int> rawShape,
-           uint64_t seed, std::span<uint8_t> out) const;
+           uint64_t seed, std::span<uint8_t> out, std::string* warning = nullptr) const;
 
   /// The transforms only, on an image already decoded (tests, and a caller that decodes itself).
   Image transform(Image image, uint64_t seed) const;
