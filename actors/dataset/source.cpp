@@ -142,12 +142,14 @@ class ImageFolder final : public FileList {
                         "with that class's images)");
     }
     std::vector<std::string> empty, notImages;
+    auto realRoot = fs::canonical(root, ec);
+    if (ec) throw cannotList(root, ec);
     for (size_t c = 0; c < classes_.size(); ++c) {
       std::vector<std::pair<std::string, std::string>> found;  // (folder, name)
       auto dir = root / classes_[c];
-      // The folders the listing is inside, as their real paths: a folder that is one of them
-      // again is a symlink loop, which os.walk(followlinks=True) would follow until the path is
-      // too long. Error codes throughout: a filesystem_error here would end every process.
+      // The folders the listing is inside (and the root), as their real paths: a folder that is
+      // one of them again is a symlink loop, which os.walk(followlinks=True) would follow until the
+      // path is too long. Error codes throughout: a filesystem_error would end every process.
       std::vector<fs::path> inside{fs::canonical(dir, ec)};
       if (ec) throw cannotList(dir, ec);
       for (auto it = fs::recursive_directory_iterator(
@@ -165,7 +167,7 @@ class ImageFolder final : public FileList {
           auto real = fs::canonical(it->path(), entry);
           if (entry) throw cannotList(it->path(), entry);
           inside.resize(size_t(it.depth()) + 1);
-          if (std::find(inside.begin(), inside.end(), real) != inside.end()) {
+          if (real == realRoot || std::find(inside.begin(), inside.end(), real) != inside.end()) {
             throw SourceError("ImageFolder " + root.string() + ": " + it->path().string() +
                               " is a symlink loop: it leads back to " + real.string() +
                               ", a folder it is inside; remove the link or point it elsewhere");

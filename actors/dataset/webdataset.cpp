@@ -145,7 +145,8 @@ class WebDataset final : public Source {
     try {
       bytes.resize(m.size);
     } catch (const std::bad_alloc&) {
-      throw SampleError(names_[i], "out of memory reading its " + std::to_string(m.size) + " bytes");
+      throw SampleError(names_[i],
+                        "out of memory reading its " + std::to_string(m.size) + " bytes");
     }
     if (!preadAll(fds_[m.shard], bytes.data(), bytes.size(), m.offset)) {
       throw SampleError(names_[i], errno ? std::string("cannot read: ") + strerror(errno)
@@ -176,7 +177,7 @@ class WebDataset final : public Source {
                          std::to_string(at) + "; is it a tar file (tar --format=ustar or gnu)?");
     };
     char h[kBlock];
-    bool ended = false;  // tar's end-of-archive block seen
+    bool ended = false;     // tar's end-of-archive block seen
     std::string cutInside;  // the member the shard ends inside
     while (at + kBlock <= fileSize) {
       if (!preadAll(fd, h, kBlock, at)) throw bad(std::string("cannot read: ") + strerror(errno));
@@ -230,8 +231,8 @@ class WebDataset final : public Source {
     // after the cut are gone without a name, so the shard is named here with where it ends.
     if (!cutInside.empty() || (!ended && at < fileSize)) {
       cutShards_.insert(s);
-      notes_.push_back("WebDataset shard " + shards_[s].string() + " is cut short: it ends at byte " +
-                       std::to_string(fileSize) +
+      notes_.push_back("WebDataset shard " + shards_[s].string() +
+                       " is cut short: it ends at byte " + std::to_string(fileSize) +
                        (cutInside.empty() ? " inside a header"
                                           : " inside member " + cutInside + " (a bad sample)") +
                        ", and every member after the cut is lost; copy the shard again");

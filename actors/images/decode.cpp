@@ -36,7 +36,9 @@ tjhandle decompressor() {
 // The one libjpeg warning PIL does not decode through: the file ends early (PIL: "image file is
 // truncated"), where the decoder fills the rest with grey. The others (stray bytes before a
 // marker, a bad Huffman code) PIL decodes, and so does this.
-bool cutShort(const char* message) { return strstr(message, "Premature end") != nullptr; }
+bool cutShort(const char* message) {
+  return strstr(message, "Premature end") != nullptr;
+}
 
 // A PNG's IHDR width and height, big-endian at bytes 16..23 (IHDR is always the first chunk).
 std::pair<uint32_t, uint32_t> pngSize(std::span<const uint8_t> b) {
@@ -51,8 +53,7 @@ void checkPixels(uint64_t w, uint64_t h, uint64_t maxPixels, const std::string& 
   if (maxPixels == 0 || w * h <= maxPixels) return;
   throw data::SampleError(name, "its header claims " + std::to_string(w) + " x " +
                                     std::to_string(h) + " = " + std::to_string(w * h) +
-                                    " pixels, more than the limit of " +
-                                    std::to_string(maxPixels) +
+                                    " pixels, more than the limit of " + std::to_string(maxPixels) +
                                     " (a decompression bomb, or an image larger than PIL opens; "
                                     "--max-image-pixels, or max_image_pixels= in Python, raises "
                                     "the limit, 0 removes it)");
@@ -121,7 +122,8 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
     }
   }
   if (isPng(bytes)) {
-    if (bytes.size() >= 24) checkPixels(pngSize(bytes).first, pngSize(bytes).second, maxPixels, name);
+    if (bytes.size() >= 24)
+      checkPixels(pngSize(bytes).first, pngSize(bytes).second, maxPixels, name);
     return decodePng(bytes, name, channels);
   }
 #if TROUPE_IMGCODECS

@@ -91,7 +91,8 @@ Image decodePng(std::span<const uint8_t> bytes, const std::string& name, int cha
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
   size_t row = size_t(width) * channels, read = grey16 ? size_t(width) * 2 : row;
-  if (png_get_rowbytes(png, info) != read) png_error(png, "an unexpected row size after conversion");
+  if (png_get_rowbytes(png, info) != read)
+    png_error(png, "an unexpected row size after conversion");
   Image& image = decoding->image;
   image.width = int(width);
   image.height = int(height);

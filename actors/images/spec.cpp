@@ -405,8 +405,8 @@ Op bind(const Call& c, const std::vector<std::string>& names, Kind kind) {
       op.text = "RandomAffine(degrees=" + pair(op.degrees) +
                 (op.translate.set ? ", translate=" + pair(op.translate) : "") +
                 (op.affineScale.set ? ", scale=" + pair(op.affineScale) : "") +
-                (op.shearY.set ? ", shear=(" + fmt(op.shear.min) + ", " + fmt(op.shear.max) +
-                                     ", " + fmt(op.shearY.min) + ", " + fmt(op.shearY.max) + ")"
+                (op.shearY.set ? ", shear=(" + fmt(op.shear.min) + ", " + fmt(op.shear.max) + ", " +
+                                     fmt(op.shearY.min) + ", " + fmt(op.shearY.max) + ")"
                  : op.shear.set ? ", shear=" + pair(op.shear)
                                 : "") +
                 ")";

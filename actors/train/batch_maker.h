@@ -46,12 +46,17 @@ inline uint64_t numpyItemSize(const std::string& dtype) {
     return 0;
   };
   switch (dtype[1]) {
-    case 'b': return oneOf({"1"});
+    case 'b':
+      return oneOf({"1"});
     case 'i':
-    case 'u': return oneOf({"1", "2", "4", "8"});
-    case 'f': return oneOf({"2", "4", "8"});
-    case 'c': return oneOf({"8", "16"});
-    default: return 0;
+    case 'u':
+      return oneOf({"1", "2", "4", "8"});
+    case 'f':
+      return oneOf({"2", "4", "8"});
+    case 'c':
+      return oneOf({"8", "16"});
+    default:
+      return 0;
   }
 }
 

@@ -351,12 +351,11 @@ void ScriptLearner::epochEnded(uint32_t epoch) {
     for (auto& f : trainer_->skippedFiles_) skipped.push_back(f);
     nlohmann::json warned = nlohmann::json::array();
     for (auto& f : trainer_->warnedFiles_) warned.push_back(f);
-    nlohmann::json report{{"pass", epoch},     {"samples", h.samples}, {"duplicates", h.duplicates},
-                          {"missing", h.missing}, {"skipped", h.skipped}, {"skipped_files", skipped},
-                          {"warned_files", warned},
-                          {"abandoned", h.abandoned}, {"steps", h.steps},
-                          {"seconds", h.seconds}, {"wait_seconds", h.waitSeconds},
-                          {"rejected", h.rejected}};
+    nlohmann::json report{
+        {"pass", epoch},          {"samples", h.samples},          {"duplicates", h.duplicates},
+        {"missing", h.missing},   {"skipped", h.skipped},          {"skipped_files", skipped},
+        {"warned_files", warned}, {"abandoned", h.abandoned},      {"steps", h.steps},
+        {"seconds", h.seconds},   {"wait_seconds", h.waitSeconds}, {"rejected", h.rejected}};
     std::lock_guard lock(mutex_);
     if (auto it = passes_.find(epoch); it != passes_.end()) {
       report["epoch"] = it->second.first;  // the script's

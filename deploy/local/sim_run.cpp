@@ -391,15 +391,16 @@ RunOutcome Runs::run(unsigned number, std::optional<Interruption> interruption) 
     return in.process->onExit().then([&](troupe::ChildExit e) -> kj::Promise<troupe::ChildExit> {
       in.ended.push_back({in.process->pid(), e});
       in.wasHead = in.wasHead || isHead(in);
-      bool mendable = !in.wasHead && !ended && !signalled_ && signals == 0 &&
-                      restartsNode(e.status, e.signal);
+      bool mendable =
+          !in.wasHead && !ended && !signalled_ && signals == 0 && restartsNode(e.status, e.signal);
       int code = codeOf(e);
       if (mendable && in.incarnation >= spec_.nodeRestarts && spec_.nodeRestarts > 0) {
         // As `train` and troupe-node say it: the host ends with this process's code.
-        printf("troupe sim: %s (%s) %s %d (%s); no restarts left (--node-restarts %u): this host "
-               "ends %d\n",
-               in.host.c_str(), in.group.c_str(), e.signal ? "was killed by signal" : "exited with",
-               e.signal ? e.signal : code, codeName(code).c_str(), spec_.nodeRestarts, code);
+        printf(
+            "troupe sim: %s (%s) %s %d (%s); no restarts left (--node-restarts %u): this host "
+            "ends %d\n",
+            in.host.c_str(), in.group.c_str(), e.signal ? "was killed by signal" : "exited with",
+            e.signal ? e.signal : code, codeName(code).c_str(), spec_.nodeRestarts, code);
       }
       if (!mendable || in.incarnation >= spec_.nodeRestarts) return e;
       ++in.incarnation;

@@ -420,7 +420,8 @@ class Job {
     KJ_DEFER(close(fd));
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    if (inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1)
+      a.sin_addr.s_addr = htonl(INADDR_ANY);
     socklen_t size = sizeof a;
     KJ_REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
                    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size) == 0,

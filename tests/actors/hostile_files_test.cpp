@@ -33,12 +33,14 @@ struct Dir {
 cv::Mat picture(int w, int h) {
   cv::Mat m(h, w, CV_8UC3);
   for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(x * 7), uint8_t(y * 5), 90);
+    for (int x = 0; x < w; ++x)
+      m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(x * 7), uint8_t(y * 5), 90);
   }
   return m;
 }
 
-std::vector<uint8_t> encode(const cv::Mat& m, const std::string& ext, std::vector<int> params = {}) {
+std::vector<uint8_t> encode(const cv::Mat& m, const std::string& ext,
+                            std::vector<int> params = {}) {
   std::vector<uint8_t> out;
   REQUIRE(cv::imencode(ext, m, out, params));
   return out;
@@ -46,7 +48,8 @@ std::vector<uint8_t> encode(const cv::Mat& m, const std::string& ext, std::vecto
 
 void write(const fs::path& p, const std::vector<uint8_t>& bytes) {
   fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 // A JPEG's start-of-frame (SOF0..SOF2) made to claim w x h.
@@ -95,13 +98,16 @@ std::string base256(uint64_t n) {  // tar's size field for 8 GiB and more
   for (int k = 0; k < 8; ++k) f[4 + k] = char(uint8_t(n >> (56 - 8 * k)));
   return f;
 }
-std::string padded(std::string s) { return s + std::string((512 - s.size() % 512) % 512, '\0'); }
+std::string padded(std::string s) {
+  return s + std::string((512 - s.size() % 512) % 512, '\0');
+}
 
 }  // namespace
 
-TEST_CASE("a header claiming more pixels than the limit is refused before decoding, naming the "
-          "file",
-          "[images][decode][hostile]") {
+TEST_CASE(
+    "a header claiming more pixels than the limit is refused before decoding, naming the "
+    "file",
+    "[images][decode][hostile]") {
   auto jpeg = encode(picture(64, 48), ".jpg");
   auto progressive = encode(picture(64, 48), ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1});
   auto png = encode(picture(64, 48), ".png");
@@ -148,10 +154,10 @@ TEST_CASE("a JPEG libjpeg warns about is decoded as PIL decodes it, one that end
   auto stray = jpeg;
   stray.insert(stray.end() - 2, 8, 0x00);  // "N extraneous bytes before marker 0xd9"
   std::string none, warning;
-  auto clean = troupe::images::decode(jpeg, "clean.jpg", 3, 1, troupe::images::kMaxImagePixels,
-                                      &none);
-  auto warned = troupe::images::decode(stray, "stray.jpg", 3, 1, troupe::images::kMaxImagePixels,
-                                       &warning);
+  auto clean =
+      troupe::images::decode(jpeg, "clean.jpg", 3, 1, troupe::images::kMaxImagePixels, &none);
+  auto warned =
+      troupe::images::decode(stray, "stray.jpg", 3, 1, troupe::images::kMaxImagePixels, &warning);
   CHECK(warned.pixels == clean.pixels);
   CHECK(none.empty());
   CHECK(warning.find("extraneous bytes before marker 0xd9") != std::string::npos);
@@ -161,9 +167,10 @@ TEST_CASE("a JPEG libjpeg warns about is decoded as PIL decodes it, one that end
                     Catch::Contains("cut.jpg") && Catch::Contains("Premature end"));
 }
 
-TEST_CASE("ImageFolder: a symlink loop is an error at open naming it, a folder linked twice is "
-          "read twice",
-          "[images][source][hostile]") {
+TEST_CASE(
+    "ImageFolder: a symlink loop is an error at open naming it, a folder linked twice is "
+    "read twice",
+    "[images][source][hostile]") {
   Dir d("loops");
   write(d.path / "cat" / "a.jpg", encode(picture(20, 20), ".jpg"));
   write(d.path / "dog" / "b.jpg", encode(picture(20, 20), ".jpg"));
@@ -205,9 +212,10 @@ TEST_CASE("a manifest beside class folders is an error naming both, not silently
   CHECK(troupe::data::openSource(d.path / "train.csv")->kind() == "manifest");
 }
 
-TEST_CASE("WebDataset: crafted tar sizes are refused or end the index, never allocated or looped "
-          "on, and a cut shard says what it lost",
-          "[images][source][hostile]") {
+TEST_CASE(
+    "WebDataset: crafted tar sizes are refused or end the index, never allocated or looped "
+    "on, and a cut shard says what it lost",
+    "[images][source][hostile]") {
   Dir d("tar");
   auto jpeg = encode(picture(30, 30), ".jpg");
   std::string image(jpeg.begin(), jpeg.end());
@@ -223,14 +231,15 @@ TEST_CASE("WebDataset: crafted tar sizes are refused or end the index, never all
     return p;
   };
   SECTION("a long-name header claiming 1 TiB: refused at open, nothing allocated") {
-    auto p = shard("longname.tar", tarHeader("././@LongLink", 'L', base256(1ull << 40)) + good + end);
+    auto p =
+        shard("longname.tar", tarHeader("././@LongLink", 'L', base256(1ull << 40)) + good + end);
     CHECK_THROWS_WITH(troupe::data::openSource(p),
                       Catch::Contains("long-name header of 1099511627776 bytes") &&
                           Catch::Contains("past the shard's end"));
   }
   SECTION("a pax header of 2 MiB inside the file: refused") {
-    auto p = shard("pax.tar", tarHeader("pax", 'x', octal(2 << 20)) + std::string(2 << 20, 'x') +
-                                  good + end);
+    auto p = shard("pax.tar",
+                   tarHeader("pax", 'x', octal(2 << 20)) + std::string(2 << 20, 'x') + good + end);
     CHECK_THROWS_WITH(troupe::data::openSource(p), Catch::Contains("more than 1 MiB"));
   }
   SECTION("a member whose base-256 size wraps the offset: the index ends there") {

@@ -96,9 +96,10 @@ TEST_CASE("ImageFolder: classes and files in torchvision's order, targets by cla
   CHECK(s->read(3).bytes == readFile(d.path / "cat" / "b.jpg"));
 }
 
-TEST_CASE("ImageFolder: an empty class folder fails at open, a file that is not an image is left "
-          "out and counted",
-          "[images][source]") {
+TEST_CASE(
+    "ImageFolder: an empty class folder fails at open, a file that is not an image is left "
+    "out and counted",
+    "[images][source]") {
   Dir d("bad-folder");
   makeFolder(d.path);
   fs::create_directories(d.path / "emu");

@@ -13,8 +13,14 @@ using troupe::train::tensorBytesFit;
 
 TEST_CASE("the wire: a tensor's dtype is numeric, of its sizes, and its shape fits its bytes",
           "[wire]") {
-  for (auto [dtype, size] : {std::pair<const char*, uint64_t>{"<f4", 4}, {"|u1", 1}, {"|b1", 1},
-                             {"<i8", 8}, {">f8", 8}, {"<f2", 2}, {"<c16", 16}, {"=i4", 4}}) {
+  for (auto [dtype, size] : {std::pair<const char*, uint64_t>{"<f4", 4},
+                             {"|u1", 1},
+                             {"|b1", 1},
+                             {"<i8", 8},
+                             {">f8", 8},
+                             {"<f2", 2},
+                             {"<c16", 16},
+                             {"=i4", 4}}) {
     INFO(dtype);
     CHECK(numpyItemSize(dtype) == size);
   }
@@ -27,9 +33,9 @@ TEST_CASE("the wire: a tensor's dtype is numeric, of its sizes, and its shape fi
   CHECK(tensorBytesFit("<f4", {2, 3}, 24));
   CHECK_FALSE(tensorBytesFit("<f4", {2, 3}, 23));  // one byte short: a view would read past it
   CHECK_FALSE(tensorBytesFit("<f4", {2, 3}, 25));
-  CHECK(tensorBytesFit("<f8", {}, 8));              // a scalar
-  CHECK(tensorBytesFit("|u1", {0, 5}, 0));          // an empty batch
-  CHECK_FALSE(tensorBytesFit("<f4", {-1, 3}, 12));  // a negative dimension
+  CHECK(tensorBytesFit("<f8", {}, 8));                            // a scalar
+  CHECK(tensorBytesFit("|u1", {0, 5}, 0));                        // an empty batch
+  CHECK_FALSE(tensorBytesFit("<f4", {-1, 3}, 12));                // a negative dimension
   CHECK_FALSE(tensorBytesFit("<f4", {1ll << 40, 1ll << 40}, 0));  // the product overflows
   CHECK_FALSE(tensorBytesFit("<c16", {1ll << 59}, 0));
 }

@@ -47,9 +47,10 @@ std::unique_ptr<harness::Run> killedOnce(const std::string& restarts, harness::I
 
 }  // namespace
 
-TEST_CASE("sim --node-restarts: a data host's restarts used up are said, the host ending with "
-          "its code",
-          "[sim][restarts]") {
+TEST_CASE(
+    "sim --node-restarts: a data host's restarts used up are said, the host ending with "
+    "its code",
+    "[sim][restarts]") {
   harness::Instance victim;
   auto started = killedOnce("1", victim);
   auto& run = *started;
@@ -61,15 +62,17 @@ TEST_CASE("sim --node-restarts: a data host's restarts used up are said, the hos
   CHECK(run.wait(100s) == 137);
   auto out = run.output();
   INFO(out);
-  CHECK(out.find("troupe sim: " + victim.host + " (data_group) was killed by signal 9 (Killed); "
+  CHECK(out.find("troupe sim: " + victim.host +
+                 " (data_group) was killed by signal 9 (Killed); "
                  "no restarts left (--node-restarts 1): this host ends 137") != std::string::npos);
   CHECK(count(out, "starting it again") == 1);
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("sim --node-restarts: SIGTERM to a worker started again, in its first moments, drains "
-          "it (0) and is never restarted",
-          "[sim][restarts]") {
+TEST_CASE(
+    "sim --node-restarts: SIGTERM to a worker started again, in its first moments, drains "
+    "it (0) and is never restarted",
+    "[sim][restarts]") {
   harness::Instance victim;
   auto started = killedOnce("2", victim);
   auto& run = *started;

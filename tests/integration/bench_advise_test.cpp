@@ -35,8 +35,8 @@ TEST_CASE("bench_pipeline --json carries the advisor's predicted step beside the
   auto out = bench.output();
   auto j = json::parse(out.substr(out.rfind("\n{") + 1));
   REQUIRE(j["setups"].size() == 2);
-  double load = std::max(j["load_average"]["before"].get<double>(),
-                         j["load_average"]["after"].get<double>());
+  double load =
+      std::max(j["load_average"]["before"].get<double>(), j["load_average"]["after"].get<double>());
   for (auto& s : j["setups"]) {
     CHECK(s["measured_step_ms"].get<double>() > 0);
     CHECK(s["predicted_step_ms"].get<double>() > 0);

@@ -277,13 +277,15 @@ TEST_CASE(
 // header claims 65000 x 65000 pixels. Before: the bomb grew the data process to 8 GB, then the
 // dnn host's, and the job ended 137 naming nothing. The memory is read from the OS: the largest
 // resident set of every process the run started and reaped (RUSAGE_CHILDREN).
-TEST_CASE("a collection with a README, a Thumbs.db, a stray-bytes JPEG and a bomb trains with "
-          "--skip-bad-samples under 1 GB",
-          "[train][images][bad-input]") {
+TEST_CASE(
+    "a collection with a README, a Thumbs.db, a stray-bytes JPEG and a bomb trains with "
+    "--skip-bad-samples under 1 GB",
+    "[train][images][bad-input]") {
   auto made = makeImages("imgs-hostile", {"--samples", "600", "--test-samples", "0", "--hostile"});
   INFO(made.output);
   std::smatch m;
-  REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): a \\d+-byte progressive")));
+  REQUIRE(
+      std::regex_search(made.output, m, std::regex("hostile: (\\S+): a \\d+-byte progressive")));
   auto bomb = fs::path(m[1].str()).filename().string();
   REQUIRE(std::regex_search(made.output, m, std::regex("hostile: (\\S+): 8 stray bytes")));
   auto stray = fs::path(m[1].str()).filename().string();

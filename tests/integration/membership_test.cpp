@@ -262,9 +262,10 @@ TEST_CASE("a process that joins as its job ends OK exits 0 with the job (not 5)"
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("after its job has ended, a process started again ends 0 at once saying the job is "
-          "over, and a first one says the head has ended or not started",
-          "[train][membership]") {
+TEST_CASE(
+    "after its job has ended, a process started again ends 0 at once saying the job is "
+    "over, and a first one says the head has ended or not started",
+    "[train][membership]") {
   // Connection refused: the head's host answers and no head listens. A head is never started
   // again, so a restarted worker has no partition to wait out (it waited 11 s before), and it
   // knows the job is over: it ends 0 (before: 5, and the host's outcome its predecessor's, which
