@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -76,9 +77,9 @@ TEST_CASE(
   harness::Instance victim;
   auto started = killedOnce("2", victim);
   auto& run = *started;
-  // The stop as soon as the new process is there, past the few milliseconds in which the sim's own
-  // starter (troupe __exec-held) loads: while hetero_train's libraries load (it used to die of the
-  // signal, 143, and be started again) or while it rejoins.
+  // The stop as soon as the new process is past the sim's own starter (troupe __exec-held, a few
+  // milliseconds): while hetero_train's libraries load (it used to die of the signal, 143, and be
+  // started again) or while it rejoins.
   pid_t again = 0;
   for (auto until = std::chrono::steady_clock::now() + 30s;
        again == 0 && std::chrono::steady_clock::now() < until;) {
@@ -86,7 +87,16 @@ TEST_CASE(
     if (again == 0) std::this_thread::sleep_for(2ms);
   }
   REQUIRE(again > 0);
-  std::this_thread::sleep_for(30ms);
+  // Past the starter: /proc/PID/exe is no longer the troupe binary (it exec'd the cgroup's shell
+  // or hetero_train with the stops held). Its own loading is the window left (milliseconds).
+  auto troupe = std::filesystem::canonical(TROUPE_BINARY);
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < until;) {
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(again) + "/exe", ec);
+    if (!ec && exe != troupe) break;
+    std::this_thread::sleep_for(1ms);
+  }
   REQUIRE(kill(again, SIGTERM) == 0);
   CHECK(run.wait(100s) == 0);
   auto out = run.output();
