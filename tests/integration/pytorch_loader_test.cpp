@@ -281,6 +281,29 @@ TEST_CASE("a file of an ImageFolder that cannot be read fails a DataLoader job n
   CHECK(run.leftovers().empty());
 }
 
+// The wire's check (issue 49): a data worker whose replies claim a shape their bytes do not hold
+// (1000 more rows) is refused where the batch is taken, named with its dtype, shape and bytes; the
+// job ends 1 and no array is made over bytes that are not there.
+TEST_CASE("a DataLoader worker that lies about a tensor's shape fails the job naming the tensor, "
+          "no array made past its bytes",
+          "[pytorch][loader][bad-input]") {
+  SKIP_WITHOUT_TORCH();
+  auto cluster = kCluster;
+  cluster.insert(cluster.begin(), "--keep");
+  Run run(harness::sim(cluster, loaderCheck({"lying"})), pythonEnv());
+  int code = run.wait(180s);
+  auto out = run.output();
+  INFO(out);
+  CHECK(code == 1);
+  CHECK(out.find("check: FAILED") == std::string::npos);
+  auto failure = headFailure(run);
+  INFO("output/failure: " << failure);
+  CHECK(std::regex_search(failure, std::regex(R"(DataLoader worker 0 on algo-\d answered with )"
+                                              R"(what is not a batch: a tensor of dtype <f4, )"
+                                              R"(shape \[10[0-9][0-9],4\] and [0-9]+ bytes)")));
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("troupe.data.ImageDataset through a DataLoader draws the same pixels on the data group's "
           "C++ pipeline as under plain python3, with its own seed and the script's epoch or with "
           "the loader's per-sample seeds",

@@ -17,6 +17,8 @@ loaders      a training loader, a validation loader on the data group and a test
              instance, each with its own reports
 peek         next(iter(loader)) before the loop; set_epoch(5) on a second loader
 badfile DIR  torchvision's ImageFolder over DIR with a corrupt JPEG: the job fails naming it
+lying        a data worker that lies about one tensor's shape in each batch it makes (a malformed
+             tensor on the wire): the job fails naming it; no array is made past its bytes
 images DIR   troupe.data.ImageDataset over the ImageFolder DIR, through a DataLoader (on the data
              group: troupe's C++ pipeline): a digest of each sample's pixels per epoch, with the
              dataset's own seed and with the loader's per-sample seeds
@@ -345,6 +347,29 @@ def badfile():
     fail("the corrupt JPEG was read")
 
 
+def lie_about_shapes(worker_id):
+    # Each reply of the worker claims 1000 more rows for its first tensor than its bytes hold.
+    import troupe._workers as workers
+    made = workers._make
+
+    def lying(*args):
+        reply = made(*args)
+        if reply.get("tensors"):
+            reply["tensors"][0]["shape"][0] += 1000
+        return reply
+    workers._make = lying
+
+
+def lying():
+    dataset = [(torch.full((4,), float(i)), i) for i in range(256)]
+    loader = troupe.data.DataLoader(dataset, batch_size=32, num_workers=1,
+                                    worker_init_fn=lie_about_shapes)
+    for x, _ in loader:
+        if x.shape[0] != 32 or x.numel() != 32 * 4:
+            fail(f"a batch of shape {tuple(x.shape)} reached the script")
+    fail("every batch was taken, the lying ones too")
+
+
 def images():
     spec = "RandomResizedCrop(16),RandomHorizontalFlip(),ColorJitter(0.4,0.4,0.4),Normalize(imagenet)"
     # The dataset's own seed (its epoch from the loader's set_epoch), and the loader's seed alone.
@@ -365,5 +390,5 @@ def images():
 
 
 {"parallel": parallel, "random": random_mode, "args": args_mode, "loaders": loaders, "peek": peek,
- "badfile": badfile, "images": images}[MODE]()
+ "badfile": badfile, "lying": lying, "images": images}[MODE]()
 print("check: done", flush=True)
