@@ -133,8 +133,9 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
       }
       // The script makes an array of this dtype and shape over those bytes: they must be its.
       if (!tensorBytesFit(t.dtype, t.shape, t.bytes)) {
-        return kj::str("a tensor of dtype '", t.dtype.c_str(), "' and ", t.shape.size(),
-                       " dimensions is not its ", t.bytes, " bytes");
+        return kj::str("a tensor of dtype '", t.dtype.c_str(), "' and shape (",
+                       kj::strArray(t.shape, ", "), t.shape.size() == 1 ? ",)" : ")",
+                       " is not its ", t.bytes, " bytes");
       }
     }
   } else if (args_.hasSample()) {

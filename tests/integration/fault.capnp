@@ -9,5 +9,8 @@ struct ScriptedAugmenterArgs {
   seed @0 :UInt64;
   batchSize @1 :UInt32;
   samples @2 :UInt64;
-  corrupt @3 :Bool;   # in epoch 0, push five malformed batches before the shard's second batch
+  corrupt @3 :Bool;   # in epoch 0, push malformed batches before the shard's second batch
+  tensors @4 :Bool;   # a script's batches (TrainerArgs.python): each sample's row of 784 float32
+                      # holding its id, and its id as an int64 target; malformed: four tensors
+                      # whose dtype or shape lies about their bytes
 }

@@ -138,18 +138,15 @@ TEST_CASE("the trainer's instance killed: every process exits non-zero, naming t
   CHECK(run.leftovers().empty());
 }
 
-TEST_CASE("malformed batches are rejected with the reason, and lose no sample",
-          "[train][bad-input]") {
-  // fault_app's augmenters push five malformed batches in front of the second batch of each
-  // shard they serve in epoch 1: 4096 samples in shards of 8 batches of 64 are 8 shards.
-  Run run(harness::sim(kCluster, {FAULT_APP}));
-  REQUIRE(run.wait(120s) == 0);
-  auto out = run.output();
-  INFO(out);
-  // The 40 malformed batches are rejected in epoch 1, none in epoch 2: counted per epoch, so a
-  // run that lost some of one epoch's and rejected more in another fails. Any other rejection is
-  // a real stream's batch that came after its shard moved (a straggler's shard taken over on a
-  // busy machine), logged as such with the epoch the trainer was in.
+namespace {
+
+// fault_app's malformed batches, `each` in front of the second batch of each shard it serves in
+// epoch 1 (4096 samples in shards of 8 batches of 64 are 8 shards), are rejected in epoch 1, none
+// in epoch 2: counted per epoch, so a run that lost some of one epoch's and rejected more in
+// another fails. Any other rejection is a real stream's batch that came after its shard moved (a
+// straggler's shard taken over on a busy machine), logged as such with the epoch the trainer was
+// in.
+void rejectedInEpochOne(const std::string& out, int each) {
   std::map<int, int> late;
   std::regex stale(R"(rejected a batch of shard [0-9]+ from stream ([0-9]+) .*, epoch ([0-9]+)\))");
   for (std::sregex_iterator it(out.begin(), out.end(), stale), end; it != end; ++it) {
@@ -165,8 +162,21 @@ TEST_CASE("malformed batches are rejected with the reason, and lose no sample",
     if (late[epoch] > 0) {
       WARN(late[epoch] << " batch(es) of a taken-over shard came late and were rejected");
     }
-    CHECK(std::stoi(m[1]) == (epoch == 1 ? 40 : 0) + late[epoch]);
+    CHECK(std::stoi(m[1]) == (epoch == 1 ? 8 * each : 0) + late[epoch]);
   }
+}
+
+}  // namespace
+
+TEST_CASE("malformed batches are rejected with the reason, and lose no sample",
+          "[train][bad-input]") {
+  // Five malformed batches a shard: wrong ids, a float short, no such shard, one sample too many,
+  // another session's.
+  Run run(harness::sim(kCluster, {FAULT_APP}));
+  REQUIRE(run.wait(120s) == 0);
+  auto out = run.output();
+  INFO(out);
+  rejectedInEpochOne(out, 5);
   for (auto shard : {"0", "1"}) {
     auto at = std::string("rejected a batch of shard ") + shard + " at position 64: ";
     CHECK(out.find(at + "sample ids at position 64 are not the shard's") != std::string::npos);
@@ -174,6 +184,38 @@ TEST_CASE("malformed batches are rejected with the reason, and lose no sample",
     CHECK(out.find(at + "a batch of 65 samples (batch size 64)") != std::string::npos);
   }
   CHECK(out.find("rejected a batch from unknown shard 99") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
+TEST_CASE(
+    "a script's batch whose tensor lies about its bytes is rejected naming it, and the "
+    "script gets every sample once, each tensor as made",
+    "[train][bad-input]") {
+  // fault_app --tensors: a training script's batches (troupe.data's), a row of 784 float32 and an
+  // int64 target a sample, each its id; the script's side (a thread of the head's process, as the
+  // Python package's) checks every tensor and value it is handed, and counts the samples itself.
+  // Four malformed tensors a shard: an object dtype, 1000 rows more than the bytes, a tensor past
+  // the batch's bytes, negative dimensions whose product fits.
+  Run run(harness::sim(kCluster, {FAULT_APP, "--tensors"}));
+  REQUIRE(run.wait(120s) == 0);
+  auto out = run.output();
+  INFO(out);
+  rejectedInEpochOne(out, 4);
+  for (int epoch : {1, 2}) {
+    CHECK(out.find("SCRIPT epoch " + std::to_string(epoch) +
+                   ": samples 4096, each once 4096, batches not as made 0") != std::string::npos);
+  }
+  CHECK(out.find("SCRIPT ended: finished") != std::string::npos);
+  for (auto shard : {"0", "1"}) {
+    auto at = std::string("rejected a batch of shard ") + shard + " at position 64: a tensor ";
+    CHECK(out.find(at + "of dtype '|O' and shape (64, 784) is not its 200704 bytes") !=
+          std::string::npos);
+    CHECK(out.find(at + "of dtype '<f4' and shape (1064, 784) is not its 200704 bytes") !=
+          std::string::npos);
+    CHECK(out.find(at + "of dtype '<f4' and shape (-64, -784) is not its 200704 bytes") !=
+          std::string::npos);
+    CHECK(out.find(at + "of 512 bytes at 200712 beyond the batch's 201216") != std::string::npos);
+  }
   CHECK(run.leftovers().empty());
 }
 
