@@ -35,8 +35,8 @@ INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^>"]+)[>"]')
 # Rule 5's offenders of today, as (the including file, the private header it reaches): each passes
 # until it is moved into its component or its header made public; any other fails.
 PRIVATE_ALLOWED = {
-    # TODO(issue 51, item 2): hetero_train spawns and reports on actors/train's actors through their own
-    # headers; give actors/train an include/troupe/train/ for what an app needs.
+    # TODO(issue 51, item 2): hetero_train spawns and reports on actors/train's actors through
+    # their own headers; give actors/train an include/troupe/train/ for what an app needs.
     ("apps/hetero_train/end_report.h", "actors/train/checkpoint.h"),
     ("apps/hetero_train/main.cpp", "actors/train/augmenter_actor.h"),
     ("apps/hetero_train/main.cpp", "actors/train/augmenter_spawn.h"),
@@ -47,8 +47,9 @@ PRIVATE_ALLOWED = {
     ("apps/hetero_train/settings.cpp", "actors/train/checkpoint.h"),
     ("apps/hetero_train/settings.cpp", "actors/train/trainer_actor.h"),
     ("apps/hetero_train/settings.h", "actors/train/checkpoint.h"),
-    # TODO(issue 51, item 2): the Python module runs the trainer, its learner and the batch maker in
-    # process through actors/train's own headers; the same include/troupe/train/ would serve it.
+    # TODO(issue 51, item 2): the Python module runs the trainer, its learner and the batch maker
+    # in process through actors/train's own headers; the same include/troupe/train/ would serve
+    # it.
     ("python/src/job.cpp", "actors/train/augmenter_actor.h"),
     ("python/src/job.cpp", "actors/train/augmenter_spawn.h"),
     ("python/src/job.cpp", "actors/train/trainer_actor.h"),
@@ -57,8 +58,8 @@ PRIVATE_ALLOWED = {
     ("python/src/local_ranks.h", "actors/train/script_learner.h"),
     ("python/src/native.cpp", "actors/train/script_learner.h"),
     ("python/src/worker_pool.h", "actors/train/batch_maker.h"),
-    # TODO(issue 51, item 4): the RPC and stream benches measure the runtime's transport itself, through
-    # runtime/src/net (runtime/net.cmake puts that folder on troupe_net's include path).
+    # TODO(issue 51, item 4): the RPC and stream benches measure the runtime's transport itself,
+    # through runtime/src/net (runtime/net.cmake puts that folder on troupe_net's include path).
     ("apps/bench/rpc/bench_rpc.cpp", "runtime/src/net/coalescing_stream.h"),
     ("apps/bench/rpc/bench_rpc.cpp", "runtime/src/net/secure.h"),
     ("apps/bench/rpc/bench_rpc.h", "runtime/src/net/coalescing_stream.h"),
