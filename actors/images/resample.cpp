@@ -1,5 +1,8 @@
 // PIL's bilinear resize (resample.h): Resample.c's precompute_coeffs, normalize_coeffs_8bpc and
-// its two passes, written again.
+// its two passes, written again with PIL's arithmetic (22-bit coefficients, 32-bit sums) and
+// arranged for the compiler's vectoriser: every output pixel of a pass reads the same number of
+// input pixels (PIL's own taps, padded with zero weights where they would run past the edge), and
+// the vertical pass sums whole rows at a time.
 
 #include "resample.h"
 
@@ -11,22 +14,29 @@ namespace troupe::images {
 
 namespace {
 
+constexpr int kPrecision = 22;
+
 struct Taps {
-  std::vector<int> first, count;  // per output pixel: the first input pixel it reads, how many
-  std::vector<int32_t> weights;   // `width` per output pixel
+  std::vector<int> first;        // per output pixel: the first input pixel it reads
+  std::vector<int32_t> weights;  // `width` per output pixel, zero past PIL's own taps
   int width = 0;
 };
 
-Taps pilTaps(double in0, double in1, int inSize, int outSize) {
-  constexpr int kPrecision = 22;
+// PIL's taps for [in0, in1) of an axis of `inSize` pixels resampled to `outSize`, each output
+// pixel's moved to start at most inSize - width (its weights moved with it): a fixed count read.
+void pilTaps(double in0, double in1, int inSize, int outSize, Taps& t) {
   double scale = (in1 - in0) / outSize, filterScale = std::max(1.0, scale);
   double support = filterScale;  // the bilinear filter's support (1) times the scale
-  Taps t;
-  t.width = int(std::ceil(support)) * 2 + 1;
+  t.width = std::min(inSize, int(std::ceil(support)) * 2 + 1);
   t.first.resize(size_t(outSize));
-  t.count.resize(size_t(outSize));
   t.weights.assign(size_t(outSize) * t.width, 0);
-  std::vector<double> k(size_t(t.width));
+  double k[64];
+  std::vector<double> big;
+  double* kk = k;
+  if (t.width > 64) {
+    big.resize(size_t(t.width));
+    kk = big.data();
+  }
   for (int x = 0; x < outSize; ++x) {
     double center = in0 + (x + 0.5) * scale;
     int lo = std::max(0, int(center - support + 0.5));
@@ -35,70 +45,138 @@ Taps pilTaps(double in0, double in1, int inSize, int outSize) {
     double sum = 0;
     for (int i = 0; i < n; ++i) {
       double d = std::abs((i + lo - center + 0.5) / filterScale);
-      k[size_t(i)] = d < 1 ? 1 - d : 0;
-      sum += k[size_t(i)];
+      kk[i] = d < 1 ? 1 - d : 0;
+      sum += kk[i];
     }
+    int start = std::max(0, std::min(lo, inSize - t.width));
+    int32_t* w = &t.weights[size_t(x) * t.width];
     for (int i = 0; i < n; ++i) {
-      double w = sum != 0 ? k[size_t(i)] / sum : 0;
-      t.weights[size_t(x) * t.width + i] =
-          int32_t(w < 0 ? -0.5 + w * (1 << kPrecision) : 0.5 + w * (1 << kPrecision));
+      double v = sum != 0 ? kk[i] / sum : 0;
+      w[lo - start + i] =
+          int32_t(v < 0 ? -0.5 + v * (1 << kPrecision) : 0.5 + v * (1 << kPrecision));
     }
-    t.first[size_t(x)] = lo;
-    t.count[size_t(x)] = n;
+    t.first[size_t(x)] = start;
   }
-  return t;
 }
 
-inline uint8_t pilClip(int64_t v) {
-  v >>= 22;
+inline uint8_t pilClip(int32_t v) {
+  v >>= kPrecision;
   return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// The horizontal pass of one row, `C` channels, `W` taps each (0: t.width, read at run time).
+template <int C, int W>
+void across(const uint8_t* in, uint8_t* out, int width, const Taps& t) {
+  const int n = W > 0 ? W : t.width;
+  for (int x = 0; x < width; ++x) {
+    const int32_t* k = &t.weights[size_t(x) * n];
+    const uint8_t* p = in + t.first[size_t(x)] * C;
+    int32_t s[C];
+    for (int c = 0; c < C; ++c) s[c] = 1 << (kPrecision - 1);
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < C; ++c) s[c] += int32_t(p[i * C + c]) * k[i];
+    }
+    for (int c = 0; c < C; ++c) out[x * C + c] = pilClip(s[c]);
+  }
+}
+
+template <int C>
+void acrossRows(const cv::Mat& m, int rowFirst, int rowLast, cv::Mat& dst, const Taps& t) {
+  for (int r = rowFirst; r < rowLast; ++r) {
+    const uint8_t* in = m.ptr<uint8_t>(r);
+    uint8_t* out = dst.ptr<uint8_t>(r - rowFirst);
+    switch (t.width) {
+      case 3:
+        across<C, 3>(in, out, dst.cols, t);
+        break;
+      case 5:
+        across<C, 5>(in, out, dst.cols, t);
+        break;
+      case 7:
+        across<C, 7>(in, out, dst.cols, t);
+        break;
+      default:
+        across<C, 0>(in, out, dst.cols, t);
+        break;
+    }
+  }
+}
+
+// The vertical pass of one output row: `n` input rows of `row` bytes, summed a whole row at a
+// time into `sum` (32-bit, as PIL's), then clipped.
+__attribute__((target_clones("avx2", "default"))) void down(const uint8_t* const* rows,
+                                                            const int32_t* k, int n, int row,
+                                                            int32_t* sum, uint8_t* out) {
+  for (int i = 0; i < row; ++i) sum[i] = 1 << (kPrecision - 1);
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* in = rows[j];
+    const int32_t w = k[j];
+    if (w == 0) continue;
+    for (int i = 0; i < row; ++i) sum[i] += int32_t(in[i]) * w;
+  }
+  for (int i = 0; i < row; ++i) {
+    int32_t v = sum[i] >> kPrecision;
+    out[i] = uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+  }
 }
 
 }  // namespace
 
-cv::Mat pilResize(const cv::Mat& m, double x0, double y0, double x1, double y1, int width,
-                  int height) {
+void pilResize(const cv::Mat& m, double x0, double y0, double x1, double y1, int width, int height,
+               cv::Mat& out) {
+  thread_local Taps vertical, horizontal;
+  thread_local cv::Mat middle;
+  thread_local std::vector<int32_t> sums;
+  thread_local std::vector<const uint8_t*> rows;
   int channels = m.channels();
-  auto down = pilTaps(y0, y1, m.rows, height);
-  int rowFirst = down.first.front(), rowLast = rowFirst;
+  pilTaps(y0, y1, m.rows, height, vertical);
+  int rowFirst = vertical.first.front(), rowLast = rowFirst;
   for (int y = 0; y < height; ++y) {
-    rowLast = std::max(rowLast, down.first[size_t(y)] + down.count[size_t(y)]);
+    rowLast = std::max(rowLast, vertical.first[size_t(y)] + vertical.width);
   }
   // Across, on the rows the second pass reads; skipped, as PIL skips it, where nothing changes.
   cv::Mat src;
   if (width != m.cols || x0 != 0 || x1 != m.cols) {
-    auto across = pilTaps(x0, x1, m.cols, width);
-    src.create(rowLast - rowFirst, width, CV_8UC(channels));
-    for (int r = rowFirst; r < rowLast; ++r) {
-      const uint8_t* in = m.ptr<uint8_t>(r);
-      uint8_t* out = src.ptr<uint8_t>(r - rowFirst);
-      for (int x = 0; x < width; ++x) {
-        const int32_t* k = &across.weights[size_t(x) * across.width];
-        const uint8_t* p = in + across.first[size_t(x)] * channels;
-        int n = across.count[size_t(x)];
-        for (int c = 0; c < channels; ++c) {
-          int64_t v = 1 << 21;
-          for (int i = 0; i < n; ++i) v += int64_t(p[i * channels + c]) * k[i];
-          out[x * channels + c] = pilClip(v);
-        }
-      }
+    pilTaps(x0, x1, m.cols, width, horizontal);
+    middle.create(rowLast - rowFirst, width, CV_8UC(channels));
+    switch (channels) {
+      case 1:
+        acrossRows<1>(m, rowFirst, rowLast, middle, horizontal);
+        break;
+      case 2:
+        acrossRows<2>(m, rowFirst, rowLast, middle, horizontal);
+        break;
+      case 3:
+        acrossRows<3>(m, rowFirst, rowLast, middle, horizontal);
+        break;
+      default:
+        acrossRows<4>(m, rowFirst, rowLast, middle, horizontal);
+        break;
     }
+    src = middle;
   } else {
     src = m.rowRange(rowFirst, rowLast);
   }
-  if (height == m.rows && y0 == 0 && y1 == m.rows) return src.clone();
-  cv::Mat out(height, width, CV_8UC(channels));
-  int row = width * channels;
-  for (int y = 0; y < height; ++y) {
-    const int32_t* k = &down.weights[size_t(y) * down.width];
-    int first = down.first[size_t(y)] - rowFirst, n = down.count[size_t(y)];
-    uint8_t* o = out.ptr<uint8_t>(y);
-    for (int i = 0; i < row; ++i) {
-      int64_t v = 1 << 21;
-      for (int j = 0; j < n; ++j) v += int64_t(src.ptr<uint8_t>(first + j)[i]) * k[j];
-      o[i] = pilClip(v);
-    }
+  if (height == m.rows && y0 == 0 && y1 == m.rows) {
+    src.copyTo(out);
+    return;
   }
+  out.create(height, width, CV_8UC(channels));
+  int row = width * channels;
+  sums.resize(size_t(row));
+  rows.resize(size_t(vertical.width));
+  for (int y = 0; y < height; ++y) {
+    int first = vertical.first[size_t(y)] - rowFirst;
+    for (int j = 0; j < vertical.width; ++j) rows[size_t(j)] = src.ptr<uint8_t>(first + j);
+    down(rows.data(), &vertical.weights[size_t(y) * vertical.width], vertical.width, row,
+         sums.data(), out.ptr<uint8_t>(y));
+  }
+}
+
+cv::Mat pilResize(const cv::Mat& m, double x0, double y0, double x1, double y1, int width,
+                  int height) {
+  cv::Mat out;
+  pilResize(m, x0, y0, x1, y1, width, height, out);
   return out;
 }
 

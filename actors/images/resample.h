@@ -12,5 +12,8 @@ namespace troupe::images {
 /// The box [x0, x1) x [y0, y1) of `m` (8-bit, 1 to 4 channels) resized to width x height.
 cv::Mat pilResize(const cv::Mat& m, double x0, double y0, double x1, double y1, int width,
                   int height);
+/// The same into `out` (its buffer reused where it has the size already; not `m`'s).
+void pilResize(const cv::Mat& m, double x0, double y0, double x1, double y1, int width, int height,
+               cv::Mat& out);
 
 }  // namespace troupe::images
