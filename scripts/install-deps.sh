@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   capnproto libcapnp-dev libuv1-dev libspdlog-dev catch2 libthrust-dev
   nlohmann-json3-dev libcli11-dev dataset-fashion-mnist libopencv-dev libopenblas-dev zlib1g-dev
-  libturbojpeg0-dev libpng-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
   libssl-dev openssl tcpdump procps iproute2 python3 python3-venv util-linux
   # scripts/bundle.sh and scripts/gpu-check.sh (a build packed to run on another machine).
   patchelf xz-utils

@@ -1,4 +1,5 @@
-// Between OpenCV's cv::Mat and troupe::images::Image (decode.cpp, transforms.cpp).
+// Between OpenCV's cv::Mat and troupe::images::Image (decode.cpp, transforms.cpp), and the
+// decode into a buffer kept.
 #pragma once
 
 #include <cstring>
@@ -19,5 +20,17 @@ inline Image imageOf(const cv::Mat& m) {
   for (int r = 0; r < m.rows; ++r) memcpy(out.pixels.data() + r * row, m.ptr(r), row);
   return out;
 }
+
+// decode() into `out`, whose buffer is reused where it is large enough (decode.cpp).
+void decodeInto(std::span<const uint8_t> bytes, const std::string& name, int channels,
+                int scaleDenominator, uint64_t maxPixels, std::string* warning, Image& out);
+
+// A part of a JPEG decoded at 1/scaleDenominator: the x, y, width, height box of the scaled
+// image (the same pixels as decode() then cropped), into `out`. False, with nothing done, where it
+// cannot be done so (not a JPEG, no end marker at its end, CMYK, a box outside the image): decode
+// it whole. SampleError as decode().
+bool decodeJpegRegion(std::span<const uint8_t> bytes, const std::string& name, int channels,
+                      int scaleDenominator, int x, int y, int width, int height,
+                      std::string* warning, Image& out);
 
 }  // namespace troupe::images

@@ -6,8 +6,11 @@
 
 #include "resample.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace troupe::images {
@@ -23,35 +26,41 @@ struct Taps {
 };
 
 // PIL's taps for [in0, in1) of an axis of `inSize` pixels resampled to `outSize`, each output
-// pixel's moved to start at most inSize - width (its weights moved with it): a fixed count read.
+// pixel's moved to start at most inSize - width (its weights moved with it), where width is the
+// most taps PIL gives any output pixel: a fixed count read.
 void pilTaps(double in0, double in1, int inSize, int outSize, Taps& t) {
   double scale = (in1 - in0) / outSize, filterScale = std::max(1.0, scale);
   double support = filterScale;  // the bilinear filter's support (1) times the scale
-  t.width = std::min(inSize, int(std::ceil(support)) * 2 + 1);
-  t.first.resize(size_t(outSize));
-  t.weights.assign(size_t(outSize) * t.width, 0);
-  double k[64];
-  std::vector<double> big;
-  double* kk = k;
-  if (t.width > 64) {
-    big.resize(size_t(t.width));
-    kk = big.data();
-  }
+  int ksize = int(std::ceil(support)) * 2 + 1;
+  thread_local std::vector<int> lows, counts;
+  lows.resize(size_t(outSize));
+  counts.resize(size_t(outSize));
+  t.width = 1;
   for (int x = 0; x < outSize; ++x) {
     double center = in0 + (x + 0.5) * scale;
     int lo = std::max(0, int(center - support + 0.5));
     int hi = std::min(inSize, int(center + support + 0.5));
-    int n = std::max(0, std::min(hi - lo, t.width));
+    lows[size_t(x)] = lo;
+    counts[size_t(x)] = std::max(0, std::min(hi - lo, ksize));
+    t.width = std::max(t.width, counts[size_t(x)]);
+  }
+  t.first.resize(size_t(outSize));
+  t.weights.assign(size_t(outSize) * t.width, 0);
+  thread_local std::vector<double> k;
+  k.resize(size_t(t.width));
+  for (int x = 0; x < outSize; ++x) {
+    double center = in0 + (x + 0.5) * scale;
+    int lo = lows[size_t(x)], n = counts[size_t(x)];
     double sum = 0;
     for (int i = 0; i < n; ++i) {
       double d = std::abs((i + lo - center + 0.5) / filterScale);
-      kk[i] = d < 1 ? 1 - d : 0;
-      sum += kk[i];
+      k[size_t(i)] = d < 1 ? 1 - d : 0;
+      sum += k[size_t(i)];
     }
     int start = std::max(0, std::min(lo, inSize - t.width));
     int32_t* w = &t.weights[size_t(x) * t.width];
     for (int i = 0; i < n; ++i) {
-      double v = sum != 0 ? kk[i] / sum : 0;
+      double v = sum != 0 ? k[size_t(i)] / sum : 0;
       w[lo - start + i] =
           int32_t(v < 0 ? -0.5 + v * (1 << kPrecision) : 0.5 + v * (1 << kPrecision));
     }
@@ -66,9 +75,9 @@ inline uint8_t pilClip(int32_t v) {
 
 // The horizontal pass of one row, `C` channels, `W` taps each (0: t.width, read at run time).
 template <int C, int W>
-void across(const uint8_t* in, uint8_t* out, int width, const Taps& t) {
+void across(const uint8_t* in, uint8_t* out, int width, const Taps& t, int from = 0) {
   const int n = W > 0 ? W : t.width;
-  for (int x = 0; x < width; ++x) {
+  for (int x = from; x < width; ++x) {
     const int32_t* k = &t.weights[size_t(x) * n];
     const uint8_t* p = in + t.first[size_t(x)] * C;
     int32_t s[C];
@@ -81,19 +90,71 @@ void across(const uint8_t* in, uint8_t* out, int width, const Taps& t) {
 }
 
 template <int C>
+void acrossFrom(const uint8_t* in, uint8_t* out, int from, int width, const Taps& t) {
+  across<C, 0>(in, out, width, t, from);
+}
+
+// The horizontal pass of 3-channel rows with AVX2: two output pixels at a time, each tap's pixel
+// read as 4 bytes (the next pixel's first one rides along, weighted but never stored) and summed
+// in a 32-bit lane per channel, PIL's sums exactly. Returns the first output pixel left to the
+// scalar pass: those whose last tap's 4 bytes would run past the row.
+__attribute__((target("avx2"))) int across3Avx2(const uint8_t* in, int inCols, uint8_t* out,
+                                                int width, const Taps& t) {
+  const int n = t.width;
+  int x = 0;
+  for (; x + 1 < width; x += 2) {
+    int f0 = t.first[size_t(x)], f1 = t.first[size_t(x) + 1];
+    if (f1 + n >= inCols) break;  // (first is ascending: so are the ones after)
+    const uint8_t* p0 = in + f0 * 3;
+    const uint8_t* p1 = in + f1 * 3;
+    const int32_t* k0 = &t.weights[size_t(x) * n];
+    const int32_t* k1 = k0 + n;
+    __m256i s = _mm256_set1_epi32(1 << (kPrecision - 1));
+    for (int i = 0; i < n; ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, p0 + 3 * i, 4);
+      std::memcpy(&b, p1 + 3 * i, 4);
+      __m256i px =
+          _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(a) | uint64_t(b) << 32)));
+      __m256i w = _mm256_set_m128i(_mm_set1_epi32(k1[i]), _mm_set1_epi32(k0[i]));
+      s = _mm256_add_epi32(s, _mm256_mullo_epi32(px, w));
+    }
+    s = _mm256_srai_epi32(s, kPrecision);
+    __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    uint64_t bytes = uint64_t(_mm_cvtsi128_si64(_mm_packus_epi16(words, words)));
+    uint8_t* o = out + x * 3;
+    o[0] = uint8_t(bytes), o[1] = uint8_t(bytes >> 8), o[2] = uint8_t(bytes >> 16);
+    o[3] = uint8_t(bytes >> 32), o[4] = uint8_t(bytes >> 40), o[5] = uint8_t(bytes >> 48);
+  }
+  return x;
+}
+
+bool hasAvx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+
+template <int C>
 void acrossRows(const cv::Mat& m, int rowFirst, int rowLast, cv::Mat& dst, const Taps& t) {
   for (int r = rowFirst; r < rowLast; ++r) {
     const uint8_t* in = m.ptr<uint8_t>(r);
     uint8_t* out = dst.ptr<uint8_t>(r - rowFirst);
+    int done = 0;
+    if (C == 3 && hasAvx2()) done = across3Avx2(in, m.cols, out, dst.cols, t);
+    if (done > 0) {
+      // The rest from pixel `done`: the scalar pass on shifted taps.
+      acrossFrom<C>(in, out, done, dst.cols, t);
+      continue;
+    }
     switch (t.width) {
+      case 2:
+        across<C, 2>(in, out, dst.cols, t);
+        break;
       case 3:
         across<C, 3>(in, out, dst.cols, t);
         break;
-      case 5:
-        across<C, 5>(in, out, dst.cols, t);
-        break;
-      case 7:
-        across<C, 7>(in, out, dst.cols, t);
+      case 4:
+        across<C, 4>(in, out, dst.cols, t);
         break;
       default:
         across<C, 0>(in, out, dst.cols, t);

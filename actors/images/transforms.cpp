@@ -8,9 +8,11 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
+#include "color.h"
 #include "cv_image.h"
 #include "ops.h"
 #include "resample.h"
@@ -59,9 +61,14 @@ cv::Mat view(Image& im) {
   return cv::Mat(im.height, im.width, CV_8UC(im.channels), im.pixels.data());
 }
 
+cv::Mat& otherBuffer(const cv::Mat& in);
+
+// `m` resized into a scratch buffer (`m` itself where it has the size).
 cv::Mat resize(const cv::Mat& m, int height, int width) {
   if (m.rows == height && m.cols == width) return m;
-  return pilResize(m, 0, 0, m.cols, m.rows, width, height);
+  cv::Mat& dst = otherBuffer(m);
+  pilResize(m, 0, 0, m.cols, m.rows, width, height, dst);
+  return dst;
 }
 
 // torchvision's _compute_resized_output_size for an int size: the shorter side becomes `size`.
@@ -102,30 +109,30 @@ Box resizedCropBox(const Op& op, int height, int width, Rng& rng) {
   return {(height - h) / 2, (width - w) / 2, h, w};
 }
 
+// A view of `m`'s centre (padded into a scratch buffer first where it is smaller).
 cv::Mat centerCrop(const cv::Mat& m, int height, int width) {
   cv::Mat src = m;
   if (height > m.rows || width > m.cols) {
     // torchvision pads with zeros, (crop - size) // 2 before and the rest after.
     int padH = std::max(0, height - m.rows), padW = std::max(0, width - m.cols);
-    cv::copyMakeBorder(m, src, padH / 2, padH - padH / 2, padW / 2, padW - padW / 2,
+    cv::Mat& dst = otherBuffer(m);
+    cv::copyMakeBorder(m, dst, padH / 2, padH - padH / 2, padW / 2, padW - padW / 2,
                        cv::BORDER_CONSTANT, cv::Scalar::all(0));
+    src = dst;
   }
   int top = int(pyRound((src.rows - height) / 2.0));
   int left = int(pyRound((src.cols - width) / 2.0));
-  return src(cv::Rect(left, top, width, height)).clone();
-}
-
-// PIL's ImageEnhance: blend(degenerate, image, factor) = degenerate + factor * (image - degenerate).
-cv::Mat blend(const cv::Mat& image, const cv::Mat& degenerate, double factor) {
-  cv::Mat out;
-  cv::addWeighted(image, factor, degenerate, 1.0 - factor, 0.0, out);
-  return out;
+  return src(cv::Rect(left, top, width, height));
 }
 
 cv::Mat luma(const cv::Mat& m) {
   if (m.channels() == 1) return m;
-  cv::Mat grey;
-  cv::cvtColor(m, grey, cv::COLOR_RGB2GRAY);  // 0.299 R + 0.587 G + 0.114 B, as PIL's "L"
+  cv::Mat grey(m.size(), CV_8UC1);
+  for (int r = 0; r < m.rows; ++r) {
+    const uint8_t* in = m.ptr<uint8_t>(r);
+    uint8_t* out = grey.ptr<uint8_t>(r);
+    for (int x = 0; x < m.cols; ++x) out[x] = pilLuma(in + 3 * x);  // PIL's "L"
+  }
   return grey;
 }
 
@@ -136,7 +143,34 @@ cv::Mat asChannels(const cv::Mat& grey, int channels) {
   return out;
 }
 
-cv::Mat colorJitter(const cv::Mat& in, const Op& op, Rng& rng) {
+// Two buffers per thread that the transforms write into in turn, so that a sample allocates
+// nothing once the first of its size is done (glibc would hand buffers this size back to the
+// kernel and fault them in again every image).
+struct Scratch {
+  cv::Mat a, b;
+  // The buffer `in` is not in.
+  cv::Mat& other(const cv::Mat& in) { return in.datastart == a.datastart ? b : a; }
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+cv::Mat& otherBuffer(const cv::Mat& in) {
+  return scratch().other(in);
+}
+
+// `m` as a packed buffer the transforms may change in place: itself where its rows are packed
+// (it is a scratch buffer or the pipeline's own decode), else copied into scratch.
+void ownPacked(cv::Mat& m) {
+  if (m.isContinuous()) return;
+  cv::Mat& dst = otherBuffer(m);
+  m.copyTo(dst);
+  m = dst;
+}
+
+void colorJitter(cv::Mat& m, const Op& op, Rng& rng) {
   // torchvision: the order of the four is random (torch.randperm(4)), then each factor drawn.
   int order[4] = {0, 1, 2, 3};
   for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.randint(0, i + 1)]);
@@ -144,27 +178,17 @@ cv::Mat colorJitter(const cv::Mat& in, const Op& op, Rng& rng) {
   double c = op.contrast.set ? rng.uniform(op.contrast.min, op.contrast.max) : 1;
   double s = op.saturation.set ? rng.uniform(op.saturation.min, op.saturation.max) : 1;
   double h = op.hue.set ? rng.uniform(op.hue.min, op.hue.max) : 0;
-  cv::Mat m = in;
   for (int which : order) {
     if (which == 0 && op.brightness.set) {
-      m = blend(m, cv::Mat::zeros(m.size(), m.type()), b);
+      adjustBrightness(m, float(b));
     } else if (which == 1 && op.contrast.set) {
-      double mean = std::floor(cv::mean(luma(m))[0] + 0.5);
-      m = blend(m, cv::Mat(m.size(), m.type(), cv::Scalar::all(mean)), c);
-    } else if (which == 2 && op.saturation.set && m.channels() == 3) {
-      m = blend(m, asChannels(luma(m), 3), s);
-    } else if (which == 3 && op.hue.set && m.channels() == 3 && h != 0) {
-      cv::Mat hsv;
-      cv::cvtColor(m, hsv, cv::COLOR_RGB2HSV_FULL);  // hue on 0..255, as PIL's HSV
-      int shift = int(std::lround(h * 255));
-      for (int r = 0; r < hsv.rows; ++r) {
-        auto* p = hsv.ptr<uint8_t>(r);
-        for (int x = 0; x < hsv.cols; ++x) p[3 * x] = uint8_t(p[3 * x] + shift);
-      }
-      cv::cvtColor(hsv, m, cv::COLOR_HSV2RGB_FULL);
+      adjustContrast(m, float(c));
+    } else if (which == 2 && op.saturation.set) {
+      adjustSaturation(m, float(s));
+    } else if (which == 3 && op.hue.set && h != 0) {
+      adjustHue(m, h);
     }
   }
-  return m;
 }
 
 // torchvision 0.14's RandomAffine on a PIL image: its draws (angle, translation, scale, shear x
@@ -198,7 +222,7 @@ cv::Mat affine(const cv::Mat& m, const Op& op, Rng& rng) {
   inv[2] += (inv[0] + inv[1]) * 0.5 - 0.5;
   inv[5] += (inv[3] + inv[4]) * 0.5 - 0.5;
   cv::Mat matrix(2, 3, CV_64F, inv);
-  cv::Mat out;
+  cv::Mat& out = otherBuffer(m);
   cv::warpAffine(m, out, matrix, m.size(), cv::INTER_NEAREST | cv::WARP_INVERSE_MAP,
                  cv::BORDER_CONSTANT, cv::Scalar::all(0));
   return out;
@@ -350,14 +374,18 @@ Shape Pipeline::outputShape(int inputChannels) const {
 }
 
 int Pipeline::decodeScale(int width, int height, uint64_t seed) const {
-  if (ops_.empty() || !decodeScaling_) return 1;
+  return decodePlan(width, height, seed).scale;
+}
+
+Pipeline::DecodePlan Pipeline::decodePlan(int width, int height, uint64_t seed) const {
+  DecodePlan plan{1, 0, 0, height, width};
+  if (ops_.empty()) return plan;
   auto& first = *ops_.front();
-  int needH = 0, needW = 0, boxH = height, boxW = width;
+  int needH = 0, needW = 0;
   if (first.kind == Kind::kRandomResizedCrop) {
     Rng rng(seed);
     auto box = resizedCropBox(first, height, width, rng);
-    boxH = box.height;
-    boxW = box.width;
+    plan = {1, box.top, box.left, box.height, box.width};
     needH = first.height;
     needW = first.width;
   } else if (first.kind == Kind::kResize) {
@@ -366,13 +394,17 @@ int Pipeline::decodeScale(int width, int height, uint64_t seed) const {
     needH = h;
     needW = w;
   } else {
-    return 1;
+    return plan;
   }
+  if (!decodeScaling_) return plan;
   for (int d : {8, 4, 2}) {
     // The part used, decoded 1/d the size, still has at least the output's pixels each way.
-    if (boxH / d >= needH && boxW / d >= needW) return d;
+    if (plan.height / d >= needH && plan.width / d >= needW) {
+      plan.scale = d;
+      return plan;
+    }
   }
-  return 1;
+  return plan;
 }
 
 Image Pipeline::transform(Image image, uint64_t seed) const {
@@ -382,8 +414,13 @@ Image Pipeline::transform(Image image, uint64_t seed) const {
 
 Image Pipeline::transformScaled(Image image, uint64_t seed, int scale,
                                 std::pair<int, int> full) const {
+  return imageOf(apply(view(image), seed, scale, full, nullptr));
+}
+
+cv::Mat Pipeline::apply(cv::Mat m, uint64_t seed, int scale, std::pair<int, int> full,
+                        StageTimes* times, std::pair<int, int> origin) const {
   Rng rng(seed);
-  cv::Mat m = view(image);
+  auto since = std::chrono::steady_clock::now();
   for (size_t i = 0; i < ops_.size(); ++i) {
     auto& op = *ops_[i];
     switch (op.kind) {
@@ -400,34 +437,40 @@ Image Pipeline::transformScaled(Image image, uint64_t seed, int scale,
         // Drawn on the full image's size (what a decode at 1/scale came from), read at scale.
         Box box = i == 0 ? resizedCropBox(op, full.first, full.second, rng)
                          : resizedCropBox(op, m.rows, m.cols, rng);
+        cv::Mat& dst = otherBuffer(m);
+        // A first crop's image may be a part of the decode, at `origin` (run()).
+        int dx = i == 0 ? origin.second : 0, dy = i == 0 ? origin.first : 0;
         if (i == 0 && scale > 1) {
           // The same box in the smaller decode's pixels, where its edges fall inside pixels.
           // decodeScale() chose a scale that leaves the box at least the output's size.
-          m = pilResize(m, double(box.left) / scale, double(box.top) / scale,
-                        double(box.left + box.width) / scale, double(box.top + box.height) / scale,
-                        op.width, op.height);
-          break;
+          pilResize(m, double(box.left) / scale - dx, double(box.top) / scale - dy,
+                    double(box.left + box.width) / scale - dx,
+                    double(box.top + box.height) / scale - dy, op.width, op.height, dst);
+        } else {
+          pilResize(m(cv::Rect(box.left - dx, box.top - dy, box.width, box.height)), 0, 0,
+                    box.width, box.height, op.width, op.height, dst);
         }
-        m = resize(m(cv::Rect(box.left, box.top, box.width, box.height)), op.height, op.width);
+        m = dst;
         break;
       }
       case Kind::kRandomHorizontalFlip:
       case Kind::kRandomVerticalFlip:
         if (rng.uniform(0, 1) < op.p) {
-          cv::Mat out;
+          cv::Mat& out = otherBuffer(m);
           cv::flip(m, out, op.kind == Kind::kRandomHorizontalFlip ? 1 : 0);
           m = out;
         }
         break;
       case Kind::kColorJitter:
-        m = colorJitter(m, op, rng);
+        ownPacked(m);
+        colorJitter(m, op, rng);
         break;
       case Kind::kRandomAffine:
         m = affine(m, op, rng);
         break;
       case Kind::kGaussianBlur: {
         double sigma = rng.uniform(op.sigma.min, op.sigma.max);
-        cv::Mat out;
+        cv::Mat& out = otherBuffer(m);
         cv::GaussianBlur(m, out, cv::Size(op.kernelX, op.kernelY), sigma, sigma,
                          cv::BORDER_REFLECT_101);
         m = out;
@@ -439,65 +482,155 @@ Image Pipeline::transformScaled(Image image, uint64_t seed, int scale,
       default:
         break;
     }
+    if (times != nullptr) {
+      auto now = std::chrono::steady_clock::now();
+      times->seconds[i + 1] += std::chrono::duration<double>(now - since).count();
+      since = now;
+    }
   }
-  return imageOf(m);
+  return m;
 }
 
-void Pipeline::finish(const Image& image, std::span<uint8_t> out) const {
-  size_t n = size_t(image.height) * image.width * image.channels;
+bool Pipeline::decodeRegion(const data::Encoded& sample, const DecodePlan& plan, int width,
+                            int height, std::string* warning, Image& image,
+                            std::pair<int, int>& origin) const {
+  if (!decodeRegions_ || ops_.empty() || ops_.front()->kind != Kind::kRandomResizedCrop) {
+    return false;
+  }
+  auto& op = *ops_.front();
+  int x0 = plan.left, y0 = plan.top, x1 = plan.left + plan.width, y1 = plan.top + plan.height;
+  int s = plan.scale;
+  if (s > 1) {
+    // The box in the scaled decode's pixels, its edges inside pixels, with room for the taps
+    // the resampler reads around it (its support is the shrink, at least 1 pixel).
+    int sw = (width + s - 1) / s, sh = (height + s - 1) / s;
+    int mx = int(std::ceil(std::max(1.0, double(plan.width) / s / op.width))) + 2;
+    int my = int(std::ceil(std::max(1.0, double(plan.height) / s / op.height))) + 2;
+    x0 = std::max(0, plan.left / s - mx);
+    y0 = std::max(0, plan.top / s - my);
+    x1 = std::min(sw, (plan.left + plan.width + s - 1) / s + mx);
+    y1 = std::min(sh, (plan.top + plan.height + s - 1) / s + my);
+  }
+  if (!decodeJpegRegion(sample.bytes, sample.name, 3, s, x0, y0, x1 - x0, y1 - y0, warning,
+                        image)) {
+    return false;
+  }
+  origin = {y0, x0};
+  return true;
+}
+
+std::vector<std::string> Pipeline::stageNames() const {
+  std::vector<std::string> names{"decode"};
+  for (auto& op : ops_) names.push_back(op->text.substr(0, op->text.find('(')));
+  names.push_back(tensor_ ? (mean_.empty() ? "ToTensor" : "Normalize") : "copy out");
+  return names;
+}
+
+void Pipeline::finish(const cv::Mat& image, std::span<uint8_t> out) const {
+  int c = image.channels();
+  size_t width = size_t(image.cols), plane = size_t(image.rows) * width, row = width * c;
+  size_t n = plane * c;
   if (out.size() != n * dtypeBytes(dtype_)) {
     throw std::invalid_argument("Pipeline::run: the output holds " + std::to_string(out.size()) +
                                 " bytes, not " + std::to_string(n * dtypeBytes(dtype_)));
   }
   if (!tensor_) {
-    memcpy(out.data(), image.pixels.data(), n);
+    for (int r = 0; r < image.rows; ++r) memcpy(out.data() + r * row, image.ptr(r), row);
     return;
   }
-  int c = image.channels;
-  size_t plane = size_t(image.height) * image.width;
   std::vector<float> scale(c), shift(c);
   for (int k = 0; k < c; ++k) {
     float mean = mean_.empty() ? 0.f : mean_[k], sd = mean_.empty() ? 1.f : std_[k];
     scale[k] = 1.f / (255.f * sd);
     shift[k] = -mean / sd;
   }
-  const uint8_t* px = image.pixels.data();
   if (dtype_ == Dtype::kFloat32 && reinterpret_cast<uintptr_t>(out.data()) % alignof(float) == 0) {
-    // The common case, one plane (or the interleaved row) at a time: loops the compiler vectorises.
+    // The common case, a row of one plane (or the interleaved row) at a time: loops the compiler
+    // vectorises.
     auto* f = reinterpret_cast<float*>(out.data());
-    if (channelsLast_) {
-      for (size_t p = 0; p < plane; ++p) {
-        for (int k = 0; k < c; ++k) f[p * c + k] = float(px[p * c + k]) * scale[k] + shift[k];
+    for (int r = 0; r < image.rows; ++r) {
+      const uint8_t* px = image.ptr<uint8_t>(r);
+      if (channelsLast_) {
+        float* dst = f + r * row;
+        for (size_t x = 0; x < width; ++x) {
+          for (int k = 0; k < c; ++k) dst[x * c + k] = float(px[x * c + k]) * scale[k] + shift[k];
+        }
+        continue;
       }
-    } else {
+      size_t done = 0;
+      if (c == 3) {
+        float* planes[3] = {f + r * width, f + plane + r * width, f + 2 * plane + r * width};
+        done = normalizeToPlanes(px, width, scale.data(), shift.data(), planes);
+      }
       for (int k = 0; k < c; ++k) {
-        float* dst = f + size_t(k) * plane;
+        float* dst = f + size_t(k) * plane + r * width;
         const float a = scale[k], b = shift[k];
-        for (size_t p = 0; p < plane; ++p) dst[p] = float(px[p * c + k]) * a + b;
+        for (size_t x = done; x < width; ++x) dst[x] = float(px[x * c + k]) * a + b;
       }
     }
     return;
   }
-  for (size_t p = 0; p < plane; ++p) {
-    for (int k = 0; k < c; ++k) {
-      float v = float(px[p * c + k]) * scale[k] + shift[k];
-      size_t at = channelsLast_ ? p * c + k : size_t(k) * plane + p;
-      if (dtype_ == Dtype::kFloat16) {
-        uint16_t h = toHalf(v);
-        memcpy(out.data() + 2 * at, &h, 2);
-      } else {
-        memcpy(out.data() + 4 * at, &v, 4);
+  for (int r = 0; r < image.rows; ++r) {
+    const uint8_t* px = image.ptr<uint8_t>(r);
+    for (size_t x = 0; x < width; ++x) {
+      size_t p = r * width + x;
+      for (int k = 0; k < c; ++k) {
+        float v = float(px[x * c + k]) * scale[k] + shift[k];
+        size_t at = channelsLast_ ? p * c + k : size_t(k) * plane + p;
+        if (dtype_ == Dtype::kFloat16) {
+          uint16_t h = toHalf(v);
+          memcpy(out.data() + 2 * at, &h, 2);
+        } else {
+          memcpy(out.data() + 4 * at, &v, 4);
+        }
       }
     }
   }
 }
 
+std::pair<int, int> Pipeline::decodeFile(const data::Encoded& sample, uint64_t seed,
+                                         std::string* warning, StageTimes* times, Image& image,
+                                         int& scale, std::pair<int, int>& origin) const {
+  auto [w, h] = imageSize(sample.bytes, sample.name, maxPixels_);
+  auto plan = decodePlan(w, h, seed);
+  scale = plan.scale;
+  origin = {0, 0};
+  try {
+    if (decodeRegion(sample, plan, w, h, warning, image, origin)) {
+      if (times != nullptr) ++times->partDecodes;
+    } else {
+      decodeInto(sample.bytes, sample.name, 3, scale, maxPixels_, warning, image);
+    }
+  } catch (const std::bad_alloc&) {
+    image = Image();
+    throw data::SampleError(sample.name, "out of memory decoding its " + std::to_string(w) + " x " +
+                                             std::to_string(h) + " pixels");
+  }
+  if (image.width == w && image.height == h && origin == std::pair<int, int>{0, 0}) {
+    scale = 1;  // not a JPEG: decoded at full size
+  }
+  return {h, w};
+}
+
+void Pipeline::decodeOnly(const data::Encoded& sample, uint64_t seed) const {
+  thread_local Image image;
+  int scale = 1;
+  std::pair<int, int> origin;
+  decodeFile(sample, seed, nullptr, nullptr, image, scale, origin);
+}
+
 void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
                    std::pair<int, int> rawShape, uint64_t seed, std::span<uint8_t> out,
-                   std::string* warning) const {
-  Image image;
+                   std::string* warning, StageTimes* times) const {
+  auto began = std::chrono::steady_clock::now();
+  if (times != nullptr) {
+    times->seconds.resize(ops_.size() + 2, 0.0);
+    ++times->images;
+  }
+  // The decode's buffer, kept per thread: its pixels are the transforms' to change.
+  thread_local Image image;
   int scale = 1;
-  std::pair<int, int> full;
+  std::pair<int, int> full, origin{0, 0};  // origin: of a part decoded (row, column)
   if (encoding == data::Encoding::kRawGrey8) {
     image.height = rawShape.first;
     image.width = rawShape.second;
@@ -507,34 +640,34 @@ void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
                                                " bytes, not " + std::to_string(image.height) +
                                                " x " + std::to_string(image.width));
     }
-    image.pixels = sample.bytes;
+    image.pixels.assign(sample.bytes.begin(), sample.bytes.end());
+    full = {image.height, image.width};
   } else {
-    auto [w, h] = imageSize(sample.bytes, sample.name, maxPixels_);
-    full = {h, w};
-    scale = decodeScale(w, h, seed);
-    try {
-      image = decode(sample.bytes, sample.name, 3, scale, maxPixels_, warning);
-    } catch (const std::bad_alloc&) {
-      throw data::SampleError(sample.name, "out of memory decoding its " + std::to_string(w) +
-                                               " x " + std::to_string(h) + " pixels");
-    }
-    if (image.width == w && image.height == h) scale = 1;  // not a JPEG: decoded at full size
+    full = decodeFile(sample, seed, warning, times, image, scale, origin);
   }
   auto shape = outputShape(image.channels);
-  if (encoding == data::Encoding::kRawGrey8) full = {image.height, image.width};
-  Image done;
+  if (times != nullptr) {
+    times->seconds[0] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  }
+  cv::Mat done;
   try {
-    done = transformScaled(std::move(image), seed, scale, full);
+    done = apply(view(image), seed, scale, full, times, origin);
   } catch (const std::bad_alloc&) {
     throw data::SampleError(sample.name, "out of memory transforming it");
   }
-  if (done.height != shape.height || done.width != shape.width) {
-    throw data::SampleError(sample.name, "transformed to " + std::to_string(done.height) + " x " +
-                                             std::to_string(done.width) + ", not " +
+  if (done.rows != shape.height || done.cols != shape.width) {
+    throw data::SampleError(sample.name, "transformed to " + std::to_string(done.rows) + " x " +
+                                             std::to_string(done.cols) + ", not " +
                                              std::to_string(shape.height) + " x " +
                                              std::to_string(shape.width));
   }
+  auto before = std::chrono::steady_clock::now();
   finish(done, out);
+  if (times != nullptr) {
+    times->seconds.back() +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  }
 }
 
 }  // namespace troupe::images

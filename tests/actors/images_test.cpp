@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <turbojpeg.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -394,4 +396,70 @@ TEST_CASE("a JPEG decoded at a DCT scale gives a full decode's pixels, within 2 
     CHECK(a != b);  // another path indeed: the comparison is not of one decode with itself
   }
   CHECK(scaled >= 10);
+}
+
+// A first RandomResizedCrop decodes only its box's part of a JPEG (libjpeg's crop and skip, the
+// resampler's margin around a DCT-scaled box): the same bytes out as a whole decode, for every
+// kind of JPEG (chroma subsampling, grey, progressive, sizes off the 8- and 16-pixel blocks).
+TEST_CASE("a JPEG decoded only in its crop's part gives the whole decode's pixels exactly",
+          "[images][transforms]") {
+  struct Kind {
+    std::string name;
+    cv::Mat image;
+    int subsampling;   // TurboJPEG's TJSAMP_*
+    bool progressive;  // (OpenCV's encoder, 4:2:0)
+  };
+  cv::Mat grey;
+  cv::cvtColor(picture(517, 389, 2), grey, cv::COLOR_RGB2GRAY);
+  std::vector<Kind> kinds = {
+      {"4:2:0", picture(517, 389, 1), TJSAMP_420, false},
+      {"4:4:4", picture(517, 389, 1), TJSAMP_444, false},
+      {"4:2:2", picture(517, 389, 1), TJSAMP_422, false},
+      {"4:4:0", picture(517, 389, 1), TJSAMP_440, false},
+      {"grey", grey, TJSAMP_GRAY, false},
+      {"progressive", picture(517, 389, 3), TJSAMP_420, true},
+      {"1600x1200 (DCT-scaled)", picture(1600, 1200, 4), TJSAMP_420, false},
+  };
+  for (auto& kind : kinds) {
+    std::vector<uint8_t> bytes;
+    if (kind.progressive) {
+      REQUIRE(cv::imencode(".jpg", kind.image, bytes, {cv::IMWRITE_JPEG_PROGRESSIVE, 1}));
+    } else {
+      tjhandle tj = tjInitCompress();
+      unsigned char* jpeg = nullptr;
+      unsigned long size = 0;
+      auto& m = kind.image;
+      REQUIRE(tjCompress2(tj, m.data, m.cols, 0, m.rows, m.channels() == 3 ? TJPF_RGB : TJPF_GRAY,
+                          &jpeg, &size, kind.subsampling, 90, 0) == 0);
+      bytes.assign(jpeg, jpeg + size);
+      tjFree(jpeg);
+      tjDestroy(tj);
+    }
+    troupe::data::Encoded sample{bytes, 0, kind.name + ".jpg"};
+    for (auto spec : {"RandomResizedCrop(64)", "RandomResizedCrop(224),Normalize(imagenet)"}) {
+      auto part = Pipeline::parse(spec), whole = Pipeline::parse(spec);
+      whole.setDecodeRegions(false);
+      std::vector<uint8_t> a(part.outputShape(3).elements() *
+                             troupe::images::dtypeBytes(part.dtype())),
+          b(a.size());
+      troupe::images::StageTimes times;
+      for (uint64_t seed = 0; seed < 25; ++seed) {
+        INFO(kind.name << ", " << spec << ", seed " << seed);
+        part.run(sample, troupe::data::Encoding::kFile, {}, seed, a, nullptr, &times);
+        whole.run(sample, troupe::data::Encoding::kFile, {}, seed, b);
+        size_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+        CHECK(differ == 0);  // bytes that differ
+      }
+      CHECK(times.partDecodes == 25);  // the part's path indeed
+    }
+  }
+  // Without its end marker a JPEG may be cut: decoded whole, so that a cut is still a bad sample.
+  auto bytes = encode(picture(517, 389, 1), ".jpg");
+  bytes.push_back(0);
+  auto p = Pipeline::parse("RandomResizedCrop(64)");
+  std::vector<uint8_t> out(p.outputShape(3).elements());
+  troupe::images::StageTimes times;
+  p.run({bytes, 0, "trailing.jpg"}, troupe::data::Encoding::kFile, {}, 1, out, nullptr, &times);
+  CHECK(times.partDecodes == 0);
 }

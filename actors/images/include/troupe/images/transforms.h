@@ -44,6 +44,10 @@
 
 #include "troupe/dataset/source.h"
 
+namespace cv {
+class Mat;
+}
+
 namespace troupe::images {
 
 /// A transform spec that cannot be used: names the transform, the argument, the value and what
@@ -101,6 +105,13 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
 
 struct Op;  // one transform with its arguments (transforms.cpp)
 
+/// Where run()'s time goes, summed over its calls (apps/bench/images' stage table): seconds per
+/// stage, in Pipeline::stageNames()' order.
+struct StageTimes {
+  std::vector<double> seconds;
+  size_t images = 0, partDecodes = 0;  // run()'s calls; JPEGs of them decoded in part only
+};
+
 class Pipeline {
  public:
   /// Parses `spec`. Throws SpecError naming the transform or argument, the value and what is
@@ -130,8 +141,19 @@ class Pipeline {
   /// Raw grey samples need `rawShape` (rows, cols). SampleError naming the file when it cannot
   /// be decoded. `warning`, where given, gets libjpeg's warning about a JPEG decoded despite one
   /// (as PIL decodes it), else is left empty.
+  /// With `times`, each stage's time is added to it. Not safe to call on one thread from two
+  /// places at once: a thread's buffers are reused from one call to the next.
   void run(const data::Encoded& sample, data::Encoding encoding, std::pair<int, int> rawShape,
-           uint64_t seed, std::span<uint8_t> out, std::string* warning = nullptr) const;
+           uint64_t seed, std::span<uint8_t> out, std::string* warning = nullptr,
+           StageTimes* times = nullptr) const;
+
+  /// run()'s decode of an image file alone, for `seed` (its part, at its scale): what the
+  /// transforms cost beside it (apps/bench/images).
+  void decodeOnly(const data::Encoded& sample, uint64_t seed) const;
+
+  /// The stages run() times: "decode", each transform's name, then what makes the output
+  /// ("Normalize", "ToTensor" or "copy out").
+  std::vector<std::string> stageNames() const;
 
   /// The transforms only, on an image already decoded (tests, and a caller that decodes itself).
   Image transform(Image image, uint64_t seed) const;
@@ -142,6 +164,11 @@ class Pipeline {
   /// Off: run() decodes every JPEG at full size (what DCT scaling saves, measured by
   /// apps/bench/images). On by default.
   void setDecodeScaling(bool on) { decodeScaling_ = on; }
+
+  /// Off: run() decodes a JPEG whole where its first transform is a RandomResizedCrop (what
+  /// decoding only the crop's part saves, measured by apps/bench/images). On by default: the
+  /// same pixels.
+  void setDecodeRegions(bool on) { decodeRegions_ = on; }
 
   /// The most pixels run() decodes an image of (kMaxImagePixels; 0: no limit).
   void setMaxPixels(uint64_t n) { maxPixels_ = n; }
@@ -154,14 +181,36 @@ class Pipeline {
   bool tensor_ = false;         // ToTensor or Normalize: float, channels first
   bool channelsLast_ = false;   // ChannelsLast
   bool decodeScaling_ = true;
+  bool decodeRegions_ = true;
   uint64_t maxPixels_ = kMaxImagePixels;
   std::vector<float> mean_, std_;  // Normalize; empty: [0, 1] only
 
-  void finish(const Image& image, std::span<uint8_t> out) const;
+  void finish(const cv::Mat& image, std::span<uint8_t> out) const;
   std::string tail(bool after) const;  // describe()'s ToTensor/Normalize/dtype/layout part
   // transform() on an image decoded at 1/scale of its full size, `full` (height, width): the
   // first RandomResizedCrop draws its box on the full size and reads it from the smaller image.
   Image transformScaled(Image image, uint64_t seed, int scale, std::pair<int, int> full) const;
+  // The transforms on `m` (packed rows the pipeline may change), into buffers of this thread
+  // reused from call to call: the result is valid until the thread's next call.
+  // `origin`: where m's top-left pixel is in the (scaled) decode a first RandomResizedCrop's box
+  // refers to (run() decodes only the box's part of a JPEG).
+  cv::Mat apply(cv::Mat m, uint64_t seed, int scale, std::pair<int, int> full, StageTimes* times,
+                std::pair<int, int> origin = {0, 0}) const;
+  // What run() decodes of an image of width x height: its scale, and the box a first
+  // RandomResizedCrop draws (the whole image otherwise), on the full size.
+  struct DecodePlan {
+    int scale, top, left, height, width;
+  };
+  DecodePlan decodePlan(int width, int height, uint64_t seed) const;
+  // run()'s decode of a file into `image`: its full size (height, width), the scale and the
+  // origin of the part decoded.
+  std::pair<int, int> decodeFile(const data::Encoded& sample, uint64_t seed, std::string* warning,
+                                 StageTimes* times, Image& image, int& scale,
+                                 std::pair<int, int>& origin) const;
+  // The part of a JPEG the plan's box needs (with the resampler's margin at a scale), into
+  // `image`, and its origin; false where run() must decode it whole.
+  bool decodeRegion(const data::Encoded& sample, const DecodePlan& plan, int width, int height,
+                    std::string* warning, Image& image, std::pair<int, int>& origin) const;
 };
 
 }  // namespace troupe::images
