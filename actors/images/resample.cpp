@@ -96,19 +96,20 @@ void acrossFrom(const uint8_t* in, uint8_t* out, int from, int width, const Taps
 
 // The horizontal pass of 3-channel rows with AVX2: two output pixels at a time, each tap's pixel
 // read as 4 bytes (the next pixel's first one rides along, weighted but never stored) and summed
-// in a 32-bit lane per channel, PIL's sums exactly. Returns the first output pixel left to the
-// scalar pass: those whose last tap's 4 bytes would run past the row.
+// in a 32-bit lane per channel, PIL's sums exactly. `pairs` holds each pair's weights as the
+// lanes take them (pairWeights). Returns the first output pixel left to the scalar pass: those
+// whose last tap's 4 bytes would run past the row.
 __attribute__((target("avx2"))) int across3Avx2(const uint8_t* in, int inCols, uint8_t* out,
-                                                int width, const Taps& t) {
+                                                int width, const Taps& t, const int32_t* pairs) {
   const int n = t.width;
+  // The two pixels' bytes R G B of each, together at the bottom of the vector.
+  const __m128i rgbRgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   int x = 0;
-  for (; x + 1 < width; x += 2) {
+  for (; x + 1 < width; x += 2, pairs += 8 * n) {
     int f0 = t.first[size_t(x)], f1 = t.first[size_t(x) + 1];
     if (f1 + n >= inCols) break;  // (first is ascending: so are the ones after)
     const uint8_t* p0 = in + f0 * 3;
     const uint8_t* p1 = in + f1 * 3;
-    const int32_t* k0 = &t.weights[size_t(x) * n];
-    const int32_t* k1 = k0 + n;
     __m256i s = _mm256_set1_epi32(1 << (kPrecision - 1));
     for (int i = 0; i < n; ++i) {
       uint32_t a, b;
@@ -116,17 +117,37 @@ __attribute__((target("avx2"))) int across3Avx2(const uint8_t* in, int inCols, u
       std::memcpy(&b, p1 + 3 * i, 4);
       __m256i px =
           _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(a) | uint64_t(b) << 32)));
-      __m256i w = _mm256_set_m128i(_mm_set1_epi32(k1[i]), _mm_set1_epi32(k0[i]));
+      __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + 8 * i));
       s = _mm256_add_epi32(s, _mm256_mullo_epi32(px, w));
     }
     s = _mm256_srai_epi32(s, kPrecision);
     __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    uint64_t bytes = uint64_t(_mm_cvtsi128_si64(_mm_packus_epi16(words, words)));
+    __m128i bytes = _mm_shuffle_epi8(_mm_packus_epi16(words, words), rgbRgb);
     uint8_t* o = out + x * 3;
-    o[0] = uint8_t(bytes), o[1] = uint8_t(bytes >> 8), o[2] = uint8_t(bytes >> 16);
-    o[3] = uint8_t(bytes >> 32), o[4] = uint8_t(bytes >> 40), o[5] = uint8_t(bytes >> 48);
+    if (x + 3 < width) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o), bytes);  // 2 bytes over: the next pair's
+    } else {
+      uint64_t six = uint64_t(_mm_cvtsi128_si64(bytes));
+      std::memcpy(o, &six, 6);
+    }
   }
   return x;
+}
+
+// Each pair of output pixels' weights as across3Avx2's lanes take them: for each tap, the first
+// pixel's weight 4 times, then the second's.
+void pairWeights(const Taps& t, int width, std::vector<int32_t>& out) {
+  const int n = t.width;
+  out.resize(size_t(width / 2) * 8 * n);
+  for (int x = 0; x + 1 < width; x += 2) {
+    int32_t* w = &out[size_t(x / 2) * 8 * n];
+    for (int i = 0; i < n; ++i) {
+      for (int lane = 0; lane < 4; ++lane) {
+        w[8 * i + lane] = t.weights[size_t(x) * n + i];
+        w[8 * i + 4 + lane] = t.weights[size_t(x + 1) * n + i];
+      }
+    }
+  }
 }
 
 bool hasAvx2() {
@@ -136,11 +157,14 @@ bool hasAvx2() {
 
 template <int C>
 void acrossRows(const cv::Mat& m, int rowFirst, int rowLast, cv::Mat& dst, const Taps& t) {
+  thread_local std::vector<int32_t> pairs;
+  bool simd = C == 3 && hasAvx2();
+  if (simd) pairWeights(t, dst.cols, pairs);
   for (int r = rowFirst; r < rowLast; ++r) {
     const uint8_t* in = m.ptr<uint8_t>(r);
     uint8_t* out = dst.ptr<uint8_t>(r - rowFirst);
     int done = 0;
-    if (C == 3 && hasAvx2()) done = across3Avx2(in, m.cols, out, dst.cols, t);
+    if (simd) done = across3Avx2(in, m.cols, out, dst.cols, t, pairs.data());
     if (done > 0) {
       // The rest from pixel `done`: the scalar pass on shifted taps.
       acrossFrom<C>(in, out, done, dst.cols, t);
