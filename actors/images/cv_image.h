@@ -9,6 +9,11 @@
 
 namespace troupe::images {
 
+// An 8-bit image's pixels as a cv::Mat (no copy).
+inline cv::Mat view(Image& im) {
+  return cv::Mat(im.height, im.width, CV_8UC(im.channels), im.pixels.data());
+}
+
 // A copy of an 8-bit image, rows packed (a cv::Mat view into a larger one has gaps between them).
 inline Image imageOf(const cv::Mat& m) {
   Image out;

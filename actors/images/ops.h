@@ -1,5 +1,5 @@
 // One transform of a Pipeline with its arguments (transforms.h): what spec.cpp parses and
-// transforms.cpp applies.
+// transforms.cpp applies, and the draws of its random boxes that sample.cpp plans a decode by.
 #pragma once
 
 #include <cmath>
@@ -66,6 +66,46 @@ class Rng {
  private:
   uint64_t state_;
 };
+
+// torchvision's _compute_resized_output_size for an int size: the shorter side becomes `size`.
+inline std::pair<int, int> shorterSideTo(int height, int width, int size) {
+  if (height <= width) return {size, int(double(size) * width / height)};
+  return {int(double(size) * height / width), size};
+}
+
+// Python's round(): halves to the even neighbour (round(36.5) == 36), as torchvision computes its
+// boxes; std::lround would take 37.
+inline int pyRound(double x) {
+  return int(std::nearbyint(x));
+}
+
+struct Box {
+  int top = 0, left = 0, height = 0, width = 0;
+};
+
+// torchvision's RandomResizedCrop.get_params.
+inline Box resizedCropBox(const Op& op, int height, int width, Rng& rng) {
+  double area = double(height) * width;
+  double logMin = std::log(op.ratio.min), logMax = std::log(op.ratio.max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    double target = area * rng.uniform(op.scale.min, op.scale.max);
+    double aspect = std::exp(rng.uniform(logMin, logMax));
+    int w = int(pyRound(std::sqrt(target * aspect)));
+    int h = int(pyRound(std::sqrt(target / aspect)));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      int top = rng.randint(0, height - h + 1), left = rng.randint(0, width - w + 1);
+      return {top, left, h, w};
+    }
+  }
+  double inRatio = double(width) / height;
+  int w = width, h = height;
+  if (inRatio < op.ratio.min) {
+    h = int(pyRound(w / op.ratio.min));
+  } else if (inRatio > op.ratio.max) {
+    w = int(pyRound(h * op.ratio.max));
+  }
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
 
 // spec.cpp
 std::vector<Op> parseSpec(const std::string& spec);

@@ -79,7 +79,8 @@ class DataLoader:
                  timeout=0, worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=2, persistent_workers=False, pin_memory_device="", seed=None,
                  local=False, with_ids=False, on_stop=None, shared_memory_mb=1024,
-                 skip_errors=False, in_order=True, per_sample_seed=True, **options):
+                 skip_errors=False, in_order=True, per_sample_seed=True, translate=True,
+                 **options):
         torch = _torch()
         self._torch = torch
         for name, value in (("num_workers", num_workers), ("seed", seed),
@@ -98,7 +99,8 @@ class DataLoader:
         if shared_memory_mb < 1:
             raise ValueError(f"DataLoader: shared_memory_mb={shared_memory_mb}: at least 1")
         for name, value in (("local", local), ("with_ids", with_ids), ("skip_errors", skip_errors),
-                            ("in_order", in_order), ("per_sample_seed", per_sample_seed)):
+                            ("in_order", in_order), ("per_sample_seed", per_sample_seed),
+                            ("translate", translate)):
             if not isinstance(value, bool):
                 raise TypeError(f"DataLoader: {name}={value!r}: True or False")
         for name, value in (("collate_fn", collate_fn), ("worker_init_fn", worker_init_fn)):
@@ -110,7 +112,8 @@ class DataLoader:
         if unknown:
             raise TypeError(f"DataLoader: unknown argument(s) {', '.join(unknown)}: torch's "
                             "DataLoader arguments, troupe's (seed, local, with_ids, on_stop, "
-                            "shared_memory_mb, skip_errors, in_order, per_sample_seed) and "
+                            "shared_memory_mb, skip_errors, in_order, per_sample_seed, "
+                            "translate) and "
                             f"{', '.join(_OPTIONS)} (docs/pytorch.md)")
         if seed is not None:
             if generator is not None:
@@ -166,6 +169,8 @@ class DataLoader:
         self._with_ids = with_ids
         self._on_stop = on_stop
         self._per_sample_seed = per_sample_seed
+        self._translate = translate
+        self._batch_list = False
         self._pin = bool(pin_memory) and torch.cuda.is_available()
         if pin_memory and not torch.cuda.is_available():
             print("troupe.data: pin_memory=True: no CUDA on this instance; batches are not "
@@ -220,6 +225,10 @@ class DataLoader:
             raise TypeError("DataLoader: this process streams an AugmentedBatches, which is a "
                             "script's only stream; pass local=True for torch's DataLoader here")
         images = isinstance(dataset, ImageDataset) and not self._per_sample_hooks()
+        native = dataset if images else self._translated(dataset)
+        # A translated ImageFolder's batches as default_collate makes them: [images, targets].
+        self._batch_list = native is not None and not images
+        images = native is not None
         settings = dict(options, batch_size=self.batch_size or 1, epochs=0, planned=True,
                         in_order=in_order, train_samples=len(dataset),
                         prefetch_factor=prefetch_factor, shared_memory=shared_memory_mb << 20,
@@ -227,8 +236,8 @@ class DataLoader:
                         shuffle=bool(self._planner.shuffle), drop_last=bool(self.drop_last))
         if images:
             # troupe's own decoding and transforms on the data group (docs/data.md).
-            settings.update(dataset=dataset.path, transform=dataset.spec, image_seed=dataset.seed,
-                            max_image_pixels=dataset.max_image_pixels)
+            settings.update(dataset=native.path, transform=native.spec, image_seed=native.seed,
+                            max_image_pixels=native.max_image_pixels)
         else:
             settings.update(python=True, workers=num_workers)
         spec = _workers.WorkerSpec(dataset, self.collate_fn, self.worker_init_fn,
@@ -277,6 +286,30 @@ class DataLoader:
         Process.kinds.append("loader")
         rank = _native.rank()
         self._ranked(rank)
+
+    def _translated(self, dataset):
+        """torchvision's ImageFolder with a Compose troupe's pipeline runs: its translation
+        (troupe/_translate.py), the data group's C++ pipeline then making its batches; else None
+        (Python workers). One line says which, and why."""
+        from troupe import _translate
+        name = "DataLoader %d" % Process.streams
+        try:
+            if not self._translate:
+                raise _translate.Untranslatable("translate=False")
+            if self._per_sample_hooks():
+                raise _translate.Untranslatable("a worker_init_fn runs in Python workers")
+            if self.collate_fn is not self._torch.utils.data.default_collate:
+                raise _translate.Untranslatable("a collate_fn of the script's")
+            native = _translate.translate(dataset)
+        except _translate.Untranslatable as why:
+            if type(dataset).__name__ in ("ImageFolder", "DatasetFolder"):
+                print(f"troupe.data: {name}: the dataset's transform runs in Python workers: "
+                      f"{why}", flush=True)
+            return None
+        print(f"troupe.data: {name}: torchvision's {type(dataset).__name__} {native.path} is "
+              f"decoded and transformed by the data group's C++ pipeline: {native.spec} "
+              "(translate=False: Python workers)", flush=True)
+        return native
 
     def _per_sample_hooks(self):
         """Whether the script hooks the workers (worker_init_fn): then an ImageDataset runs in
@@ -445,7 +478,7 @@ class DataLoader:
         else:
             # troupe's C++ pipeline (an ImageDataset): (images, targets) as the transform wrote
             tensors = [torch.from_numpy(item[2]), torch.from_numpy(item[3])]
-            structure = {"tuple": [{"t": 0}, {"t": 1}]}
+            structure = {"list" if self._batch_list else "tuple": [{"t": 0}, {"t": 1}]}
         if self._pin:
             tensors = [t.pin_memory() for t in tensors]
         batch = _workers.unflatten(structure, tensors)

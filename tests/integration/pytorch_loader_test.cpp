@@ -304,6 +304,48 @@ TEST_CASE("a DataLoader worker that lies about a tensor's shape fails the job na
   CHECK(run.leftovers().empty());
 }
 
+// issue 50: torchvision's ImageFolder with a Compose troupe runs, given to troupe's DataLoader
+// unchanged, is decoded and transformed by the data group's C++ pipeline; the oracle is
+// torchvision itself, run in the script on the same files.
+TEST_CASE(
+    "torchvision's ImageFolder and Compose run on the data group's C++ pipeline, its "
+    "tensors torchvision's own, and what it cannot translate stays in Python workers",
+    "[pytorch][loader][images]") {
+  SKIP_WITHOUT_TORCH();
+  SKIP_WITHOUT_TORCHVISION();
+  troupe::testing::TempDir dir("troupe-translated");
+  Run made({MAKE_IMAGES, dir.path() + "/data", "--samples", "300", "--test-samples", "0"});
+  REQUIRE(made.wait(60s) == 0);
+  auto data = dir.path() + "/data/train";
+  Run run(harness::sim(kCluster, loaderCheck({"translated", data})), pythonEnv());
+  int code = run.wait(240s);
+  auto out = run.output();
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK(out.find("check: FAILED") == std::string::npos);
+  CHECK(out.find("troupe.data: DataLoader 0: torchvision's ImageFolder " + data +
+                 " is decoded and transformed by the data group's C++ pipeline: "
+                 "RandomResizedCrop(size=(16, 16), scale=(0.08, 1.0), ratio=(0.75, "
+                 "1.3333333333333333)),RandomHorizontalFlip(p=0.5),ColorJitter(brightness=(0.6, "
+                 "1.4), contrast=(0.6, 1.4), saturation=(0.6, 1.4)),Normalize(") !=
+        std::string::npos);
+  for (auto epoch : {"0", "1"}) {
+    CHECK(out.find(std::string("check: epoch ") + epoch +
+                   ": 300 of 300 samples once, targets torchvision's") != std::string::npos);
+  }
+  CHECK(out.find("check: a fixed Compose against torchvision's: max |diff| ") != std::string::npos);
+  CHECK(out.find("check: a first Resize (DCT-scaled decodes) against torchvision's: ") !=
+        std::string::npos);
+  CHECK(std::regex_search(out, std::regex("the dataset's transform runs in Python workers: "
+                                          "translate=False")));
+  CHECK(out.find("the dataset's transform runs in Python workers: RandAugment is not a "
+                 "transform troupe's pipeline runs") != std::string::npos);
+  CHECK(out.find("check: translate=False: 300 samples through Python workers") !=
+        std::string::npos);
+  CHECK(out.find("check: RandAugment: 300 samples through Python workers") != std::string::npos);
+  CHECK(run.leftovers().empty());
+}
+
 TEST_CASE("troupe.data.ImageDataset through a DataLoader draws the same pixels on the data group's "
           "C++ pipeline as under plain python3, with its own seed and the script's epoch or with "
           "the loader's per-sample seeds",

@@ -16,12 +16,18 @@ args        torch's arguments: samplers, a batch sampler, generator, worker_init
 loaders      a training loader, a validation loader on the data group and a test loader on this
              instance, each with its own reports
 peek         next(iter(loader)) before the loop; set_epoch(5) on a second loader
-badfile DIR  torchvision's ImageFolder over DIR with a corrupt JPEG: the job fails naming it
+badfile DIR  torchvision's ImageFolder over DIR with a corrupt JPEG, in Python workers
+             (translate=False): the job fails naming it
 lying        a data worker that lies about one tensor's shape in each batch it makes (a malformed
              tensor on the wire): the job fails naming it; no array is made past its bytes
 images DIR   troupe.data.ImageDataset over the ImageFolder DIR, through a DataLoader (on the data
              group: troupe's C++ pipeline): a digest of each sample's pixels per epoch, with the
              dataset's own seed and with the loader's per-sample seeds
+translated DIR
+             torchvision's ImageFolder over DIR with a Compose troupe translates (its batches from
+             the data group's C++ pipeline): every sample once an epoch with torchvision's
+             targets; a deterministic Compose's tensors equal torchvision's own, computed here;
+             translate=False and an untranslatable Compose stay in Python workers
 """
 import collections
 import hashlib
@@ -341,7 +347,9 @@ def badfile():
     dataset = torchvision.datasets.ImageFolder(
         root, transform=torchvision.transforms.Compose([
             torchvision.transforms.Resize((8, 8)), torchvision.transforms.ToTensor()]))
-    loader = troupe.data.DataLoader(dataset, batch_size=4, num_workers=2)
+    # translate=False: torchvision's own loading in Python workers (translated, troupe's C++
+    # decode would refuse the file: images_train_test.cpp's cases).
+    loader = troupe.data.DataLoader(dataset, batch_size=4, num_workers=2, translate=False)
     for _ in loader:
         pass
     fail("the corrupt JPEG was read")
@@ -389,6 +397,64 @@ def images():
                   flush=True)
 
 
+def translated():
+    import torchvision
+    import torchvision.transforms as T
+    imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    train = torchvision.datasets.ImageFolder(ARG, transform=T.Compose([
+        T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4),
+        T.ToTensor(), T.Normalize(*imagenet)]))
+    # No random draw: a first CenterCrop (no DCT-scaled decode) gives torchvision's tensors; a
+    # first Resize decodes a JPEG at a DCT scale where it can (troupe's default), within 2 levels.
+    fixed = torchvision.datasets.ImageFolder(ARG, transform=T.Compose([
+        T.CenterCrop(24), T.Resize((16, 16)), T.ToTensor(), T.Normalize(*imagenet)]))
+    scaled = torchvision.datasets.ImageFolder(ARG, transform=T.Compose([
+        T.Resize((20, 24)), T.CenterCrop(16), T.ToTensor(), T.Normalize(*imagenet)]))
+    python = torchvision.datasets.ImageFolder(ARG, transform=T.Compose([
+        T.RandomResizedCrop(16), T.RandAugment(), T.ToTensor()]))
+    loader = troupe.data.DataLoader(train, batch_size=50, shuffle=True, seed=3, with_ids=True,
+                                    num_workers=1)
+    for epoch in range(2):
+        seen = collections.Counter()
+        for batch, ids in loader:
+            if not isinstance(batch, list) or len(batch) != 2:
+                fail(f"a batch that is not default_collate's [images, targets]: {type(batch)}")
+            x, y = batch
+            if x.dtype != torch.float32 or tuple(x.shape[1:]) != (3, 16, 16):
+                fail(f"images of {x.dtype} {tuple(x.shape)}")
+            wrong = [i for i, t in zip(ids.tolist(), y.tolist()) if train.targets[i] != t]
+            if wrong:
+                fail(f"targets other than torchvision's for samples {wrong[:5]}")
+            seen.update(ids.tolist())
+        once = sum(1 for i in range(len(train)) if seen[i] == 1)
+        print(f"check: epoch {epoch}: {once} of {len(train)} samples once, targets "
+              "torchvision's", flush=True)
+    # Deterministic: the data group's tensors are torchvision's own, to float rounding.
+    worst = 0.0
+    for (x, _), ids in troupe.data.DataLoader(fixed, batch_size=64, with_ids=True, num_workers=1):
+        for image, i in zip(x, ids.tolist()):
+            worst = max(worst, float((image - fixed[i][0]).abs().max()))
+    print(f"check: a fixed Compose against torchvision's: max |diff| {worst:.2g}", flush=True)
+    if worst > 1e-5:
+        fail(f"the translated Compose's tensors differ from torchvision's by {worst}")
+    levels = torch.tensor(imagenet[1]).view(3, 1, 1) * 255  # a normalised unit in levels
+    means = []
+    for (x, _), ids in troupe.data.DataLoader(scaled, batch_size=64, with_ids=True,
+                                              num_workers=1):
+        for image, i in zip(x, ids.tolist()):
+            means.append(float(((image - scaled[i][0]).abs() * levels).mean()))
+    mean = sum(means) / len(means)
+    print(f"check: a first Resize (DCT-scaled decodes) against torchvision's: {mean:.2f} levels "
+          f"of 255 on average", flush=True)
+    if mean > 2:
+        fail(f"a first Resize's tensors differ from torchvision's by {mean} levels on average")
+    for name, dataset, options in (("translate=False", fixed, {"translate": False}),
+                                   ("RandAugment", python, {})):
+        count = sum(len(y) for _, y in troupe.data.DataLoader(dataset, batch_size=64,
+                                                                 num_workers=1, **options))
+        print(f"check: {name}: {count} samples through Python workers", flush=True)
+
+
 {"parallel": parallel, "random": random_mode, "args": args_mode, "loaders": loaders, "peek": peek,
- "badfile": badfile, "lying": lying, "images": images}[MODE]()
+ "badfile": badfile, "lying": lying, "images": images, "translated": translated}[MODE]()
 print("check: done", flush=True)

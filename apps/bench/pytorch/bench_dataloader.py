@@ -7,7 +7,11 @@ the same torchvision pipeline (feed_rate.py: train_images.py's ImageFolder and t
            CPU 0
   troupe   troupe sim, data_group=1:ml.c5.xlarge on CPU 1 (its node and its 1 worker) and
            dnn_group=1:ml.p3.2xlarge on CPU 0 (the loop): troupe.data.DataLoader, the batches
-           sent to the trainer over troupe's stream
+           sent to the trainer over troupe's stream; the Compose in Python workers
+           (translate=False: what moving torch's worker costs)
+  troupe, translated
+           the same loader as a script writes it: its torchvision Compose translated to the data
+           group's C++ pipeline (docs/pytorch.md), on the same CPU
 
 then with W workers (--workers, default 2: this machine's CPUs), troupe's data instance and torch's
 workers on CPUs 0..W-1 (the loop beside them): how troupe's items/s scale from 1 worker to W,
@@ -116,6 +120,9 @@ def main():
                     FEED, "troupe", data, "--report", report, "--epochs", str(args.epochs),
                     "--workers", str(workers), *extra], report, env)
 
+    def python_workers(tmp, name, data_cpus, workers):
+        return sim(tmp, name, data_cpus, workers, ["--no-translate"])
+
     def torch_run(tmp, name, workers, cpu_args):
         report = os.path.join(tmp, name + ".json")
         return run(["taskset", "-c", "0,1", PYTHON, FEED, "torch", data, "--report", report,
@@ -127,11 +134,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             mine = torch_run(tmp, f"torch-{r}", 1, ["--worker-cpu", "1"])
-            theirs = sim(tmp, f"troupe-{r}", "1", 1)
+            theirs = python_workers(tmp, f"troupe-{r}", "1", 1)
+            translated = sim(tmp, f"translated-{r}", "1", 1)
             rows.append({"round": r + 1, "torch_images_per_s": steady(mine),
-                         "troupe_images_per_s": steady(theirs)})
+                         "troupe_images_per_s": steady(theirs),
+                         "translated_images_per_s": steady(translated)})
             torch_many = torch_run(tmp, f"torch-{cpus}-{r}", cpus, ["--worker-cpus", many])
-            troupe_many = sim(tmp, f"troupe-{cpus}-{r}", many, cpus)
+            troupe_many = python_workers(tmp, f"troupe-{cpus}-{r}", many, cpus)
             scaling.append({"round": r + 1, "workers": cpus,
                             "troupe_1_images_per_s": steady(theirs),
                             "troupe_n_images_per_s": steady(troupe_many),
@@ -144,7 +153,7 @@ def main():
                        "data_group=1:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
                        "--cpus", "data_group=1", "--cpus", "dnn_group=0", "--", PYTHON, FEED,
                        "troupe", data, "--report", handoff_report, "--epochs", "2", "--step-ms",
-                       f"{step_ms:.0f}"], handoff_report, env)
+                       f"{step_ms:.0f}", "--no-translate"], handoff_report, env)
     if not handoff["handoff_batches"] or not handoff["handoff_us_per_batch"] > 0:
         # Measured only on batches already queued when the script asks; with the step slower than
         # the feed, some are: none (or no time) is a handoff not measured, which fails the bench.
@@ -155,13 +164,16 @@ def main():
     plain_us, seed_us, seeded_us = seed_cost(data)
     for row in rows:
         row["ratio"] = row["troupe_images_per_s"] / row["torch_images_per_s"]
+        row["translated_ratio"] = row["translated_images_per_s"] / row["torch_images_per_s"]
     for row in scaling:
         row["speedup"] = row["troupe_n_images_per_s"] / row["troupe_1_images_per_s"]
         row["x_torch"] = row["troupe_n_images_per_s"] / row["torch_n_images_per_s"]
     ratios = sorted(r["ratio"] for r in rows)
     speedups = sorted(r["speedup"] for r in scaling)
     versus = sorted(r["x_torch"] for r in scaling)
+    translated = sorted(r["translated_ratio"] for r in rows)
     summary = {"rounds": rows, "median_ratio": ratios[len(ratios) // 2],
+               "median_translated_ratio": translated[len(translated) // 2],
                "scaling": scaling, "workers": cpus,
                "median_speedup": speedups[len(speedups) // 2],
                "median_x_torch_n": versus[len(versus) // 2],
@@ -174,12 +186,17 @@ def main():
     if args.json:
         print(json.dumps(summary))
         return
-    print("round  torch DataLoader, 1 worker  troupe.data, 1 worker remote  x torch")
-    print("       (images/s, 1 CPU)           (images/s, 1 CPU)")
+    print("round  torch DataLoader, 1 worker  troupe.data, 1 worker remote  x torch  "
+          "translated (C++)  x torch")
+    print("       (images/s, 1 CPU)           (images/s, 1 CPU)                       "
+          "(images/s, 1 CPU)")
     for r in rows:
         print(f"{r['round']:>5}  {r['torch_images_per_s']:>25.0f}  "
-              f"{r['troupe_images_per_s']:>29.0f}  {r['ratio']:>7.2f}")
-    print(f"median: troupe's worker delivers {summary['median_ratio']:.2f}x torch's per CPU")
+              f"{r['troupe_images_per_s']:>29.0f}  {r['ratio']:>7.2f}  "
+              f"{r['translated_images_per_s']:>16.0f}  {r['translated_ratio']:>7.2f}")
+    print(f"median: troupe's worker delivers {summary['median_ratio']:.2f}x torch's per CPU; "
+          f"the Compose translated to troupe's C++ pipeline "
+          f"{summary['median_translated_ratio']:.2f}x")
     print()
     print(f"round  troupe.data 1 worker  troupe.data {cpus} workers  speedup  torch {cpus} "
           f"workers  x torch")

@@ -52,6 +52,9 @@ def main():
     p.add_argument("--worker-cpus", help="the torch workers' CPUs, e.g. 0-1 (else --worker-cpu)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--no-per-sample-seed", action="store_true")
+    p.add_argument("--no-translate", action="store_true",
+                   help="troupe: the Compose in Python workers, not translated to the C++ "
+                        "pipeline")
     p.add_argument("--out-of-order", action="store_true",
                    help="troupe: in_order=False, the batches as they are made")
     p.add_argument("--step-ms", type=float, default=0,
@@ -73,7 +76,8 @@ def main():
         loader = troupe.data.DataLoader(train, args.batch_size, shuffle=True,
                                         num_workers=args.workers,
                                         per_sample_seed=not args.no_per_sample_seed,
-                                        in_order=not args.out_of_order)
+                                        in_order=not args.out_of_order,
+                                        translate=not args.no_translate)
     epochs = []
     for _ in range(args.epochs):
         start, batches, samples = time.perf_counter(), 0, 0
