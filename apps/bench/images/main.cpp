@@ -340,9 +340,10 @@ int main(int argc, char* argv[]) {
     if (!m.skipped.empty()) continue;
     char ratio[32] = "-";
     if (baseline > 0) snprintf(ratio, sizeof ratio, "%.2f", m.median() / baseline);
-    printf("%-42s %14.0f %7.0f%% %14s\n",
-           (m.name + (m.version.empty() ? "" : " (" + m.version + ")")).substr(0, 42).c_str(),
-           m.median(), 100 * m.spread(), ratio);
+    printf("%-42s %14.0f %7.0f%% %14s\n", m.name.c_str(), m.median(), 100 * m.spread(), ratio);
+  }
+  for (auto& m : modes) {
+    if (!m.version.empty()) printf("%s: %s\n", m.name.c_str(), m.version.c_str());
   }
   printf("\ntroupe against its own decode (the spec's part): %.2f",
          floor > 0 ? troupeRate / floor : 0);
