@@ -101,6 +101,11 @@ Pipeline::DecodePlan Pipeline::decodePlan(int width, int height, uint64_t seed) 
                                     : std::pair<int, int>{first.height, first.width};
     needH = h;
     needW = w;
+  } else if (first.kind == Kind::kCenterCrop && first.height <= height && first.width <= width) {
+    // The centre box as transforms.cpp's centerCrop() takes it (no padding: inside the image);
+    // its pixels exactly, so never DCT-scaled.
+    return {1, pyRound((height - first.height) / 2.0), pyRound((width - first.width) / 2.0),
+            first.height, first.width};
   } else {
     return plan;
   }
@@ -118,9 +123,18 @@ Pipeline::DecodePlan Pipeline::decodePlan(int width, int height, uint64_t seed) 
 bool Pipeline::decodeRegion(const data::Encoded& sample, const DecodePlan& plan, int width,
                             int height, std::string* warning, Image& image,
                             std::pair<int, int>& origin) const {
-  if (!decodeRegions_ || ops_.empty() || ops_.front()->kind != Kind::kRandomResizedCrop) {
-    return false;
+  if (!decodeRegions_ || ops_.empty()) return false;
+  auto kind = ops_.front()->kind;
+  if (kind == Kind::kCenterCrop && (plan.height < height || plan.width < width)) {
+    // A first CenterCrop: the box itself, which centerCrop() then takes whole.
+    if (!decodeJpegRegion(sample.bytes, sample.name, 3, 1, plan.left, plan.top, plan.width,
+                          plan.height, warning, image)) {
+      return false;
+    }
+    origin = {plan.top, plan.left};
+    return true;
   }
+  if (kind != Kind::kRandomResizedCrop) return false;
   auto& op = *ops_.front();
   int x0 = plan.left, y0 = plan.top, x1 = plan.left + plan.width, y1 = plan.top + plan.height;
   int s = plan.scale;

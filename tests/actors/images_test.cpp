@@ -398,9 +398,10 @@ TEST_CASE("a JPEG decoded at a DCT scale gives a full decode's pixels, within 2 
   CHECK(scaled >= 10);
 }
 
-// A first RandomResizedCrop decodes only its box's part of a JPEG (libjpeg's crop and skip, the
-// resampler's margin around a DCT-scaled box): the same bytes out as a whole decode, for every
-// kind of JPEG (chroma subsampling, grey, progressive, sizes off the 8- and 16-pixel blocks).
+// A first RandomResizedCrop or CenterCrop decodes only its box's part of a JPEG (libjpeg's crop
+// and skip, the resampler's margin around a DCT-scaled box): the same bytes out as a whole decode,
+// for every kind of JPEG (chroma subsampling, grey, progressive, sizes off the 8- and 16-pixel
+// blocks).
 TEST_CASE("a JPEG decoded only in its crop's part gives the whole decode's pixels exactly",
           "[images][transforms]") {
   struct Kind {
@@ -436,7 +437,9 @@ TEST_CASE("a JPEG decoded only in its crop's part gives the whole decode's pixel
       tjDestroy(tj);
     }
     troupe::data::Encoded sample{bytes, 0, kind.name + ".jpg"};
-    for (auto spec : {"RandomResizedCrop(64)", "RandomResizedCrop(224),Normalize(imagenet)"}) {
+    for (auto spec :
+         {"RandomResizedCrop(64)", "RandomResizedCrop(224),Normalize(imagenet)",
+          "CenterCrop((101, 77)),Resize((32, 24))", "CenterCrop(224),Normalize(imagenet)"}) {
       auto part = Pipeline::parse(spec), whole = Pipeline::parse(spec);
       whole.setDecodeRegions(false);
       std::vector<uint8_t> a(part.outputShape(3).elements() *

@@ -28,6 +28,7 @@
 // Usage: bench_images [--json] [--images N] [--rounds R] [--size WxH] [--spec SPEC]
 //                     [--python PATH] [--no-torchvision] [--peers [VENV]]
 
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +80,12 @@ cv::Mat photo(int w, int h, std::mt19937& rng) {
   return m;
 }
 
+long threadFaults() {
+  rusage u;
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt + u.ru_majflt;
+}
+
 double threadCpuSeconds() {
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -89,6 +96,7 @@ double threadCpuSeconds() {
 struct Mode {
   std::string name;
   std::vector<double> rates;
+  double faults = -1;  // page faults an image (troupe's modes: this thread's, all rounds)
   std::string skipped, version;
   double median() const {
     if (rates.empty()) return 0;
@@ -256,8 +264,12 @@ int main(int argc, char* argv[]) {
     for (size_t k = 0; k < natives.size(); ++k) {
       for (size_t i = 0; i < std::min<size_t>(20, count); ++i) natives[k].one(i);  // warm-up
       double start = threadCpuSeconds();
+      long faults = threadFaults();
       for (size_t i = 0; i < count; ++i) natives[k].one(i);
       modes[k].rates.push_back(count / std::max(1e-9, threadCpuSeconds() - start));
+      // (per image, over the rounds so far)
+      double mine = double(threadFaults() - faults) / count;
+      modes[k].faults = modes[k].faults < 0 ? mine : (modes[k].faults * round + mine) / (round + 1);
     }
     for (size_t k = 0; k < pythonModes.size(); ++k) {
       auto& mode = modes[natives.size() + k];
@@ -316,6 +328,7 @@ int main(int argc, char* argv[]) {
                             {"images_per_cpu_s", m.median()},
                             {"spread", m.spread()},
                             {"rounds", m.rates}};
+      if (m.faults >= 0) row["page_faults_per_image"] = m.faults;
       if (!m.skipped.empty()) row["skipped"] = m.skipped;
       if (!m.version.empty()) row["version"] = m.version;
       j["modes"].push_back(row);
@@ -334,13 +347,16 @@ int main(int argc, char* argv[]) {
   printf("spec: %s\n", pipeline.describe().c_str());
   printf("JPEGs troupe decoded in part (a RandomResizedCrop's box): %.0f%%\n\n",
          100.0 * stages.partDecodes / count);
-  printf("%-42s %14s %8s %14s\n", "mode (median of rounds)", "images/CPU-s", "spread",
-         "x torchvision");
+  printf("%-42s %14s %8s %14s %12s\n", "mode (median of rounds)", "images/CPU-s", "spread",
+         "x torchvision", "faults/image");
   for (auto& m : modes) {
     if (!m.skipped.empty()) continue;
     char ratio[32] = "-";
     if (baseline > 0) snprintf(ratio, sizeof ratio, "%.2f", m.median() / baseline);
-    printf("%-42s %14.0f %7.0f%% %14s\n", m.name.c_str(), m.median(), 100 * m.spread(), ratio);
+    char faults[32] = "-";
+    if (m.faults >= 0) snprintf(faults, sizeof faults, "%.1f", m.faults);
+    printf("%-42s %14.0f %7.0f%% %14s %12s\n", m.name.c_str(), m.median(), 100 * m.spread(), ratio,
+           faults);
   }
   for (auto& m : modes) {
     if (!m.version.empty()) printf("%s: %s\n", m.name.c_str(), m.version.c_str());

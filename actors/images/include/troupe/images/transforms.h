@@ -165,9 +165,9 @@ class Pipeline {
   /// apps/bench/images). On by default.
   void setDecodeScaling(bool on) { decodeScaling_ = on; }
 
-  /// Off: run() decodes a JPEG whole where its first transform is a RandomResizedCrop (what
-  /// decoding only the crop's part saves, measured by apps/bench/images). On by default: the
-  /// same pixels.
+  /// Off: run() decodes a JPEG whole where its first transform is a RandomResizedCrop or a
+  /// CenterCrop inside the image (what decoding only the crop's part saves, measured by
+  /// apps/bench/images). On by default: the same pixels.
   void setDecodeRegions(bool on) { decodeRegions_ = on; }
 
   /// The most pixels run() decodes an image of (kMaxImagePixels; 0: no limit).
