@@ -247,7 +247,129 @@ __attribute__((target("avx2"))) size_t normalizeAvx2(const uint8_t* p, size_t pi
   return i;
 }
 
+// One blend of 8 integer-valued floats against their degenerates, cut and truncated as PIL's
+// uint8 would hold it: still integer-valued floats.
+__attribute__((target("avx2"))) inline __m256 blendKept(__m256 v, __m256 d, __m256 f) {
+  __m256 t = _mm256_add_ps(d, _mm256_mul_ps(f, _mm256_sub_ps(v, d)));
+  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), _mm256_set1_ps(255.f));
+  return _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+}
+
+// PIL's L24 luma of 8 pixels held as integer-valued floats: exact in float (the sum is below
+// 2^24), then floored as the shift floors.
+__attribute__((target("avx2"))) inline __m256 lumaKept(const __m256 c[3]) {
+  __m256 sum = _mm256_add_ps(_mm256_mul_ps(c[0], _mm256_set1_ps(19595.f)),
+                             _mm256_mul_ps(c[1], _mm256_set1_ps(38470.f)));
+  sum = _mm256_add_ps(sum, _mm256_mul_ps(c[2], _mm256_set1_ps(7471.f)));
+  sum = _mm256_add_ps(sum, _mm256_set1_ps(32768.f));
+  return _mm256_floor_ps(_mm256_mul_ps(sum, _mm256_set1_ps(1.f / 65536.f)));
+}
+
+// The blends order[from, to) on 8 pixels' channels.
+__attribute__((target("avx2"))) inline void blendsKept(__m256 c[3], const int* order, int from,
+                                                       int to, const float* factors, float mean) {
+  for (int k = from; k < to; ++k) {
+    __m256 f = _mm256_set1_ps(factors[order[k]]);
+    __m256 d = order[k] == 0   ? _mm256_setzero_ps()
+               : order[k] == 1 ? _mm256_set1_ps(mean)
+                               : lumaKept(c);
+    for (int ch = 0; ch < 3; ++ch) c[ch] = blendKept(c[ch], d, f);
+  }
+}
+
+// The same on one pixel, for a row's last pixels.
+inline void blendsPixel(float c[3], const int* order, int from, int to, const float* factors,
+                        float mean) {
+  for (int k = from; k < to; ++k) {
+    float f = factors[order[k]], d = 0;
+    if (order[k] == 1) d = mean;
+    if (order[k] == 2) {
+      uint8_t p[3] = {uint8_t(c[0]), uint8_t(c[1]), uint8_t(c[2])};
+      d = float(pilLuma(p));
+    }
+    for (int ch = 0; ch < 3; ++ch) c[ch] = float(cut(d + f * (c[ch] - d)));
+  }
+}
+
+// A group of 16 RGB pixels as floats: lo[c] the first 8 of channel c, hi[c] the next.
+__attribute__((target("avx2"))) inline void load16(const uint8_t* p, __m256 lo[3], __m256 hi[3]) {
+  __m128i in[3];
+  for (int v = 0; v < 3; ++v) in[v] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * v));
+  for (int c = 0; c < 3; ++c) widen(gather3(in, kShuffles.split[c]), lo[c], hi[c]);
+}
+
+__attribute__((target("avx2"))) void jitterNormalizeAvx2(const cv::Mat& rgb, const int* order,
+                                                         int n, const float* factors,
+                                                         const float scale[3], const float shift[3],
+                                                         float* planes[3]) {
+  int contrast = -1;
+  for (int k = 0; k < n; ++k) {
+    if (order[k] == 1) contrast = k;
+  }
+  float mean = 0;
+  size_t width = size_t(rgb.cols);
+  if (contrast >= 0) {
+    // Pass 1: the blends before the contrast, and the luma sum of what they make.
+    uint64_t sum = 0;
+    for (int r = 0; r < rgb.rows; ++r) {
+      const uint8_t* p = rgb.ptr<uint8_t>(r);
+      __m256i lanes = _mm256_setzero_si256();
+      size_t x = 0;
+      for (; x + 16 <= width; x += 16, p += 48) {
+        __m256 lo[3], hi[3];
+        load16(p, lo, hi);
+        blendsKept(lo, order, 0, contrast, factors, 0);
+        blendsKept(hi, order, 0, contrast, factors, 0);
+        lanes = _mm256_add_epi32(lanes, _mm256_add_epi32(_mm256_cvtps_epi32(lumaKept(lo)),
+                                                         _mm256_cvtps_epi32(lumaKept(hi))));
+      }
+      flush(lanes, &sum);  // (a row's lanes: at most 2 x 255 x width / 16 each)
+      for (; x < width; ++x, p += 3) {
+        float c[3] = {float(p[0]), float(p[1]), float(p[2])};
+        blendsPixel(c, order, 0, contrast, factors, 0);
+        uint8_t q[3] = {uint8_t(c[0]), uint8_t(c[1]), uint8_t(c[2])};
+        sum += pilLuma(q);
+      }
+    }
+    size_t pixels = rgb.total();
+    double m = pixels ? double(sum) / double(pixels) : 0;
+    mean = float(int(m + 0.5));
+  }
+  // Pass 2: every blend, then the normalisation into the planes.
+  for (int r = 0; r < rgb.rows; ++r) {
+    const uint8_t* p = rgb.ptr<uint8_t>(r);
+    size_t x = 0, at = size_t(r) * width;
+    for (; x + 16 <= width; x += 16, p += 48) {
+      __m256 lo[3], hi[3];
+      load16(p, lo, hi);
+      blendsKept(lo, order, 0, n, factors, mean);
+      blendsKept(hi, order, 0, n, factors, mean);
+      for (int c = 0; c < 3; ++c) {
+        const __m256 a = _mm256_set1_ps(scale[c]), b = _mm256_set1_ps(shift[c]);
+        _mm256_storeu_ps(planes[c] + at + x, _mm256_add_ps(_mm256_mul_ps(lo[c], a), b));
+        _mm256_storeu_ps(planes[c] + at + x + 8, _mm256_add_ps(_mm256_mul_ps(hi[c], a), b));
+      }
+    }
+    for (; x < width; ++x, p += 3) {
+      float c[3] = {float(p[0]), float(p[1]), float(p[2])};
+      blendsPixel(c, order, 0, n, factors, mean);
+      for (int ch = 0; ch < 3; ++ch) planes[ch][at + x] = c[ch] * scale[ch] + shift[ch];
+    }
+  }
+}
+
 }  // namespace
+
+bool jitterFusable() {
+  return hasAvx2();
+}
+
+bool jitterNormalize(const cv::Mat& rgb, const int* order, int n, const float* factors,
+                     const float scale[3], const float shift[3], float* planes[3]) {
+  if (!hasAvx2() || rgb.channels() != 3) return false;
+  jitterNormalizeAvx2(rgb, order, n, factors, scale, shift, planes);
+  return true;
+}
 
 size_t normalizeToPlanes(const uint8_t* rgb, size_t pixels, const float scale[3],
                          const float shift[3], float* planes[3]) {

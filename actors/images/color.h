@@ -21,6 +21,25 @@ void adjustHue(cv::Mat& m, double hue);
 size_t normalizeToPlanes(const uint8_t* rgb, size_t pixels, const float scale[3],
                          const float shift[3], float* planes[3]);
 
+// ColorJitter's brightness, contrast and saturation blends (no hue), in `order` (0 brightness,
+// 1 contrast, 2 saturation; `n` of them) with `factors` by the same index, then ToTensor/Normalize
+// into three float planes, as adjust*() and normalizeToPlanes() one after another would give, to
+// the bit, in at most two passes over the pixels: the blends before a contrast and the luma sum
+// its mean needs, then every blend and the normalisation, each value kept as the integer PIL's
+// uint8 would hold. False, with nothing done, without AVX2.
+bool jitterNormalize(const cv::Mat& rgb, const int* order, int n, const float* factors,
+                     const float scale[3], const float shift[3], float* planes[3]);
+bool jitterFusable();  // whether jitterNormalize() runs here (the CPU has AVX2)
+
+// A ColorJitter drawn but left to the output's writing (jitterNormalize): its blends' order and
+// factors.
+struct DeferredJitter {
+  bool set = false;
+  int order[3] = {0, 0, 0};
+  int n = 0;
+  float factors[3] = {1, 1, 1};
+};
+
 // PIL's "L" of an RGB pixel (ITU-R 601-2 in 16-bit fixed point, Convert.c's L24).
 inline uint8_t pilLuma(const uint8_t* rgb) {
   return uint8_t((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);

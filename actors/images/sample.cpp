@@ -160,11 +160,20 @@ bool Pipeline::decodeRegion(const data::Encoded& sample, const DecodePlan& plan,
 std::vector<std::string> Pipeline::stageNames() const {
   std::vector<std::string> names{"decode"};
   for (auto& op : ops_) names.push_back(op->text.substr(0, op->text.find('(')));
-  names.push_back(tensor_ ? (mean_.empty() ? "ToTensor" : "Normalize") : "copy out");
+  std::string out = tensor_ ? (mean_.empty() ? "ToTensor" : "Normalize") : "copy out";
+  // A last ColorJitter's blends are made as the output is written (apply() defers them).
+  if (!ops_.empty() && ops_.back()->kind == Kind::kColorJitter && tensor_ &&
+      dtype_ == Dtype::kFloat32 && !channelsLast_ && jitterFusable()) {
+    names.back() += " (its draws)";
+    out = "ColorJitter's blends + " + out;
+  }
+  names.push_back(out);
   return names;
 }
 
-void Pipeline::finish(const cv::Mat& image, std::span<uint8_t> out) const {
+void Pipeline::finish(const cv::Mat& input, std::span<uint8_t> out,
+                      const DeferredJitter* deferred) const {
+  cv::Mat image = input;
   int c = image.channels();
   size_t width = size_t(image.cols), plane = size_t(image.rows) * width, row = width * c;
   size_t n = plane * c;
@@ -182,7 +191,25 @@ void Pipeline::finish(const cv::Mat& image, std::span<uint8_t> out) const {
     scale[k] = 1.f / (255.f * sd);
     shift[k] = -mean / sd;
   }
-  if (dtype_ == Dtype::kFloat32 && reinterpret_cast<uintptr_t>(out.data()) % alignof(float) == 0) {
+  bool aligned = reinterpret_cast<uintptr_t>(out.data()) % alignof(float) == 0;
+  if (deferred != nullptr && deferred->set) {
+    // A last ColorJitter apply() left here: its blends and the normalisation in one go.
+    auto* f = reinterpret_cast<float*>(out.data());
+    float* planes[3] = {f, f + plane, f + 2 * plane};
+    if (dtype_ == Dtype::kFloat32 && aligned && !channelsLast_ &&
+        jitterNormalize(image, deferred->order, deferred->n, deferred->factors, scale.data(),
+                        shift.data(), planes)) {
+      return;
+    }
+    image = input.clone();  // (not fused here: the blends first, on a copy)
+    for (int k = 0; k < deferred->n; ++k) {
+      float factor = deferred->factors[deferred->order[k]];
+      if (deferred->order[k] == 0) adjustBrightness(image, factor);
+      if (deferred->order[k] == 1) adjustContrast(image, factor);
+      if (deferred->order[k] == 2) adjustSaturation(image, factor);
+    }
+  }
+  if (dtype_ == Dtype::kFloat32 && aligned) {
     // The common case, a row of one plane (or the interleaved row) at a time: loops the compiler
     // vectorises.
     auto* f = reinterpret_cast<float*>(out.data());
@@ -289,8 +316,9 @@ void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   }
   cv::Mat done;
+  DeferredJitter deferred;  // a last ColorJitter, fused with the output's writing
   try {
-    done = apply(view(image), seed, scale, full, times, origin);
+    done = apply(view(image), seed, scale, full, times, origin, &deferred);
   } catch (const std::bad_alloc&) {
     throw data::SampleError(sample.name, "out of memory transforming it");
   }
@@ -301,7 +329,7 @@ void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
                                              std::to_string(shape.width));
   }
   auto before = std::chrono::steady_clock::now();
-  finish(done, out);
+  finish(done, out, &deferred);
   if (times != nullptr) {
     times->seconds.back() +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();

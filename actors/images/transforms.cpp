@@ -92,7 +92,9 @@ void ownPacked(cv::Mat& m) {
   m = dst;
 }
 
-void colorJitter(cv::Mat& m, const Op& op, Rng& rng) {
+// `defer`: where the blends may be left to the output's writing (jitterNormalize: fused with
+// Normalize), their order and factors go there and `m` is left as it is; not with a hue turn.
+void colorJitter(cv::Mat& m, const Op& op, Rng& rng, DeferredJitter* defer) {
   // torchvision: the order of the four is random (torch.randperm(4)), then each factor drawn.
   int order[4] = {0, 1, 2, 3};
   for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.randint(0, i + 1)]);
@@ -100,6 +102,18 @@ void colorJitter(cv::Mat& m, const Op& op, Rng& rng) {
   double c = op.contrast.set ? rng.uniform(op.contrast.min, op.contrast.max) : 1;
   double s = op.saturation.set ? rng.uniform(op.saturation.min, op.saturation.max) : 1;
   double h = op.hue.set ? rng.uniform(op.hue.min, op.hue.max) : 0;
+  if (defer != nullptr && (!op.hue.set || h == 0)) {
+    bool set[3] = {op.brightness.set, op.contrast.set, op.saturation.set};
+    defer->set = true;
+    defer->n = 0;
+    defer->factors[0] = float(b);
+    defer->factors[1] = float(c);
+    defer->factors[2] = float(s);
+    for (int which : order) {
+      if (which < 3 && set[which]) defer->order[defer->n++] = which;
+    }
+    return;
+  }
   for (int which : order) {
     if (which == 0 && op.brightness.set) {
       adjustBrightness(m, float(b));
@@ -285,7 +299,8 @@ Image Pipeline::transformScaled(Image image, uint64_t seed, int scale,
 }
 
 cv::Mat Pipeline::apply(cv::Mat m, uint64_t seed, int scale, std::pair<int, int> full,
-                        StageTimes* times, std::pair<int, int> origin) const {
+                        StageTimes* times, std::pair<int, int> origin,
+                        DeferredJitter* deferred) const {
   Rng rng(seed);
   auto since = std::chrono::steady_clock::now();
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -328,10 +343,15 @@ cv::Mat Pipeline::apply(cv::Mat m, uint64_t seed, int scale, std::pair<int, int>
           m = out;
         }
         break;
-      case Kind::kColorJitter:
+      case Kind::kColorJitter: {
+        // The last transform, before a float32 CHW output of RGB: fused with its writing.
+        bool fuse = deferred != nullptr && i + 1 == ops_.size() && tensor_ &&
+                    dtype_ == Dtype::kFloat32 && !channelsLast_ && m.channels() == 3 &&
+                    jitterFusable();
         ownPacked(m);
-        colorJitter(m, op, rng);
+        colorJitter(m, op, rng, fuse ? deferred : nullptr);
         break;
+      }
       case Kind::kRandomAffine:
         m = affine(m, op, rng);
         break;

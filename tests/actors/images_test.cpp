@@ -466,3 +466,38 @@ TEST_CASE("a JPEG decoded only in its crop's part gives the whole decode's pixel
   p.run({bytes, 0, "trailing.jpg"}, troupe::data::Encoding::kFile, {}, 1, out, nullptr, &times);
   CHECK(times.partDecodes == 0);
 }
+
+// A last ColorJitter before a float32 CHW output is fused with the output's writing (color.cpp's
+// jitterNormalize: at most two passes): the same floats as the blends on uint8 then Normalize,
+// for every order of the three blends, odd widths (a row's last pixels one by one) too.
+TEST_CASE("a last ColorJitter fused with Normalize gives the same floats as the two apart",
+          "[images][transforms]") {
+  troupe::data::Encoded sample{encode(picture(517, 389, 3), ".jpg"), 0, "jitter.jpg"};
+  for (auto size : {"(64, 64)", "(37, 61)"}) {
+    for (auto jitter :
+         {"ColorJitter(0.4, 0.4, 0.4)", "ColorJitter(brightness=0.5)",
+          "ColorJitter(contrast=0.6, saturation=0.9)", "ColorJitter(0.4, 0.4, 0.4, 0.1)"}) {
+      std::string crop = std::string("RandomResizedCrop(") + size + "),RandomHorizontalFlip(),";
+      auto fused = Pipeline::parse(crop + jitter + ",Normalize(imagenet)");
+      auto apart = Pipeline::parse(crop + jitter);  // uint8, its blends done in place
+      auto shape = fused.outputShape(3);
+      std::vector<uint8_t> a(shape.elements() * 4), pixels(shape.elements());
+      const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+      for (uint64_t seed = 0; seed < 30; ++seed) {
+        INFO(size << " " << jitter << ", seed " << seed);
+        fused.run(sample, troupe::data::Encoding::kFile, {}, seed, a);
+        apart.run(sample, troupe::data::Encoding::kFile, {}, seed, pixels);
+        size_t plane = size_t(shape.height) * shape.width, differ = 0;
+        for (size_t p = 0; p < plane; ++p) {
+          for (int c = 0; c < 3; ++c) {
+            float want = float(pixels[p * 3 + c]) * (1.f / (255.f * sd[c])) + (-mean[c] / sd[c]);
+            float got;
+            memcpy(&got, a.data() + 4 * (c * plane + p), 4);
+            differ += got != want;
+          }
+        }
+        CHECK(differ == 0);
+      }
+    }
+  }
+}

@@ -121,11 +121,14 @@ TEST_CASE(
   CHECK(decode > 0);
   CHECK(pipeline > 0.1 * decode);
   CHECK(j["torchvision_skipped"] == "--no-torchvision");
-  // Every stage of the spec timed, and a first RandomResizedCrop's JPEGs decoded in part.
-  for (auto stage :
-       {"decode", "RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter", "Normalize"}) {
+  // Every stage of the spec timed (a last ColorJitter's blends with Normalize where the CPU has
+  // AVX2: its own stage is then its draws), and a first RandomResizedCrop's JPEGs decoded in part.
+  auto& stages = j["troupe_stages_us"];
+  CHECK(stages.size() == 5);  // decode, the three transforms, the output
+  for (auto stage : {"decode", "RandomResizedCrop", "RandomHorizontalFlip"}) {
     INFO(stage);
-    CHECK(j["troupe_stages_us"][stage].get<double>() > 0);
+    CHECK(stages[stage].get<double>() > 0);
   }
+  CHECK((stages.contains("Normalize") || stages.contains("ColorJitter's blends + Normalize")));
   CHECK(j["part_decoded_fraction"] == 1.0);
 }

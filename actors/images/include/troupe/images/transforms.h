@@ -103,7 +103,8 @@ Image decode(std::span<const uint8_t> bytes, const std::string& name, int channe
              int scaleDenominator = 1, uint64_t maxPixels = kMaxImagePixels,
              std::string* warning = nullptr);
 
-struct Op;  // one transform with its arguments (transforms.cpp)
+struct Op;              // one transform with its arguments (transforms.cpp)
+struct DeferredJitter;  // a last ColorJitter left to the output's writing (color.h)
 
 /// Where run()'s time goes, summed over its calls (apps/bench/images' stage table): seconds per
 /// stage, in Pipeline::stageNames()' order.
@@ -185,7 +186,9 @@ class Pipeline {
   uint64_t maxPixels_ = kMaxImagePixels;
   std::vector<float> mean_, std_;  // Normalize; empty: [0, 1] only
 
-  void finish(const cv::Mat& image, std::span<uint8_t> out) const;
+  // `deferred`: a last ColorJitter apply() left to it (fused with Normalize).
+  void finish(const cv::Mat& image, std::span<uint8_t> out,
+              const DeferredJitter* deferred = nullptr) const;
   std::string tail(bool after) const;  // describe()'s ToTensor/Normalize/dtype/layout part
   // transform() on an image decoded at 1/scale of its full size, `full` (height, width): the
   // first RandomResizedCrop draws its box on the full size and reads it from the smaller image.
@@ -195,7 +198,7 @@ class Pipeline {
   // `origin`: where m's top-left pixel is in the (scaled) decode a first RandomResizedCrop's box
   // refers to (run() decodes only the box's part of a JPEG).
   cv::Mat apply(cv::Mat m, uint64_t seed, int scale, std::pair<int, int> full, StageTimes* times,
-                std::pair<int, int> origin = {0, 0}) const;
+                std::pair<int, int> origin = {0, 0}, DeferredJitter* deferred = nullptr) const;
   // What run() decodes of an image of width x height: its scale, and the box a first
   // RandomResizedCrop draws (the whole image otherwise), on the full size.
   struct DecodePlan {
