@@ -60,6 +60,13 @@ std::string children(int pid) {
                            "/children");
 }
 
+// make_images' ImageFolder of 300 samples in `dir`: its train folder.
+std::string imageFolder(const troupe::testing::TempDir& dir) {
+  Run made({MAKE_IMAGES, dir.path() + "/data", "--samples", "300", "--test-samples", "0"});
+  REQUIRE(made.wait(60s) == 0);
+  return dir.path() + "/data/train";
+}
+
 }  // namespace
 
 TEST_CASE("troupe.data.DataLoader's workers run in parallel, num_workers on each data instance "
@@ -314,9 +321,7 @@ TEST_CASE(
   SKIP_WITHOUT_TORCH();
   SKIP_WITHOUT_TORCHVISION();
   troupe::testing::TempDir dir("troupe-translated");
-  Run made({MAKE_IMAGES, dir.path() + "/data", "--samples", "300", "--test-samples", "0"});
-  REQUIRE(made.wait(60s) == 0);
-  auto data = dir.path() + "/data/train";
+  auto data = imageFolder(dir);
   Run run(harness::sim(kCluster, loaderCheck({"translated", data})), pythonEnv());
   int code = run.wait(240s);
   auto out = run.output();
@@ -352,9 +357,7 @@ TEST_CASE("troupe.data.ImageDataset through a DataLoader draws the same pixels o
           "[pytorch][loader][images]") {
   SKIP_WITHOUT_TORCH();
   troupe::testing::TempDir dir("troupe-imageseeds");
-  Run made({MAKE_IMAGES, dir.path() + "/data", "--samples", "300", "--test-samples", "0"});
-  REQUIRE(made.wait(60s) == 0);
-  auto data = dir.path() + "/data/train";
+  auto data = imageFolder(dir);
   Run cluster(harness::sim(kCluster, loaderCheck({"images", data})), pythonEnv());
   REQUIRE(cluster.wait(180s) == 0);
   Run plain(loaderCheck({"images", data}), pythonEnv());
