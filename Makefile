@@ -57,8 +57,8 @@ run-images: configure-run
 	  -- $(BUILD)/apps/hetero_train/hetero_train --transform '$(IMAGES_TRANSFORM)'
 
 # troupe.data.DataLoader, the drop-in example (examples/pytorch/train_images.py, docs/pytorch.md):
-# a small CNN on `make run-images`' ImageFolder, torchvision's transforms in DataLoader workers on
-# the data instances; `diff train_images_plain.py train_images.py` is the change. The same command
+# a small CNN on `make run-images`' ImageFolder, torchvision's transforms translated to troupe's C++
+# pipeline on the data instances; `diff train_images_plain.py train_images.py` is the change. The same command
 # on every instance, the package from the build's python/ folder.
 run-pytorch: build
 	cmake --build $(BUILD) -j $(JOBS) --target make_images

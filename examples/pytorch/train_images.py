@@ -1,8 +1,10 @@
-"""A small CNN on an ImageFolder of JPEGs, torchvision's transforms in its DataLoader's workers.
+"""A small CNN on an ImageFolder of JPEGs with torchvision's transforms, fed by troupe's data group.
 
-train_images_plain.py is a plain PyTorch script; train_images.py is the same with its DataLoader's
-workers on troupe's data group (every instance runs it: troupe sim ... -- python3 train_images.py
-DATA). `diff train_images_plain.py train_images.py` is the whole change (docs/pytorch.md).
+train_images_plain.py is a plain PyTorch script; train_images.py is the same with its DataLoader
+on troupe's data group (every instance runs it: troupe sim ... -- python3 train_images.py DATA):
+its Compose is one troupe translates, so the data instances decode and transform the images in
+troupe's C++ pipeline (with translate=False, or a transform troupe does not run, in DataLoader
+workers there). `diff train_images_plain.py train_images.py` is the whole change (docs/pytorch.md).
 
     python3 train_images_plain.py DATA      # DATA/train and DATA/test: ImageFolders
 """
