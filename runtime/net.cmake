@@ -1,16 +1,19 @@
 # troupe_net (src/net): the transport under Cap'n Proto RPC. TLS 1.3 on OpenSSL (secure.h), the
 # coalescing stream (TCP_NODELAY, one write per event-loop turn), the message stream whose large
 # buffers troupe::Received keeps, and the lending network that holds what troupe::SendBuffer lends
-# until it is written. Included by runtime/CMakeLists.txt.
+# until it is written; troupe/transport.h is the face of the TLS and the coalescing stream that the
+# RPC and stream benches measure (transport.cpp). Included by runtime/CMakeLists.txt.
 add_library(troupe_net STATIC ${CMAKE_CURRENT_LIST_DIR}/src/net/coalescing_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/message_stream.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/secure.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_stream.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/net/crypto_threads.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/lending.cpp)
-# Its own folder only: the benches and tests that use these headers see nothing else of src/.
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/crypto_threads.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/lending.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/transport.cpp)
+# Its own folder only, public for the tests that use these headers (tests/runtime/net.cmake), which
+# see nothing else of src/; the benches include troupe/transport.h.
 target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src/net>
   $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include>)
 target_link_libraries(troupe_net PUBLIC CapnProto::kj-async CapnProto::capnp CapnProto::capnp-rpc
   PRIVATE OpenSSL::SSL OpenSSL::Crypto)
-# Installed only as what troupe_runtime links (troupe::Received and SendBuffer live in it); its headers stay
-# private.
+# Installed only as what troupe_runtime links (troupe::Received, SendBuffer and troupe/transport.h
+# live in it); its headers stay private.
 set_target_properties(troupe_net PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME net)

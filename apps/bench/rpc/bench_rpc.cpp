@@ -4,58 +4,92 @@
 // (p50/p99) and the throughput of pipelined calls with a window of calls in flight. Modes:
 //   (a)  raw TCP ping-pong of the payload (TCP_NODELAY), one write and one read per message;
 //   (b)  a Cap'n Proto call over plain TwoPartyVatNetwork (bench.capnp, no troupe runtime);
-//   (b2) the same with troupe::CoalescingStream under the network on both ends;
-//   (b3) the same over TLS 1.3 (troupe::JobTls, the key pair derived from a secret), the stack
-//        troupe runs under every connection: RPC -> CoalescingStream -> TLS -> TCP;
+//   (b2) the same with troupe's coalescing stream under the network on both ends;
+//   (b3) the same over TLS 1.3 (the key pair derived from a secret), the stack troupe runs under
+//        every connection: RPC -> coalescing stream -> TLS -> TCP (troupe/transport.h);
 //   (c)  a troupe actor call: a two-node cluster under `troupe sim` whose nodes are this binary
 //        (`--troupe-node`); the driver, on the head, spawns an echo actor on the other node,
 //        measures the same way and prints its figures on one line, which this process parses;
 //   (c2) the same with a restart policy on the echo actor, whose reference is then a local
 //        forwarding capability that can follow it to a new incarnation;
 //   (c0) mode (c) with `--insecure` on both nodes: plaintext, what TLS costs a troupe call.
-// Modes (a)-(b2) talk to a server child (this binary with `--serve`); to add such a mode, write a
-// Caller and a serve function and add a row to kModes (the server dispatches on the mode's tag,
-// sent as the first byte of a connection). A mode that runs in processes of its own, like (c),
-// gives a `run` function instead. Every child is reaped on every path: the server exits when its
-// stdin (the lifeline) closes; `troupe sim` gets SIGTERM when this process dies
-// (PR_SET_PDEATHSIG) and cascades it to its nodes.
+// Modes (a)-(b3) talk to a server child (this binary with `--serve`); to add such a mode, write a
+// connect and a serve function (server_modes.h) and add a row to kModes (the server dispatches on
+// the mode's tag, sent as the first byte of a connection). A mode that runs in processes of its
+// own, like (c), gives a `run` function instead (troupe_modes.h). Every child is reaped on every
+// path: the server exits when its stdin (the lifeline) closes; `troupe sim` gets SIGTERM when
+// this process dies (PR_SET_PDEATHSIG) and cascades it to its nodes.
 //
-// Its parts: bench_rpc.h.
+// This file: the mode table, the command line, and the two processes that run the modes (the
+// client, which measures each and prints the table, and the server child); how a mode is
+// measured is measure.h's.
 
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <deque>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <capnp/message.h>
-#include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/debug.h>
 #include <kj/io.h>
 #include <nlohmann/json.hpp>
 
-#include "bench.capnp.h"
-#include "coalescing_stream.h"
-#include "secure.h"
 #include "subprocess.h"
-#include "troupe/troupe.h"
+#include "troupe/transport.h"
 
-#include "bench_rpc.h"
+#include "measure.h"
+#include "server_modes.h"
+#include "troupe_modes.h"
 
 namespace troupe::bench {
+
+// =============================================================================================
+// The mode table
+
+using ConnectFn = kj::Promise<kj::Own<Caller>> (*)(kj::Own<kj::AsyncIoStream> connection,
+                                                   size_t payloadSize);
+using ServeFn = kj::Promise<void> (*)(kj::Own<kj::AsyncIoStream> connection, size_t payloadSize);
+using RunFn = Figures (*)(const Options& options);
+
+struct Mode {
+  const char* key;    // JSON key and --modes name.
+  const char* title;  // Table label.
+  char tag;           // First byte of a connection: tells the server which ServeFn to run.
+  ConnectFn connect;  // Modes measured against the server process: both set, `run` null.
+  ServeFn serve;
+  RunFn run;  // Modes measured in processes of their own: set, the others null.
+};
+
 namespace {
+
+// In the order the bench runs them.
+const Mode kModes[] = {
+    {"raw_tcp", "(a) raw TCP", 'r', connectRaw, serveRaw, nullptr},
+    {"capnp", "(b) capnp", 'c', connectCapnp, serveCapnp, nullptr},
+    {"capnp_coalescing", "(b2) capnp + coalescing", 'k', connectCoalescing, serveCoalescing,
+     nullptr},
+    {"capnp_coalescing_tls", "(b3) b2 over TLS 1.3", 's', connectTls, serveTls, nullptr},
+    {"troupe_actor_insecure", "(c0) actor call, --insecure", 'i', nullptr, nullptr,
+     runTroupeInsecure},
+    {"troupe_actor", "(c) troupe actor call (TLS)", 't', nullptr, nullptr, runTroupe},
+    {"troupe_actor_restartable", "(c2) restartable actor", 'u', nullptr, nullptr,
+     runTroupeRestartable},
+};
+
+/// The mode a client's header names, when it has a server side; nullptr otherwise.
+const Mode* findMode(char tag) {
+  for (auto& mode : kModes) {
+    if (mode.tag == tag && mode.serve != nullptr) return &mode;
+  }
+  return nullptr;
+}
 
 // =============================================================================================
 // Server process
@@ -74,7 +108,7 @@ class Server final : private kj::TaskSet::ErrorHandler {
 
   kj::Promise<void> acceptLoop(kj::ConnectionReceiver& listener) {
     return listener.accept().then([this, &listener](kj::Own<kj::AsyncIoStream> connection) {
-      setNoDelay(*connection);
+      transport::setNoDelay(*connection);
       tasks.add(serveConnection(kj::mv(connection)));
       return acceptLoop(listener);
     });
@@ -142,7 +176,7 @@ class ServerProcess {
   }
 
   ~ServerProcess() {
-    lifelineFd = nullptr;              // it exits on EOF
+    lifelineFd = nullptr;                  // it exits on EOF
     child->wait(std::chrono::seconds(3));  // then the Child kills and reaps it if it must
   }
 
@@ -174,22 +208,25 @@ class ServerProcess {
 Figures measure(const Mode& mode, kj::AsyncIoContext& io, uint port, const Options& options) {
   auto address = io.provider->getNetwork().parseAddress("127.0.0.1", port).wait(io.waitScope);
   auto connection = address->connect().wait(io.waitScope);
-  setNoDelay(*connection);
+  transport::setNoDelay(*connection);
   kj::byte header[kHeaderBytes];
   header[0] = mode.tag;
   uint32_t payloadSize = options.payloadBytes;
   memcpy(header + 1, &payloadSize, sizeof(payloadSize));
   connection->write(header, sizeof(header)).wait(io.waitScope);
-  if (mode.tls) connection = benchTls().wrapClient(kj::mv(connection)).wait(io.waitScope);
+  auto caller = mode.connect(kj::mv(connection), options.payloadBytes).wait(io.waitScope);
 
-  Measurement measurement(mode.connect(kj::mv(connection), options.payloadBytes), options,
-                          io.provider->getTimer());
-  auto figures = measurement.run().wait(io.waitScope);
-  figures.mode = &mode;
-  return figures;
+  Measurement measurement(kj::mv(caller), options, io.provider->getTimer());
+  return measurement.run().wait(io.waitScope);
 }
 
-void printTable(const std::vector<Figures>& results, const Options& options) {
+struct Result {
+  // One row of the table: a mode and what it measured.
+  const Mode* mode;
+  Figures figures;
+};
+
+void printTable(const std::vector<Result>& results, const Options& options) {
   printf(
       "bench_rpc: %zu-byte payload, %u sequential calls, best of %u rounds of %u pipelined "
       "calls per window\n\n",
@@ -198,8 +235,8 @@ void printTable(const std::vector<Figures>& results, const Options& options) {
   for (uint window : options.windows)
     printf("  %12s", ("calls/s w=" + std::to_string(window)).c_str());
   printf("  %8s %8s\n", "usr us", "sys us");
-  for (auto& figures : results) {
-    printf("%-26s %9.1f %9.1f", figures.mode->title, figures.p50Us, figures.p99Us);
+  for (auto& [mode, figures] : results) {
+    printf("%-26s %9.1f %9.1f", mode->title, figures.p50Us, figures.p99Us);
     for (uint window : options.windows) printf("  %12.0f", figures.callsPerSecond.at(window));
     printf("  %8.2f %8.2f\n", figures.userUsPerCall, figures.systemUsPerCall);
   }
@@ -209,12 +246,12 @@ void printTable(const std::vector<Figures>& results, const Options& options) {
       options.windows.back());
 }
 
-void printJson(const std::vector<Figures>& results, const Options& options) {
+void printJson(const std::vector<Result>& results, const Options& options) {
   nlohmann::json modes = nlohmann::json::object();
-  for (auto& figures : results) {
+  for (auto& [mode, figures] : results) {
     auto entry = figuresToJson(figures);
-    entry["title"] = figures.mode->title;
-    modes[figures.mode->key] = entry;
+    entry["title"] = mode->title;
+    modes[mode->key] = entry;
   }
   nlohmann::json out = {{"bench", "rpc"},
                         {"payload_bytes", options.payloadBytes},
@@ -227,7 +264,7 @@ void printJson(const std::vector<Figures>& results, const Options& options) {
 
 int runClient(const Options& options, const std::vector<std::string>& only) {
   std::vector<const Mode*> selected;
-  for (auto& mode : modes()) {
+  for (auto& mode : kModes) {
     if (only.empty() || std::find(only.begin(), only.end(), mode.key) != only.end()) {
       selected.push_back(&mode);
     }
@@ -238,14 +275,10 @@ int runClient(const Options& options, const std::vector<std::string>& only) {
   auto server = needServer ? kj::heap<ServerProcess>() : kj::Own<ServerProcess>();
   uint port = needServer ? server->readPort() : 0;
   auto io = kj::setupAsyncIo();
-  std::vector<Figures> results;
+  std::vector<Result> results;
   for (auto* mode : selected) {
-    if (mode->run != nullptr) {
-      results.push_back(mode->run(options));
-      results.back().mode = mode;
-    } else {
-      results.push_back(measure(*mode, io, port, options));
-    }
+    auto figures = mode->run != nullptr ? mode->run(options) : measure(*mode, io, port, options);
+    results.push_back({mode, kj::mv(figures)});
   }
   if (options.json) {
     printJson(results, options);
@@ -280,7 +313,7 @@ int main(int argc, char** argv) {
   app.add_option("--windows", options.windows, "calls in flight, one run per value")
       ->check(CLI::Range(1, 1000000));
   std::vector<std::string> keys;
-  for (auto& mode : modes()) keys.push_back(mode.key);
+  for (auto& mode : kModes) keys.push_back(mode.key);
   app.add_option("--modes", only, "modes to run; default all")->check(CLI::IsMember(keys));
   app.add_option("--troupe", options.troupeBinary, "the troupe binary, for `troupe sim` (mode c)");
   CLI11_PARSE(app, argc, argv);
@@ -292,4 +325,3 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
-

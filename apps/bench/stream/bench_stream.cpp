@@ -12,8 +12,8 @@
 //                    bound for TLS here;
 //   capnp            a Cap'n Proto `push(batch) -> stream` over a plain TwoPartyVatNetwork, the
 //                    two ends on their own threads and event loops;
-//   capnp_tls        the same under troupe's transport stack: CoalescingStream over TLS 1.3
-//                    (troupe::JobTls) on both ends;
+//   capnp_tls        the same under troupe's transport stack: its coalescing stream over TLS 1.3
+//                    (troupe/transport.h) on both ends;
 //   troupe_insecure  troupe's real path: under `troupe sim`, a Consumer actor on one node calls a
 //                    Producer actor on the other directly, hands it a sink and grants a credit per
 //                    batch it has read; the producer pushes at most --credits batches ahead (the

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "secure.h"
 #include "stream.capnp.h"
 #include "troupe/send_buffer.h"
+#include "troupe/transport.h"
 
 namespace troupe::bench {
 
@@ -63,7 +63,7 @@ double now();
 uint64_t touch(kj::ArrayPtr<const kj::byte> data);
 // Reads every 64th byte, as a consumer that uses the batch would touch each cache line.
 
-JobTls& benchTls();
+transport::Tls& benchTls();
 // Both ends derive the key pair from the same secret, as a job's nodes do.
 
 // -- raw_modes.cpp

@@ -10,7 +10,7 @@
 #include <future>
 #include <thread>
 
-#include "coalescing_stream.h"
+#include "troupe/transport.h"
 
 #include "bench_stream.h"
 
@@ -41,7 +41,7 @@ kj::Own<kj::AsyncIoStream> transport(kj::Own<kj::AsyncIoStream> socket, bool tls
   if (!tls) return socket;
   auto secure =
       server ? benchTls().wrapServer(kj::mv(socket)) : benchTls().wrapClient(kj::mv(socket));
-  return kj::heap<CoalescingStream>(secure.wait(waitScope));
+  return transport::coalesce(secure.wait(waitScope));
 }
 
 Result capnpStream(uint64_t size, uint32_t batches, bool tls) {

@@ -21,9 +21,9 @@ namespace troupe::bench {
 // =============================================================================================
 // raw_tcp, raw_tls
 
-JobTls& benchTls() {
-  static JobTls jobTls("bench_stream: the secret both ends derive their TLS key pair from");
-  return jobTls;
+transport::Tls& benchTls() {
+  static transport::Tls tls("bench_stream: the secret both ends derive their TLS key pair from");
+  return tls;
 }
 
 // One end of a raw connection: a socket, and a TLS session on it for raw_tls.
@@ -38,7 +38,7 @@ struct RawEnd {
     // Whole socket buffers per read, not a header and a record per syscall.
     SSL_set_read_ahead(ssl, 1);
     SSL_set_default_read_buffer_len(ssl, 1 << 20);
-    if (!server) SSL_set_tlsext_host_name(ssl, JobTls::kPeerName);
+    if (!server) SSL_set_tlsext_host_name(ssl, transport::Tls::peerName());
     int ok = server ? SSL_accept(ssl) : SSL_connect(ssl);
     KJ_ASSERT(ok == 1, "TLS handshake failed", ERR_error_string(ERR_get_error(), nullptr));
   }
@@ -127,7 +127,7 @@ std::string negotiatedSuite() {
   KJ_ASSERT(BIO_new_bio_pair(&a, 0, &b, 0) == 1, "BIO_new_bio_pair");
   SSL_set_bio(client, a, a);
   SSL_set_bio(server, b, b);
-  SSL_set_tlsext_host_name(client, JobTls::kPeerName);
+  SSL_set_tlsext_host_name(client, transport::Tls::peerName());
   SSL_set_connect_state(client);
   SSL_set_accept_state(server);
   for (int turn = 0; turn < 20 && !(SSL_is_init_finished(client) && SSL_is_init_finished(server));

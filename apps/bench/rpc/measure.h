@@ -1,41 +1,29 @@
-// bench_rpc's parts (bench_rpc.cpp says what is measured, and has the server and the client): the
-// options, figures and measurement every mode shares, here; the modes, modes.cpp.
+// How bench_rpc measures a mode, the same way for every mode: its options, the figures it
+// reports (and their JSON), the Caller a mode gives it, and the Measurement that drives the
+// Caller. Asynchronous, so that it also runs inside a troupe driver, which must not wait.
 
 #pragma once
 
-#include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <deque>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include <capnp/message.h>
-#include <capnp/rpc-twoparty.h>
-#include <kj/async-io.h>
+#include <kj/async.h>
 #include <kj/debug.h>
-#include <kj/io.h>
+#include <kj/memory.h>
+#include <kj/timer.h>
 #include <nlohmann/json.hpp>
 
 #include "bench.capnp.h"
-#include "coalescing_stream.h"
-#include "secure.h"
-#include "troupe/troupe.h"
-
 
 namespace troupe::bench {
 
 // =============================================================================================
-// Options, figures, modes
+// Options, figures
 
 struct Options {
   size_t payloadBytes = 64;
@@ -70,10 +58,7 @@ inline Options optionsFromJson(const nlohmann::json& in) {
   return options;
 }
 
-struct Mode;
-
 struct Figures {
-  const Mode* mode = nullptr;
   double p50Us = 0;
   double p99Us = 0;
   std::map<uint, double> callsPerSecond;  // By window.
@@ -103,6 +88,9 @@ inline Figures figuresFromJson(const nlohmann::json& in) {
   return figures;
 }
 
+// =============================================================================================
+// What a mode gives the measurement
+
 class Caller {
   // The client side of one connection in some mode. `call()` may be invoked again before
   // earlier calls completed (pipelining); calls complete in order.
@@ -111,22 +99,17 @@ class Caller {
   virtual kj::Promise<void> call() = 0;
 };
 
-using ConnectFn = kj::Own<Caller> (*)(kj::Own<kj::AsyncIoStream> connection, size_t payloadSize);
-using ServeFn = kj::Promise<void> (*)(kj::Own<kj::AsyncIoStream> connection, size_t payloadSize);
-using RunFn = Figures (*)(const Options& options);
-
-struct Mode {
-  const char* key;    // JSON key and --modes name.
-  const char* title;  // Table label.
-  char tag;           // First byte of a connection: tells the server which ServeFn to run.
-  ConnectFn connect;  // Modes measured against the server process: both set, `run` null.
-  ServeFn serve;
-  RunFn run;         // Modes measured in processes of their own: set, the others null.
-  bool tls = false;  // The client does a TLS handshake before `connect` gets the stream.
-};
+// One echo call with `payload` through `echo` (an Echo or an EchoActor client): the call of every
+// Cap'n Proto mode's Caller.
+template <typename Client>
+kj::Promise<void> sendEcho(Client& echo, kj::ArrayPtr<const kj::byte> payload) {
+  auto request = echo.echoRequest();
+  request.setPayload(payload);
+  return request.send().ignoreResult();
+}
 
 // =============================================================================================
-// Measuring (asynchronous, so that it also runs inside a troupe driver, which must not wait)
+// Measuring
 
 struct CpuTime {
   double user = 0;
@@ -233,20 +216,5 @@ class Measurement {
         });
   }
 };
-
-// =============================================================================================
-// The modes (modes.cpp)
-
-constexpr char kNodeFlag[] = "--troupe-node";
-// First argument of a bench_rpc process that is a troupe node; the next one is the options.
-constexpr char kFiguresMarker[] = "bench_rpc figures: ";
-// The driver prints this, then the figures as JSON, on one line of its stdout.
-
-kj::ArrayPtr<const Mode> modes();
-// The mode table, in the order the bench runs it.
-const Mode* findMode(char tag);
-// The mode a client's header names, when it has a server side; nullptr otherwise.
-JobTls& benchTls();
-int runTroupeNode(int argc, char** argv);
 
 }  // namespace troupe::bench
