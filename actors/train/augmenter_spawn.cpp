@@ -1,4 +1,6 @@
-#include "augmenter_spawn.h"
+// Placing train.Augmenter actors and growing them as data nodes join (augmenter_spawn.h).
+
+#include "troupe/train/augmenter_spawn.h"
 
 #include <cstdio>
 

@@ -1,4 +1,6 @@
-#include "batch_maker.h"
+// The process's batch maker, registered once (batch_maker.h).
+
+#include "troupe/train/batch_maker.h"
 
 #include <mutex>
 

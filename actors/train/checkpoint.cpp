@@ -1,4 +1,6 @@
-#include "checkpoint.h"
+// The trainer's checkpoint files (checkpoint.h): writing, listing and reading them.
+
+#include "troupe/train/checkpoint.h"
 
 #include <cmath>
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// hetero_train's MLP as the trainer's learner (mlp_learner.h).
+
 #include "mlp_learner.h"
 
 #include <spdlog/spdlog.h>

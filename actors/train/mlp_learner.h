@@ -12,7 +12,7 @@
 #include <chrono>
 #include <mutex>
 
-#include "learner.h"
+#include "troupe/train/learner.h"
 #include "train.capnp.h"
 #include "troupe/trainer/mlp.h"
 

@@ -1,4 +1,6 @@
-#include "script_learner.h"
+// A training script in the trainer's process as its learner (script_learner.h).
+
+#include "troupe/train/script_learner.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>

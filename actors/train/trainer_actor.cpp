@@ -1,3 +1,6 @@
+// The trainer actor (trainer_actor.h): its epochs, the shards' queue, the streams and their
+// recovery.
+
 #include "trainer_actor.h"
 
 #include <spdlog/spdlog.h>
@@ -12,7 +15,7 @@
 
 #include "mlp_learner.h"
 #include "clock.h"
-#include "script_learner.h"
+#include "troupe/train/script_learner.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/trace.h"
 
@@ -59,6 +62,7 @@ TrainerActor::TrainerActor(ActorContext& context)
   killDuringCheckpoint_ = args_.getKillDuringCheckpoint();
   fresh_ = args_.getFresh();
   samplesSetting_ = args_.getSamplesSetting();
+  reader_ = readerFor(args_);
   tasks_ = kj::heap<kj::TaskSet>(quiet);
   self_ = std::make_shared<TrainerActor*>(this);
   auto started = kj::newPromiseAndFulfiller<void>();

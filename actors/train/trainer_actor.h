@@ -4,10 +4,11 @@
 // `prefetch` batches in flight), hands each to its learner (learner.h: hetero_train's MLP on the
 // node's device, CUDA when built with it and a GPU is present, else Thrust's CPU back end; or a
 // training script in this process, script_learner.h), and checks that every training sample
-// arrives exactly once per epoch. When a stream breaks (its augmenter's node was lost or drained),
-// the shard goes back to the queue and the next free augmenter resumes it from the last position
-// the trainer acknowledged; the augmenter itself is used again once the runtime has restarted
-// it.
+// arrives exactly once per epoch. What a batch holds beyond its heading is its kind's
+// (batch_source.h), read and checked by the kind's BatchReader. When a stream breaks (its
+// augmenter's node was lost or drained), the shard goes back to the queue and the next free
+// augmenter resumes it from the last position the trainer acknowledged; the augmenter itself is
+// used again once the runtime has restarted it.
 //
 // With a checkpoint folder it also survives the loss of the whole job (a managed spot reclaim):
 // every `checkpointEvery` steps and when it is stopped before training ends (SIGTERM starts
@@ -24,8 +25,9 @@
 #include <set>
 #include <vector>
 
-#include "checkpoint.h"
-#include "learner.h"
+#include "batch_source.h"
+#include "troupe/train/checkpoint.h"
+#include "troupe/train/learner.h"
 #include "train.capnp.h"
 #include "troupe/actor.h"
 #include "troupe/dataset/epoch.h"
@@ -83,26 +85,16 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     bool slow = false;   // a shard was taken from it this epoch: it steals none itself
   };
   struct Pending {
+    // A batch received: which stream and position of it, the samples it left out, and the step
+    // it makes (the ids, and its kind's fields as reader_ read them).
     uint32_t source;
     uint64_t session;
     uint32_t epoch;
     uint64_t begin;
-    std::vector<uint32_t> ids;
-    std::vector<uint8_t> labels;
-    // The received message's bytes, not a copy: float32 (normalised) or, with `bytes`, uint8
-    // pixels (x 255) the step normalises; ids.size() x 784 either way.
-    Received images;
-    bool bytes = false;
-    // A dataset's batch (TrainerArgs.sample): its targets, the samples it skipped, and a sample
-    // that could not be read (the job fails with it).
-    uint8_t dtype = 0;
-    std::vector<int64_t> targets;
-    std::vector<uint32_t> skipped;
-    std::vector<std::string> skippedFiles;
-    std::vector<std::string> warned;  // decoded despite libjpeg's warning: "file: warning"
-    std::string failure;
-    std::vector<MadeTensor> tensors;  // a script's Dataset (TrainerArgs.python)
-    std::string structure;
+    std::vector<uint32_t> skipped;          // unreadable samples of `step.ids`, left out
+    std::vector<std::string> skippedFiles;  // "file: why", one per skipped id
+    std::vector<std::string> warned;        // decoded despite libjpeg's warning: "file: warning"
+    StepBatch step;
   };
   struct StepInFlight {
     // The batch a training step on the pool is applying. Its samples count as trained from the
@@ -186,8 +178,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   void wake();
   bool epochDone() const;
   void grant(Source& s, uint32_t credits);
+  // What is wrong with `b` as the next batch of `s`, or nothing: its heading and ids here, its
+  // kind's fields by reader_.
   kj::Maybe<kj::String> validate(const Pending& b, const Source& s) const;
-  size_t sampleBytes(const Pending& b) const;  // what one sample of `b` takes in its pixels
   std::set<std::string> skippedFiles_;          // every file skipped, once
   std::set<std::string> warnedFiles_;           // every file decoded despite a warning, once
 
@@ -213,6 +206,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   uint64_t seed_;
   // The model side (learner.h): hetero_train's MLP, or a training script in this process.
   std::shared_ptr<Learner> learner_;
+  // The data side's kind of batch (batch_source.h), as TrainerArgs names it.
+  std::unique_ptr<BatchReader> reader_;
 
   std::vector<Source> sources_;           // the epoch's shards
   std::vector<AugmenterRef> augmenters_;  // train()'s, then addSources()'s

@@ -1,6 +1,7 @@
-// The trainer's batches (trainer_actor.h): each one received from a stream, checked against its
-// shard's order and the sample format, counted (exactly once, skipped samples apart) and handed
-// to the learner for its step, one at a time.
+// The trainer's batches (trainer_actor.h): each one received from a stream, its kind's fields
+// read by the kind's BatchReader (batch_source.h), checked against its shard's order and by its
+// kind, counted (exactly once, skipped samples apart) and handed to the learner for its step,
+// one at a time.
 
 #include <spdlog/spdlog.h>
 
@@ -24,32 +25,11 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
   p.epoch = batch.getEpoch();
   p.begin = batch.getBegin();
   p.source = batch.getShard();
-  for (auto id : batch.getSampleIds()) p.ids.push_back(id);
-  auto labels = batch.getLabels();
-  p.labels.assign(labels.begin(), labels.end());
-  p.bytes = batch.hasPixels() && batch.getPixels().size() > 0;
-  p.images = Received::keep(p.bytes ? batch.getPixels() : batch.getImages());
-  if (args_.getPython()) {
-    p.bytes = true;
-    for (auto t : batch.getTensors()) {
-      MadeTensor m;
-      m.dtype = t.getDtype();
-      for (auto d : t.getShape()) m.shape.push_back(d);
-      m.offset = t.getOffset();
-      m.bytes = t.getBytes();
-      p.tensors.push_back(kj::mv(m));
-    }
-    p.structure = batch.getStructure();
-  } else if (args_.hasSample()) {
-    p.bytes = true;  // pixels (of any dtype), or none when every sample was skipped
-    p.dtype = batch.getDtype();
-    for (auto t : batch.getTargets()) p.targets.push_back(t);
-  }
-  if (args_.getPython() || args_.hasSample()) {
-    for (auto id : batch.getSkipped()) p.skipped.push_back(id);
-    for (auto f : batch.getSkippedFiles()) p.skippedFiles.push_back(f.cStr());
-    for (auto f : batch.getWarned()) p.warned.push_back(f.cStr());
-  }
+  for (auto id : batch.getSampleIds()) p.step.ids.push_back(id);
+  // The received message's bytes, not a copy.
+  p.step.bytes = batch.hasPixels() && batch.getPixels().size() > 0;
+  p.step.images = Received::keep(p.step.bytes ? batch.getPixels() : batch.getImages());
+  reader_->read(batch, p.step, p.skipped, p.skippedFiles, p.warned);
   if (batch.getFailure().size() > 0 && fatal_ == nullptr) {
     // A sample that could not be read, without --skip-bad-samples: the job's end, naming it.
     fatal_ =
@@ -57,7 +37,7 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
     wake();
     return;
   }
-  copiedBatches_ += p.images.copied();
+  copiedBatches_ += p.step.images.copied();
   if (p.source < sources_.size() && sources_[p.source].session == p.session &&
       sources_[p.source].augmenter >= 0) {
     auto& a = augmenters_[sources_[p.source].augmenter];
@@ -99,15 +79,9 @@ void TrainerActor::grant(Source& s, uint32_t credits) {
   tasks_->add(req.send().ignoreResult());
 }
 
-size_t TrainerActor::sampleBytes(const Pending& b) const {
-  if (!args_.hasSample()) return b.bytes ? 784 : 784 * sizeof(float);
-  auto f = args_.getSample();
-  size_t valueSize = f.getDtype() == 2 ? 4 : f.getDtype() == 1 ? 2 : 1;
-  return size_t(f.getChannels()) * f.getHeight() * f.getWidth() * valueSize;
-}
-
 kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) const {
-  size_t n = b.ids.size();
+  auto& ids = b.step.ids;
+  size_t n = ids.size();
   if (planned_) {
     // The batch the plan has there, whole.
     if (n == 0 || b.begin + n != batchEnd(s, b.begin)) {
@@ -117,56 +91,21 @@ kj::Maybe<kj::String> TrainerActor::validate(const Pending& b, const Source& s) 
   } else if (n == 0 || n > batchSize_) {
     return kj::str("a batch of ", n, " samples (batch size ", batchSize_, ")");
   }
-  if (args_.getPython()) {
-    if (b.skippedFiles.size() != b.skipped.size()) {
-      return kj::str(b.skipped.size(), " samples skipped, ", b.skippedFiles.size(), " reasons");
-    }
-    for (auto id : b.skipped) {
-      if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())
-        return kj::str("skipped sample ", id, " is not in the batch");
-    }
-    // (No tensors is a batch too: a collate_fn's numbers and strings, in its structure.)
-    for (auto& t : b.tensors) {
-      if (t.offset + t.bytes > b.images.size() || t.offset + t.bytes < t.offset) {
-        return kj::str("a tensor of ", t.bytes, " bytes at ", t.offset, " beyond the batch's ",
-                       b.images.size());
-      }
-      // The script makes an array of this dtype and shape over those bytes: they must be its.
-      if (!tensorBytesFit(t.dtype, t.shape, t.bytes)) {
-        return kj::str("a tensor of dtype '", t.dtype.c_str(), "' and shape (",
-                       kj::strArray(t.shape, ", "), t.shape.size() == 1 ? ",)" : ")",
-                       " is not its ", t.bytes, " bytes");
-      }
-    }
-  } else if (args_.hasSample()) {
-    size_t kept = n - std::min(n, b.skipped.size());
-    if (b.dtype != args_.getSample().getDtype() || b.targets.size() != kept ||
-        b.skippedFiles.size() != b.skipped.size() || b.images.size() != kept * sampleBytes(b)) {
-      return kj::str("shape mismatch: ", n, " ids, ", b.skipped.size(), " skipped, ",
-                     b.targets.size(), " targets, ", b.images.size(), " bytes of dtype ", b.dtype,
-                     " (", sampleBytes(b), " bytes a sample)");
-    }
-    for (auto id : b.skipped) {
-      if (std::find(b.ids.begin(), b.ids.end(), id) == b.ids.end())
-        return kj::str("skipped sample ", id, " is not in the batch");
-    }
-    for (auto t : b.targets) {
-      if (t < 0 || uint64_t(t) >= args_.getSample().getClasses())
-        return kj::str("target ", t, " out of range (", args_.getSample().getClasses(),
-                       " classes)");
-    }
-  } else if (b.labels.size() != n || b.images.size() != n * sampleBytes(b)) {
-    auto images = b.bytes ? kj::str(b.images.size(), " bytes of pixels")
-                  : b.images.size() % sizeof(float) == 0
-                      ? kj::str(b.images.size() / sizeof(float), " floats")
-                      : kj::str(b.images.size(), " bytes of images");
-    return kj::str("shape mismatch: ", n, " ids, ", b.labels.size(), " labels, ", images);
+  if (b.skippedFiles.size() != b.skipped.size()) {
+    return kj::str(b.skipped.size(), " samples skipped, ", b.skippedFiles.size(), " reasons");
+  }
+  for (auto id : b.skipped) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end())
+      return kj::str("skipped sample ", id, " is not in the batch");
+  }
+  KJ_IF_MAYBE(problem, reader_->check(b.step, b.skipped.size())) {
+    return kj::mv(*problem);
   }
   if (b.begin + n > s.expected.size() ||
-      !std::equal(b.ids.begin(), b.ids.end(), s.expected.begin() + b.begin)) {
+      !std::equal(ids.begin(), ids.end(), s.expected.begin() + b.begin)) {
     return kj::str("sample ids at position ", b.begin, " are not the shard's");
   }
-  for (auto id : b.ids) {
+  for (auto id : ids) {
     if (id >= trainSamples_) return kj::str("sample id ", id, " out of range");
   }
   return nullptr;
@@ -248,9 +187,9 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   auto isSkipped = [&](uint32_t id) {
     return std::find(b.skipped.begin(), b.skipped.end(), id) != b.skipped.end();
   };
-  for (size_t k = 0; k < b.ids.size(); ++k) {
-    if (seen_[seenIndex(b.source, b.begin, k, b.ids[k])]++) ++stats_.duplicates;
-    if (!isSkipped(b.ids[k])) stats_.digest += sampleDigest(b.ids[k]);
+  for (size_t k = 0; k < b.step.ids.size(); ++k) {
+    if (seen_[seenIndex(b.source, b.begin, k, b.step.ids[k])]++) ++stats_.duplicates;
+    if (!isSkipped(b.step.ids[k])) stats_.digest += sampleDigest(b.step.ids[k]);
   }
   for (size_t k = 0; k < b.skipped.size(); ++k) {
     ++stats_.skipped;
@@ -261,21 +200,16 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
       spdlog::info("decoded despite libjpeg's warning, as PIL decodes it: {}", w);
     }
   }
-  auto all = b.ids;
-  if (!b.skipped.empty()) std::erase_if(b.ids, isSkipped);
-  stats_.samples += b.ids.size();
-  if (args_.hasSample()) {
-    // Targets as the MLP takes them (hetero_train checks at start that every class fits).
-    b.labels.resize(b.targets.size());
-    for (size_t k = 0; k < b.targets.size(); ++k) b.labels[k] = uint8_t(b.targets[k]);
-  }
+  auto all = b.step.ids;
+  if (!b.skipped.empty()) std::erase_if(b.step.ids, isSkipped);
+  stats_.samples += b.step.ids.size();
   // Learning rate decays linearly to zero over the whole run.
   float lr = args_.getLearningRate() *
              (1.0f - static_cast<float>(totalSteps_) / std::max<uint64_t>(1, plannedSteps_));
   auto stepStart = context().timer().now();
-  auto end = b.begin + b.ids.size() + b.skipped.size();
+  auto end = b.begin + b.step.ids.size() + b.skipped.size();
   grant(s, 1);  // room for the next batch while this one trains
-  if (b.ids.empty()) {
+  if (b.step.ids.empty()) {
     s.acked = end;  // every sample of it was skipped: nothing to step on
     return consume(epoch);
   }
@@ -285,40 +219,33 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   ++stats_.steps;
   ++totalSteps_;
   auto done = std::make_shared<std::atomic<bool>>(false);
-  stepInFlight_ = StepInFlight{b.source, b.begin, b.ids, done, b.skipped, kj::mv(all)};
-  StepBatch step;
+  stepInFlight_ = StepInFlight{b.source, b.begin, b.step.ids, done, b.skipped, kj::mv(all)};
+  auto step = kj::mv(b.step);
   step.epoch = epoch;
-  step.ids = b.ids;
-  step.labels = kj::mv(b.labels);
-  step.images = kj::mv(b.images);
-  step.bytes = b.bytes;
-  step.dtype = b.dtype;
-  step.targets = kj::mv(b.targets);
-  step.tensors = kj::mv(b.tensors);
-  step.structure = kj::mv(b.structure);
   step.learningRate = lr;
   step.done = done;
   step.waited = waitedSinceStep_;
   waitedSinceStep_ = false;
-  return learner_->step(context(), kj::mv(step)).then([this, epoch, stepStart, ids = kj::mv(b.ids)](
-                                                          StepResult result) {
-    if (result.abandoned) {
-      // Made, never handed to the script: not trained on (nor missing: it was the script's).
-      stats_.samples -= ids.size();
-      stats_.abandoned += ids.size();
-      --stats_.steps;
-      --totalSteps_;
-      for (auto id : ids) stats_.digest -= sampleDigest(id);
-    }
-    stats_.stepSeconds += seconds(context().timer().now() - stepStart);
-    stats_.stepCpuSeconds += result.cpuSeconds;
-    stats_.loss = result.loss;
-    stepInFlight_ = nullptr;
-    if (due())
-      return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")
-          .then([this, epoch]() { return consume(epoch); });
-    return consume(epoch);
-  });
+  auto ids = step.ids;
+  return learner_->step(context(), kj::mv(step))
+      .then([this, epoch, stepStart, ids = kj::mv(ids)](StepResult result) {
+        if (result.abandoned) {
+          // Made, never handed to the script: not trained on (nor missing: it was the script's).
+          stats_.samples -= ids.size();
+          stats_.abandoned += ids.size();
+          --stats_.steps;
+          --totalSteps_;
+          for (auto id : ids) stats_.digest -= sampleDigest(id);
+        }
+        stats_.stepSeconds += seconds(context().timer().now() - stepStart);
+        stats_.stepCpuSeconds += result.cpuSeconds;
+        stats_.loss = result.loss;
+        stepInFlight_ = nullptr;
+        if (due())
+          return checkpoint("every " + std::to_string(checkpointEvery_) + " steps")
+              .then([this, epoch]() { return consume(epoch); });
+        return consume(epoch);
+      });
 }
 
 }  // namespace troupe::train

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
+#include "troupe/train/checkpoint.h"
 #include "troupe/driver.h"
 
 namespace hetero_train {

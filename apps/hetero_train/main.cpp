@@ -19,14 +19,13 @@
 #include <spdlog/spdlog.h>
 
 #include "train.capnp.h"
-#include "augmenter_actor.h"
-#include "augmenter_spawn.h"
-#include "checkpoint.h"
+#include "troupe/train/actors.h"
+#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/checkpoint.h"
 #include "end_report.h"
 #include "settings.h"
 #include "advise.h"
 #include "prices.h"
-#include "trainer_actor.h"
 #include "troupe/trainer/mlp.h"
 #include "troupe/cli11.h"
 #include "troupe/dataset/fashion_mnist.h"
@@ -578,8 +577,7 @@ int main(int argc, char* argv[]) {
   }
   auto settings = parseSettings(argc, argv);
   troupe::Registry types;
-  types.add<troupe::train::AugmenterActor>();  // "train.Augmenter" (train.capnp's Augmenter)
-  types.add<troupe::train::TrainerActor>();    // "train.Trainer"
+  troupe::train::addActorTypes(types);  // train.Augmenter and train.Trainer
   troupe::RunOptions options;
   options.headGroup = settings.dnnGroup;  // the head fate-shares with the trainer
   return troupe::run(

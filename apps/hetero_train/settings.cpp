@@ -17,13 +17,12 @@
 #include <spdlog/spdlog.h>
 
 #include "train.capnp.h"
-#include "augmenter_actor.h"
-#include "augmenter_spawn.h"
-#include "checkpoint.h"
+#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/shared_source.h"
+#include "troupe/train/checkpoint.h"
 #include "end_report.h"
 #include "advise.h"
 #include "prices.h"
-#include "trainer_actor.h"
 #include "troupe/trainer/mlp.h"
 #include "troupe/cli11.h"
 #include "troupe/dataset/fashion_mnist.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint.h"
+#include "troupe/train/checkpoint.h"
 #include "prices.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"

@@ -1,5 +1,6 @@
-// troupe._native: the C++ side of the Python package (python/troupe/data.py): the process's troupe
-// job (job.h) and the batches it hands the script, as numpy arrays over the received bytes.
+// troupe._native: the C++ side of the Python package (python/troupe/data.py), its bindings only:
+// the process's troupe job (troupe/train/script_job.h) and the batches it hands the script, as
+// numpy arrays over the received bytes.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -12,19 +13,19 @@
 #include <cstdio>
 #include <cstring>
 
-#include "script_learner.h"
+#include "troupe/train/script_learner.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/images/transforms.h"
-#include "job.h"
-#include "local_ranks.h"
+#include "troupe/train/script_job.h"
+#include "troupe/train/local_ranks.h"
 #include "troupe/loop.h"
 #include "troupe/run.h"  // kStopsHeldFromStart, defined below
-#include "worker_pool.h"
+#include "troupe/train/worker_pool.h"
 
 namespace py = pybind11;
-using namespace troupe::python;  // feed(), the job (job.h)
+using namespace troupe::train;  // feed(), the job (troupe/train/script_job.h)
 using troupe::train::ScriptLearner;
 
 // A shared object cannot have run()'s .preinit_array entry (troupe/run.h): defined here, it is
@@ -279,7 +280,7 @@ PYBIND11_MODULE(_native, m) {
         if (localFd >= 0) {
           // A local rank's process: the stream's batches come from its troupe process.
           uint32_t number = localStreams++;
-          setFeed(number, troupe::python::localRankFeed(localFd, number));
+          setFeed(number, troupe::train::localRankFeed(localFd, number));
           return number;
         }
         py::gil_scoped_release release;
@@ -290,9 +291,9 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "set_fork_server",
       [](int fd) {
-        troupe::python::setForkServer(fd);
+        troupe::train::setForkServer(fd);
         // This process's augmenters of a DataLoader get their batches from its workers.
-        troupe::train::setBatchMaker(std::make_shared<troupe::python::ProcessBatchMaker>());
+        troupe::train::setBatchMaker(std::make_shared<troupe::train::ProcessBatchMaker>());
       },
       py::arg("fd"),
       "The fork server of this process's DataLoader workers (python/troupe/_forkserver.py).");
@@ -378,7 +379,7 @@ PYBIND11_MODULE(_native, m) {
       [](uint32_t localRank, int fd, int pid) {
         // The instance's troupe process: local rank `localRank`'s process, at the other end of
         // `fd`, gets the batches of each stream from that rank's trainer in this process.
-        troupe::python::serveLocalRank(
+        troupe::train::serveLocalRank(
             fd, pid, localRank, [](uint32_t stream, troupe::train::StepBatch& b) {
               if (auto* f = formatOf(stream); f != nullptr && f->source) datasetTensors(b, *f);
             });
@@ -393,7 +394,7 @@ PYBIND11_MODULE(_native, m) {
         if (getppid() != parent) _exit(1);  // it has already ended
         localFd = fd;
         localStreams = 1;
-        setFeed(0, troupe::python::localRankFeed(fd, 0));
+        setFeed(0, troupe::train::localRankFeed(fd, 0));
       },
       py::arg("fd"), py::arg("parent"));
   m.def(

@@ -1,6 +1,6 @@
 """What troupe.data's modules share: its exceptions, the native module, numpy, PyTorch found
-lazily, and the process's streams (troupe.data re-exports the exceptions; import them from
-there)."""
+lazily, the process's streams and how a stream's item becomes a stop or a failure (troupe.data
+re-exports the exceptions; import them from there)."""
 
 import atexit
 import os
@@ -57,11 +57,12 @@ def _torch():
 
 class Process:
     """This process's streams: each DataLoader (or its one AugmentedBatches) made in a cluster, in
-    the order the script makes them; the first starts the troupe job (python/src/job.h)."""
+    the order the script makes them; the first starts the troupe job (troupe/train/script_job.h)."""
 
     streams = 0          # streams made so far
     kinds = []           # "loader" or "augmented", by stream number
     local_rank = False   # a local rank's process (fed by its instance's troupe process)
+    local_ranks = []     # the instance's other local ranks this process started (Popen each)
 
     @classmethod
     def line_buffered(cls):
@@ -107,6 +108,30 @@ class Ending:
         sys.stdout.flush()
         sys.stderr.flush()
         _native.end(cls.failure or "")  # ends the process with the job's exit code
+
+
+def stop(on_stop, why="SIGTERM or SIGINT on an instance of the job"):
+    """The job is stopping: the script's ``on_stop`` first (it saves the model and
+    ``state_dict()`` before the script ends), then :class:`Stopped`."""
+    if on_stop is not None:
+        on_stop()
+    raise Stopped(why)
+
+
+def next_item(stream, on_stop, normalize=False, timeout=0.0):
+    """Stream `stream`'s next item (``_native.next``: a batch, an epoch's end, the end of
+    training), or its ending as an exception - the one stop and failure path of every stream:
+    a stop calls `on_stop` and raises :class:`Stopped`, a failure raises :class:`JobFailed`,
+    and nothing within `timeout` seconds (a DataLoader's ``timeout``; 0: wait) RuntimeError."""
+    item = _native.next(stream, normalize, float(timeout))
+    kind = item[0]
+    if kind == "stopped":
+        stop(on_stop)
+    if kind == "timeout":
+        raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
+    if kind == "failed":
+        raise JobFailed(f"troupe.data: {item[2]}")
+    return item
 
 
 def debug_logging():

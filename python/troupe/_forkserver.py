@@ -7,7 +7,7 @@ worker that died replaced). An instance that makes no batches (the dnn instance,
 group has room) runs no worker, only this process; every worker is the fork of a process with one
 thread, as torch's fork-server start method gives.
 
-The node (python/src/worker_pool.cpp) talks to it over a SOCK_SEQPACKET socket pair, one JSON
+The node (actors/train/worker_pool.cpp) talks to it over a SOCK_SEQPACKET socket pair, one JSON
 message and its answer at a time:
 
 - ``{"op": "spawn", "loader": k, "worker": i, "workers": W, "seed_offset": o, "slots": P,

@@ -8,12 +8,54 @@ from troupe import _workers
 from troupe._common import _native, _torch
 
 
-def loader(owner, workers, pin_memory):
-    """torch's DataLoader for `owner` (a troupe.data.DataLoader) with `workers` workers here."""
+class LocalLoader:
+    """How `owner` (a troupe.data.DataLoader) runs outside a cluster or with local=True: torch's
+    DataLoader with `workers` workers on this instance."""
+
+    stream = None  # no stream of a troupe job
+
+    def __init__(self, owner, iterable, workers, pin_memory):
+        self._owner = owner
+        if not _workers.in_cluster():
+            print(f"troupe.data: not in a troupe cluster: torch's DataLoader with "
+                  f"{workers} workers on this machine (run under troupe sim or "
+                  "SageMaker for the data group)", flush=True)
+        owner._planner.ranked(owner.rank, owner.world_size,
+                              owner._seed if owner._seed is not None else 0)
+        if iterable:
+            # An IterableDataset: torch's DataLoader as it is (no indices to plan or seed by).
+            if owner._with_ids:
+                raise TypeError("DataLoader: with_ids=True needs a map-style dataset (an "
+                                "IterableDataset's items have no index)")
+            self._loader = None
+            return
+        self._seeded = _Seeded(owner.dataset, owner._per_sample_seed)
+        self._loader = _loader(owner, self._seeded, workers, pin_memory)
+
+    def __iter__(self):
+        """One iter() of the owner: a pass of torch's DataLoader."""
+        if self._loader is None:
+            return iter(self._owner._spec)
+        iterator = iter(self._loader)
+        # In this process (no workers) the items' seeds come from the iterator's base seed.
+        self._seeded.base = getattr(iterator, "_base_seed", 0)
+        return _LocalPass(self._owner, iterator)
+
+    def handoffs(self):
+        return {"batches": 0, "us_per_batch": 0.0}
+
+    def state_dict(self):
+        raise RuntimeError("state_dict(): a local DataLoader (torch's) has no state")
+
+    def load_state_dict(self, state):
+        raise RuntimeError("load_state_dict(): a local DataLoader (torch's) has no state")
+
+
+def _loader(owner, seeded, workers, pin_memory):
+    """torch's DataLoader for `owner` (a troupe.data.DataLoader) over `seeded` (its dataset) with
+    `workers` workers here."""
     torch = _torch()
     spec = owner._spec
-    seeded = _Seeded(owner.dataset, owner._per_sample_seed)
-    owner._seeded = seeded
     return torch.utils.data.DataLoader(
         seeded, batch_sampler=_PlannedBatches(owner), num_workers=workers,
         collate_fn=_LocalCollate(spec.collate_fn, spec._auto_collation), pin_memory=pin_memory,
@@ -22,13 +64,6 @@ def loader(owner, workers, pin_memory):
         prefetch_factor=owner.prefetch_factor if workers > 0 else 2,
         persistent_workers=owner.persistent_workers and workers > 0)
 
-
-def start_pass(owner, local_loader):
-    """One iter() of `owner`'s local loader."""
-    iterator = iter(local_loader)
-    # In this process (no workers) the items' seeds come from the iterator's base seed.
-    owner._seeded.base = getattr(iterator, "_base_seed", 0)
-    return _LocalPass(owner, iterator)
 
 class _LocalPass:
     """One pass of a local DataLoader: torch's iterator, with ids where asked."""

@@ -5,7 +5,7 @@
 import json
 import os
 
-from troupe._common import Ending, JobFailed, Process, StateError, Stopped, _native, _torch
+from troupe._common import Ending, JobFailed, Process, StateError, _native, _torch, next_item
 
 _OPTIONS = ("prefetch", "seed", "train_samples", "augment", "blur", "augmenters_per_node",
             "restarts", "stop_timeout", "data_dir", "data_group", "dataset", "transform",
@@ -167,15 +167,8 @@ class AugmentedBatches:
             raise RuntimeError("AugmentedBatches cannot be iterated in a forked process (a "
                                "DataLoader worker): use num_workers=0, the batches are made on "
                                "the data group")
-        item = _native.next(0, self._normalize, 0.0)
-        kind = item[0]
-        if kind == "stopped":
-            if self._on_stop is not None:
-                self._on_stop()  # saves the state (state_dict()) before the script ends
-            raise Stopped("SIGTERM or SIGINT on an instance of the job")
-        if kind == "failed":
-            raise JobFailed(f"troupe.data: {item[2]}")
-        if kind == "finished":
+        item = next_item(0, self._on_stop, self._normalize)
+        if item[0] == "finished":
             self._report = json.loads(item[2])
         return item
 

@@ -1,7 +1,7 @@
 """troupe.data.DataLoader's worker processes: what each one runs (``worker_main``: the items of
 each batch the node asks for and ``collate_fn`` of them, the tensors into a slot of its shared
-memory; python/src/worker_pool.h has the protocol), how it seeds itself as torch's workers do and,
-per sample, past them, and the batch structure it hands over.
+memory; troupe/train/worker_pool.h has the protocol), how it seeds itself as torch's workers do
+and, per sample, past them, and the batch structure it hands over.
 
 Seeding. When a request of a new pass arrives, the worker does what torch's worker loop does at
 its start: ``seed = base_seed + worker number`` (the number distinct across instances, so that no
@@ -225,7 +225,7 @@ def _make(spec, conn, state, view, header, ids):
 
 
 def worker_main(spec, conn, request, reply, memory):
-    """A DataLoader worker process: answers the node's requests (python/src/worker_pool.h) until
+    """A DataLoader worker process: answers the node's requests (troupe/train/worker_pool.h) until
     its request pipe closes. Never returns."""
     import mmap
     try:

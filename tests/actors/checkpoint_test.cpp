@@ -1,7 +1,7 @@
-// hetero_train's checkpoint files (actors/train/checkpoint.h): what they hold comes back intact,
+// hetero_train's checkpoint files (troupe/train/checkpoint.h): what they hold comes back intact,
 // a damaged or foreign one is refused with the reason, and an interrupted write leaves the
 // previous checkpoint the one a resume reads.
-#include "checkpoint.h"
+#include "troupe/train/checkpoint.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,4 +1,4 @@
-// A batch's tensors as they cross the wire (actors/train/batch_maker.h): the receiver makes a numpy
+// A batch's tensors as they cross the wire (troupe/train/batch_maker.h): the receiver makes a numpy
 // array of each tensor's dtype and shape over its bytes, so both are checked against the bytes
 // first, on the worker pool's side, the trainer's and the script's (python/src/native.cpp). Only
 // numeric dtypes of their sizes are a tensor's: strings, objects, records and sizes numpy has
@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "batch_maker.h"
+#include "troupe/train/batch_maker.h"
 
 using troupe::train::numpyItemSize;
 using troupe::train::tensorBytesFit;

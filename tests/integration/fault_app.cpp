@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "fault.capnp.h"
-#include "script_learner.h"
+#include "troupe/train/script_learner.h"
 #include "train.capnp.h"
-#include "trainer_actor.h"
+#include "troupe/train/actors.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/troupe.h"
 
@@ -316,7 +316,7 @@ int main(int argc, char* argv[]) {
   args.push_back(nullptr);
   argv = args.data();
   troupe::Registry types;
-  types.add<troupe::train::TrainerActor>("train.Trainer");
+  troupe::train::addTrainer(types);  // "train.Trainer"
   types.add<ScriptedAugmenter>("test.ScriptedAugmenter");
   return troupe::run(argc, argv, types, [](troupe::Driver& job) { return drive(job).promise(); });
 }

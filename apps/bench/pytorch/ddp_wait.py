@@ -8,8 +8,8 @@ that stands for a GPU's: a sleep of T ms, then an all_reduce of one number (DDP'
 keeps the ranks in step). Data wait: the time a rank spends in next() on the loader. Rank 0 gathers
 every rank's figures and writes R: {"ranks", "epochs": [{"wait_s": [per rank], "seconds",
 "batches": [per rank], "samples"}...], "agreement_us"}: with several ranks, what the loader's stop
-agreement costs a batch (a gloo all-reduce of one integer, as DataLoader._agree_stop makes before
-each item, the ranks in step: mean of 500 after the epochs; null for one rank).
+agreement costs a batch (a gloo all-reduce of one integer, as _cluster.py's
+ClusterLoader._agree_stop makes before each item, the ranks in step: mean of 500 after the epochs; null for one rank).
 """
 import argparse
 import json

@@ -1,7 +1,7 @@
-// File: job.h
+// File: script_job.h
 //
-// The process's troupe job for the Python package (python/src/native.cpp's functions call it), as
-// in a C++ app. A script's streams - each troupe.data.DataLoader it makes, or its one
+// A training script's troupe job: the Python package's (python/src/native.cpp's functions call
+// it), in C++ behind actors/train's face as any app's job is. A script's streams - each troupe.data.DataLoader it makes, or its one
 // AugmentedBatches - are numbered in the order it makes them. The first starts the job:
 // startJob() runs troupe::run() on a thread of its own with train.Augmenter and train.Trainer and
 // a driver that places the stream's augmenters and a trainer per DDP rank, each in its script's
@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "local_ranks.h"
-#include "script_learner.h"
+#include "troupe/train/local_ranks.h"
+#include "troupe/train/script_learner.h"
 #include "troupe/dataset/fashion_mnist.h"
 #include "troupe/dataset/source.h"
 #include "troupe/images/transforms.h"
 
-namespace troupe::python {
+namespace troupe::train {
 
 struct Settings {
   unsigned epochs = 5;
@@ -88,4 +88,4 @@ uint32_t streamCount();
 Feed& feed(uint32_t stream = 0);
 void setFeed(uint32_t stream, std::unique_ptr<Feed> feed);
 
-}  // namespace troupe::python
+}  // namespace troupe::train

@@ -19,8 +19,8 @@
 
 #include <kj/async.h>
 
-#include "batch_maker.h"
-#include "checkpoint.h"
+#include "troupe/train/batch_maker.h"
+#include "troupe/train/checkpoint.h"
 #include "troupe/actor.h"
 #include "troupe/received.h"
 

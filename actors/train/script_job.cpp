@@ -1,4 +1,7 @@
-#include "job.h"
+// A training script's troupe job (script_job.h): the runtime on a thread, the driver of its
+// streams.
+
+#include "troupe/train/script_job.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,16 +18,16 @@
 #include <random>
 #include <thread>
 
-#include "augmenter_actor.h"
-#include "augmenter_spawn.h"
+#include "troupe/train/actors.h"
+#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/shared_source.h"
 #include "train.capnp.h"
-#include "trainer_actor.h"
 #include "troupe/augment/augment.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/loop.h"
 #include "troupe/troupe.h"
 
-namespace troupe::python {
+namespace troupe::train {
 namespace {
 
 using troupe::train::ScriptLearner;
@@ -64,8 +67,7 @@ class Job {
     argv_ = std::move(argv);
     for (auto& a : argv_) args_.push_back(a.data());
     args_.push_back(nullptr);
-    types_.add<troupe::train::AugmenterActor>();
-    types_.add<troupe::train::TrainerActor>();
+    troupe::train::addActorTypes(types_);
     std::thread([this]() {
       troupe::run(static_cast<int>(argv_.size()), args_.data(), types_,
                   [this](troupe::Driver& job) { return drive(job); });
@@ -488,4 +490,4 @@ void setFeed(uint32_t stream, std::unique_ptr<Feed> feed) {
   theFeeds[stream] = std::move(feed);
 }
 
-}  // namespace troupe::python
+}  // namespace troupe::train

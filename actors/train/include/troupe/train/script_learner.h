@@ -25,7 +25,7 @@
 #include <optional>
 #include <string>
 
-#include "learner.h"
+#include "troupe/train/learner.h"
 
 namespace troupe::train {
 

@@ -2,7 +2,7 @@
 //
 // Batches made outside the augmenter's own C++ pipeline: a training script's Dataset, whose
 // __getitem__ and collate_fn run in worker processes of the script (the Python package's
-// troupe.data.DataLoader, python/src/worker_pool.h). The process registers one maker; augmenters
+// troupe.data.DataLoader, worker_pool.h). The process registers one maker; augmenters
 // started with AugmenterArgs.python ask it for each batch of sample ids, from the event loop, and
 // stream what it returns as named tensors (train.capnp, Batch.tensors). The maker answers
 // asynchronously: an augmenter has as many batches in the making as its stream's credits.

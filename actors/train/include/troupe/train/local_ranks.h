@@ -1,7 +1,7 @@
 // Local ranks: DDP ranks of one instance beyond its troupe process (troupe_procs_per_host > 1,
 // docs/pytorch.md "DDP"). The instance's troupe process (local rank 0) starts the script again
 // once per other local rank, as torchrun starts its processes; each of those processes gets the
-// batches of each of its streams (its DataLoaders, job.h) from that stream's trainer in the
+// batches of each of its streams (its DataLoaders, script_job.h) from that stream's trainer in the
 // troupe process, through the trainer's ScriptLearner, over one socket pair: the troupe process
 // serves the learners on a thread of its own (serveLocalRank), the script's process calls it
 // (LocalRankFeed), one request and its answer at a time.
@@ -31,9 +31,9 @@
 #include <memory>
 #include <string>
 
-#include "script_learner.h"
+#include "troupe/train/script_learner.h"
 
-namespace troupe::python {
+namespace troupe::train {
 
 // What the Python functions of the module call: the process's own learner (the troupe process),
 // or the troupe process's, over the socket (a local rank's process).
@@ -73,4 +73,4 @@ void serveLocalRank(int fd, int pid, uint32_t localRank,
 // connection for all its streams).
 std::unique_ptr<Feed> localRankFeed(int fd, uint32_t stream);
 
-}  // namespace troupe::python
+}  // namespace troupe::train

@@ -1,4 +1,6 @@
-#include "local_ranks.h"
+// A script's other local ranks, fed over a socket pair (local_ranks.h).
+
+#include "troupe/train/local_ranks.h"
 
 #include <errno.h>
 #include <sys/wait.h>
@@ -10,10 +12,10 @@
 #include <stdexcept>
 #include <thread>
 
-#include "checkpoint.h"
-#include "job.h"
+#include "troupe/train/checkpoint.h"
+#include "troupe/train/script_job.h"
 
-namespace troupe::python {
+namespace troupe::train {
 namespace {
 
 using train::ScriptLearner;
@@ -465,4 +467,4 @@ void serveLocalRank(int fd, int pid, uint32_t localRank,
   }).detach();
 }
 
-}  // namespace troupe::python
+}  // namespace troupe::train

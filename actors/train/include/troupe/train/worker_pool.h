@@ -1,7 +1,7 @@
 // File: worker_pool.h
 //
 // The worker processes of a troupe.data.DataLoader on this instance, and the process's batch
-// maker (actors/train/batch_maker.h) that hands them batches.
+// maker (batch_maker.h) that hands them batches.
 //
 // A loader's workers start at its first batch on this node: the fork server the script forked
 // when it made its first loader (python/troupe/_forkserver.py) forks each, so an instance that
@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
-#include "batch_maker.h"
+#include "troupe/train/batch_maker.h"
 
-namespace troupe::python {
+namespace troupe::train {
 
 // The fork server at the other end of `fd` (a SOCK_SEQPACKET socket): the process's way to start
 // DataLoader workers. Set when the script makes its first loader in a cluster.
@@ -115,4 +115,4 @@ class ProcessBatchMaker final : public train::BatchMaker {
   std::map<uint32_t, std::shared_ptr<WorkerPool>> pools_;
 };
 
-}  // namespace troupe::python
+}  // namespace troupe::train

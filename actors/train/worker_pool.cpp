@@ -1,4 +1,7 @@
-#include "worker_pool.h"
+// A DataLoader's worker processes on this instance and the batch maker over them
+// (worker_pool.h).
+
+#include "troupe/train/worker_pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +22,7 @@
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 
-namespace troupe::python {
+namespace troupe::train {
 namespace {
 
 using nlohmann::json;
@@ -532,4 +535,4 @@ kj::Promise<MadeBatch> ProcessBatchMaker::make(train::MakeRequest request) {
   return pool->make(std::move(request));
 }
 
-}  // namespace troupe::python
+}  // namespace troupe::train

@@ -1,0 +1,195 @@
+"""A troupe.data.DataLoader made in a cluster: a stream of the process's troupe job (started by
+python/troupe/_job.py) and its passes. Each iter() is a pass: the script's side plans it here with
+torch's own sampler and generator (python/troupe/_plan.py), the trainer hands its batches out to
+the data group's workers and checks each arrives once; here they become torch tensors, each pass's
+report is filed under the script's epoch, DDP ranks stop at one step, and the stream's position
+is its state."""
+
+import json
+import os
+
+from troupe import _job, _workers
+from troupe._common import _native, next_item, stop
+from troupe._plan import draw_base_seed
+
+
+class ClusterLoader:
+    """How `owner` (a troupe.data.DataLoader) runs in a cluster: its stream's passes."""
+
+    def __init__(self, owner, num_workers, shared_memory_mb, skip_errors, in_order, options):
+        self._owner = owner
+        self._torch = owner._torch
+        self._live = None         # the pass being iterated: its number
+        self._begun = False
+        self._resume = None       # load_state_dict(): the pass it continues
+        self._stop_group = None   # DDP: the gloo group the ranks agree on a stop in
+        self._taken = {}          # batches the script took, by pass
+        self._pass_labels = {}    # the script's epoch of each pass
+        self._pid = os.getpid()
+        self.stream, self._batch_list = _job.join(owner, num_workers, shared_memory_mb,
+                                                  skip_errors, in_order, options)
+
+    def __iter__(self):
+        """One iter() of the owner: its next pass, planned (or, after load_state_dict(), the
+        pass the state holds)."""
+        owner = self._owner
+        if os.getpid() != self._pid:
+            raise RuntimeError("DataLoader cannot be iterated in a forked process")
+        if not self._begun:
+            self._begun = True
+            _native.begin(self.stream)
+        if self._live is not None:
+            # The previous pass was left before its end (a break, a peek): what it has not handed
+            # over is not made, and counted as abandoned in its report.
+            number = self._live
+            _native.abandon(self.stream, number)
+            self._drain(number)
+        number = owner._passes
+        owner._passes += 1
+        if self._resume is not None and self._resume[0] == number and self._resume[1]:
+            label = self._resume[2]  # the state holds the pass's plan: the trainer resumes it
+        else:
+            label = owner._next_label()
+            # torch's order: the base seed first (each iter(), or once with persistent workers),
+            # then the sampler's draws.
+            if not owner.persistent_workers or not hasattr(self, "_base_seed"):
+                self._base_seed = draw_base_seed(owner.generator)
+            ids, ends = owner._planner.plan(label)
+            _native.begin_pass(self.stream, number, ids, ends, self._base_seed, label)
+        self._resume = None
+        self._pass_labels[number] = label
+        self._taken[number] = 0
+        self._live = number
+        return _Pass(self, number)
+
+    # -- items --
+    def _next(self):
+        return next_item(self.stream, self._owner._on_stop, timeout=self._owner.timeout)
+
+    def _drain(self, number):
+        while True:
+            item = self._next()
+            if item[0] == "epoch_end":
+                self._record(item)
+                if item[1] == number:
+                    self._live = None
+                    return
+
+    def _record(self, item):
+        if not item[2]:
+            return
+        owner = self._owner
+        report = json.loads(item[2])
+        number = item[1]
+        taken = self._taken.pop(number, 0)
+        report["taken"] = taken
+        # A peek: the script took at most one batch, then left the pass for another iter().
+        peek = report.get("abandoned", 0) > 0 and taken <= 1
+        report["peek"] = peek
+        if peek:
+            owner.peeks.append(report)
+        else:
+            owner.epoch_reports[report.get("epoch", number)] = report
+            owner._epochs += 1
+
+    def _tensors(self, item):
+        torch = self._torch
+        if isinstance(item[2], list):
+            tensors = [torch.from_numpy(a) for a in item[2]]
+            structure = json.loads(item[3])
+        else:
+            # troupe's C++ pipeline (an ImageDataset): (images, targets) as the transform wrote
+            tensors = [torch.from_numpy(item[2]), torch.from_numpy(item[3])]
+            structure = {"list" if self._batch_list else "tuple": [{"t": 0}, {"t": 1}]}
+        if self._owner._pin:
+            tensors = [t.pin_memory() for t in tensors]
+        batch = _workers.unflatten(structure, tensors)
+        if self._owner._with_ids:
+            return batch, torch.from_numpy(item[4])
+        return batch
+
+    def _agree_stop(self):
+        """DDP: the ranks stop at the same step. A rank that stopped alone would leave the others
+        waiting in their next collective (an all-reduce of gradients) until the instances are
+        killed; so before taking its next item each rank says whether its job is stopping, in an
+        all-reduce of one integer, and all stop there if any is. Every rank takes the same number
+        of items a pass (the same batches, then the pass's end), so they meet at each."""
+        dist = self._torch.distributed
+        if self._owner.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+            return  # one process, or ranks that never meet in a collective
+        if self.stream != 0:
+            # A later loader (validation) may be iterated by some ranks only: each stops at its
+            # own next item. The training loader's agreement stops them all at one step.
+            return
+        if self._stop_group is None:
+            # A CPU tensor's all-reduce needs gloo; with NCCL's default group, a gloo group of
+            # every rank (made here, at the same item on every rank).
+            self._stop_group = (dist.group.WORLD if dist.get_backend() == "gloo"
+                                else dist.new_group(backend="gloo"))
+        kind, stopping = _native.peek(self.stream)
+        flag = self._torch.tensor([1 if stopping or kind == "stopped" else 0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._stop_group)
+        if flag.item():
+            # The item it would take next waits untaken: a state_dict() leaves it out, and a
+            # resume sends it again.
+            stop(self._owner._on_stop, "SIGTERM or SIGINT on an instance of the job (every DDP "
+                                       "rank stops at this step)")
+
+    # -- state --
+    def handoffs(self):
+        count, seconds = _native.handoffs(self.stream)
+        return {"batches": count, "us_per_batch": 1e6 * seconds / count if count else 0.0}
+
+    def state_dict(self):
+        return {"troupe_stream": _native.state(self.stream), "version": 2}
+
+    def load_state_dict(self, state):
+        if self._begun:
+            raise RuntimeError("load_state_dict() after the first iter(): call it first")
+        number, planned, label = _native.load_state(self.stream, bytes(state["troupe_stream"]),
+                                                    "the loader's state_dict()")
+        self._owner._passes = self._owner._epochs = number
+        self._resume = (number, planned, label)
+
+
+class _Pass:
+    """One pass of a cluster DataLoader: its batches, then StopIteration."""
+
+    def __init__(self, loader, number):
+        self._loader = loader  # the ClusterLoader
+        self._number = number
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self._loader
+        while True:
+            if self._done:
+                raise StopIteration
+            if loader._live != self._number:
+                # A newer iter() started the next pass and left this one: one live iterator at a
+                # time, as the batches of one stream go to one of them.
+                passes = loader._owner._passes
+                mine = loader._pass_labels.get(self._number, self._number)
+                newest = loader._pass_labels.get(passes - 1, passes - 1)
+                raise RuntimeError(f"DataLoader: this iterator's epoch {mine} was left when "
+                                   f"iter(loader) started epoch {newest}: two live iterators; "
+                                   "take batches from the newest one only")
+            loader._agree_stop()
+            item = loader._next()
+            if item[0] == "epoch_end":
+                loader._record(item)
+                if item[1] == self._number:
+                    loader._live = None
+                    self._done = True
+                    raise StopIteration
+                continue
+            if item[1] != self._number:
+                continue
+            loader._taken[self._number] = loader._taken.get(self._number, 0) + 1
+            return loader._tensors(item)
+
+    def __len__(self):
+        return len(self._loader._owner)
