@@ -14,8 +14,8 @@
    its component's path, which says which arrow it is.
 5. Outside a component and tests/, nothing includes (with quotes or angles) a component's private
    header: one of actors/<c>/, runtime/src/ or scheduler/src/ that is not under its include/. An
-   app or python/src reaches a component through its include/troupe/ headers. PRIVATE_ALLOWED
-   names the offenders there are today, each to be moved or made public (issue 49).
+   app or python/src reaches a component through its include/troupe/ headers, and no file is
+   allowed an exception.
 6. No source file of the tree (.cpp, .h, .cu, .py; not build folders) is longer than LIMIT lines
    unless it says why at its top: a line starting "// Why this file is long:" ("# ..." in Python)
    within its first 20 lines.
@@ -31,45 +31,6 @@ LIMIT = 650
 REASON = re.compile(r"^// Why this file is long:", re.M)
 PY_REASON = re.compile(r"^# Why this file is long:", re.M)
 INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^>"]+)[>"]')
-
-# Rule 5's offenders of today, as (the including file, the private header it reaches): each passes
-# until it is moved into its component or its header made public; any other fails.
-PRIVATE_ALLOWED = {
-    # TODO(issue 51, item 2): hetero_train spawns and reports on actors/train's actors through
-    # their own headers; give actors/train an include/troupe/train/ for what an app needs.
-    ("apps/hetero_train/end_report.h", "actors/train/checkpoint.h"),
-    ("apps/hetero_train/main.cpp", "actors/train/augmenter_actor.h"),
-    ("apps/hetero_train/main.cpp", "actors/train/augmenter_spawn.h"),
-    ("apps/hetero_train/main.cpp", "actors/train/checkpoint.h"),
-    ("apps/hetero_train/main.cpp", "actors/train/trainer_actor.h"),
-    ("apps/hetero_train/settings.cpp", "actors/train/augmenter_actor.h"),
-    ("apps/hetero_train/settings.cpp", "actors/train/augmenter_spawn.h"),
-    ("apps/hetero_train/settings.cpp", "actors/train/checkpoint.h"),
-    ("apps/hetero_train/settings.cpp", "actors/train/trainer_actor.h"),
-    ("apps/hetero_train/settings.h", "actors/train/checkpoint.h"),
-    # TODO(issue 51, item 2): the Python module runs the trainer, its learner and the batch maker
-    # in process through actors/train's own headers; the same include/troupe/train/ would serve
-    # it.
-    ("python/src/job.cpp", "actors/train/augmenter_actor.h"),
-    ("python/src/job.cpp", "actors/train/augmenter_spawn.h"),
-    ("python/src/job.cpp", "actors/train/trainer_actor.h"),
-    ("python/src/job.h", "actors/train/script_learner.h"),
-    ("python/src/local_ranks.cpp", "actors/train/checkpoint.h"),
-    ("python/src/local_ranks.h", "actors/train/script_learner.h"),
-    ("python/src/native.cpp", "actors/train/script_learner.h"),
-    ("python/src/worker_pool.h", "actors/train/batch_maker.h"),
-    # TODO(issue 51, item 4): the RPC and stream benches measure the runtime's transport itself,
-    # through runtime/src/net (runtime/net.cmake puts that folder on troupe_net's include path).
-    ("apps/bench/rpc/bench_rpc.cpp", "runtime/src/net/coalescing_stream.h"),
-    ("apps/bench/rpc/bench_rpc.cpp", "runtime/src/net/secure.h"),
-    ("apps/bench/rpc/bench_rpc.h", "runtime/src/net/coalescing_stream.h"),
-    ("apps/bench/rpc/bench_rpc.h", "runtime/src/net/secure.h"),
-    ("apps/bench/rpc/modes.cpp", "runtime/src/net/coalescing_stream.h"),
-    ("apps/bench/rpc/modes.cpp", "runtime/src/net/secure.h"),
-    ("apps/bench/stream/bench_stream.h", "runtime/src/net/secure.h"),
-    ("apps/bench/stream/capnp_mode.cpp", "runtime/src/net/coalescing_stream.h"),
-}
-
 
 def parts(cmake_text):
     out = {}
@@ -201,7 +162,7 @@ def check(root):
                                     "folder; include it by its component's path")
                     continue
                 private = private_header(root, roots, rel, m.group(2))
-                if private and (rel, private) not in PRIVATE_ALLOWED:
+                if private:
                     problems.append(f"{rel}:{n}: includes {m.group(2)} ({private}), a private "
                                     "header of another component; include its public "
                                     "troupe/... header, or make one")
