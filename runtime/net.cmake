@@ -8,10 +8,10 @@ add_library(troupe_net STATIC ${CMAKE_CURRENT_LIST_DIR}/src/net/coalescing_strea
   ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/crypto_threads.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/lending.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/transport.cpp)
-# Its own folder only, public for the tests that use these headers (tests/runtime/net.cmake), which
-# see nothing else of src/; the benches include troupe/transport.h.
-target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src/net>
-  $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include>)
+# Its own folder is private: the runtime's parts reach it as a FOLDER (runtime/CMakeLists.txt), its
+# tests name it themselves (tests/runtime/net.cmake), and the benches include troupe/transport.h.
+target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include>
+  PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src/net)
 target_link_libraries(troupe_net PUBLIC CapnProto::kj-async CapnProto::capnp CapnProto::capnp-rpc
   PRIVATE OpenSSL::SSL OpenSSL::Crypto)
 # Installed only as what troupe_runtime links (troupe::Received, SendBuffer and troupe/transport.h
