@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "troupe/train/actors.h"
-#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/spawn.h"
 #include "troupe/train/shared_source.h"
 #include "train.capnp.h"
 #include "troupe/augment/augment.h"
@@ -277,42 +277,40 @@ class Job {
     std::vector<troupe::Ref<hetero::Trainer>> trainers;
     for (uint32_t rank = 0; rank < ranks; ++rank) {
       auto& at = places_[rank];
+      troupe::train::TrainerSpec t;
+      t.name = prefix + (rank == 0 ? std::string("trainer") : "trainer-" + std::to_string(rank));
+      t.batchSize = s.batchSize;
+      t.seed = s.planned ? 0 : s.seed;  // a planned pass's seeds are the script's
+      t.prefetch = s.planned ? s.prefetchFactor : s.prefetch;
+      t.samplesSetting = s.planned ? 0 : s.samples;
+      t.python = s.python;
+      if (!s.python && stream.format.source) {
+        t.sample = troupe::train::SampleSpec{stream.format.shape, stream.format.dtype,
+                                             stream.format.classes};
+      }
+      t.batched = batched || s.planned;
+      t.shuffle = s.shuffle;
+      t.dropLast = s.dropLast;
+      t.inOrder = s.inOrder;
+      t.planned = s.planned;
+      t.rank = rank;
+      t.ranks = ranks;
+      // Stopped early (SIGTERM), it waits for the script to save its state and end.
+      t.stopTimeout = static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS;
+      t.quiet = true;
       trainers.push_back(job.spawn<hetero::Trainer>(
           troupe::Placement::any().labels("host=" + at.host),
-          troupe::SpawnOptions()
-              .named(prefix + (rank == 0 ? std::string("trainer") : "trainer-" + std::to_string(rank)))
-              .args<hetero::TrainerArgs>([&](auto a) {
-                a.setBatchSize(s.batchSize);
-                a.setSeed(s.planned ? 0 : s.seed);  // a planned pass's seeds are the script's
-                a.setPrefetch(s.planned ? s.prefetchFactor : s.prefetch);
-                a.setSamplesSetting(s.planned ? 0 : s.samples);
-                a.setScript(learnerId(number, at.localRank));
-                a.setLoader(number);
-                if (s.python) {
-                  a.setPython(true);
-                } else if (stream.format.source) {
-                  troupe::train::setSampleFormat(a.initSample(), stream.format.shape,
-                                                 stream.format.dtype, stream.format.classes);
-                }
-                if (s.planned) {
-                  auto order = a.initOrder();
-                  troupe::train::setBatchedOrder(order, s.shuffle, s.dropLast, rank, ranks,
-                                                 s.inOrder);
-                  order.setPlanned(true);
-                } else if (batched) {
-                  troupe::train::setBatchedOrder(a.initOrder(), s.shuffle, s.dropLast, rank,
-                                                 ranks, s.inOrder);
-                }
-                auto ddp = a.initDdp();
-                ddp.setMasterAddr(masterAddr_);
-                ddp.setMasterPort(masterPort_);
-                ddp.setLocalRank(at.localRank);
-                ddp.setLocalRanks(at.localRanks);
-                ddp.setSeed(jobSeed_);
-              })
-              // Stopped early (SIGTERM), it waits for the script to save its state and end.
-              .stopTimeout(static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS)
-              .quiet()));
+          troupe::train::trainerOptions(t, [&](hetero::TrainerArgs::Builder a) {
+            // The script's own: its learner in the rank's process, its stream, its DDP rank.
+            a.setScript(learnerId(number, at.localRank));
+            a.setLoader(number);
+            auto ddp = a.initDdp();
+            ddp.setMasterAddr(masterAddr_);
+            ddp.setMasterPort(masterPort_);
+            ddp.setLocalRank(at.localRank);
+            ddp.setLocalRanks(at.localRanks);
+            ddp.setSeed(jobSeed_);
+          })));
     }
     describe(number, trainers, augmenters);
 
@@ -322,14 +320,11 @@ class Job {
         augmenters, tasks_);
 
     // Each trainer starts training once its script called begin() (its first iter()).
-    auto sources = KJ_MAP(a, augmenters) { return a.address(); };
     auto send = [&](troupe::Ref<hetero::Trainer>& trainer) {
-      auto req = trainer.trainRequest();
-      req.setEpochs(s.python || s.planned ? 0 : s.epochs);  // 0: until the script ends
-      req.setTrainSamples(samples);
-      auto list = req.initSources(sources.size());
-      for (size_t i = 0; i < sources.size(); ++i) sources[i].toProto(list[i]);
-      return req.send().ignoreResult();
+      return troupe::train::trainRequest(trainer, s.python || s.planned ? 0 : s.epochs, samples,
+                                         augmenters)  // 0 epochs: until the script ends
+          .send()
+          .ignoreResult();
     };
     auto learner = stream.learner;
     tasks_.add(send(trainers[0]).catch_([learner](kj::Exception&& e) {

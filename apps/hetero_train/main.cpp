@@ -20,7 +20,7 @@
 
 #include "train.capnp.h"
 #include "troupe/train/actors.h"
-#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/spawn.h"
 #include "troupe/train/checkpoint.h"
 #include "end_report.h"
 #include "settings.h"
@@ -99,35 +99,38 @@ class Job {
   }
 
   kj::Promise<void> start() {
+    troupe::train::TrainerSpec spec;
+    spec.batchSize = s_.batchSize;
+    spec.seed = s_.seed;
+    spec.prefetch = s_.prefetch;
+    spec.samplesSetting = s_.samples;
+    if (s_.source) {
+      spec.sample = troupe::train::SampleSpec{s_.shape, s_.dtype, s_.classes};
+      spec.batched = true;
+      spec.dropLast = s_.dropLast;
+    }
+    // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds, well
+    // within SageMaker's 120 s between SIGTERM and SIGKILL.
+    spec.stopTimeout = 30 * kj::SECONDS;
     auto trainer = job_.spawn<hetero::Trainer>(
         trainerPlacement(),
-        troupe::SpawnOptions()
-            .named("trainer")
-            .args<hetero::TrainerArgs>([&](auto a) {
-              a.setBatchSize(s_.batchSize);
-              a.setLearningRate(s_.learningRate);
-              a.setMomentum(s_.momentum);
-              a.setSeed(s_.seed);
-              a.setPrefetch(s_.prefetch);
-              a.setDataDir(s_.dataDir);
-              a.setModelDir(s_.modelDir);
-              a.setDevice(s_.device);
-              a.setCheckpointDir(s_.checkpointDir);
-              a.setCheckpointEvery(s_.checkpointEvery);
-              a.setCheckpointKeep(s_.checkpointKeep);
-              a.setFresh(s_.fresh);
-              a.setSamplesSetting(s_.samples);
-              a.setKillDuringCheckpoint(s_.killDuringCheckpoint);
-              if (s_.source) {
-                troupe::train::setSampleFormat(a.initSample(), s_.shape, s_.dtype, s_.classes);
-                a.setTestDataset(s_.testDataset);
-                a.setTestTransform(s_.testTransform);
-                troupe::train::setBatchedOrder(a.initOrder(), true, s_.dropLast);
-              }
-            })
-            // Stopped early (SIGTERM), it finishes its step and writes a checkpoint: seconds,
-            // well within SageMaker's 120 s between SIGTERM and SIGKILL.
-            .stopTimeout(30 * kj::SECONDS));
+        troupe::train::trainerOptions(spec, [&](hetero::TrainerArgs::Builder a) {
+          // The MLP's own: its optimiser, data, device, model and checkpoints.
+          a.setLearningRate(s_.learningRate);
+          a.setMomentum(s_.momentum);
+          a.setDataDir(s_.dataDir);
+          a.setModelDir(s_.modelDir);
+          a.setDevice(s_.device);
+          a.setCheckpointDir(s_.checkpointDir);
+          a.setCheckpointEvery(s_.checkpointEvery);
+          a.setCheckpointKeep(s_.checkpointKeep);
+          a.setFresh(s_.fresh);
+          a.setKillDuringCheckpoint(s_.killDuringCheckpoint);
+          if (s_.source) {
+            a.setTestDataset(s_.testDataset);
+            a.setTestTransform(s_.testTransform);
+          }
+        }));
     auto augmenters =
         job_.spawnMany<hetero::Augmenter>(troupe::train::augmenterPlacement(augmenterSpec()),
                                           troupe::train::augmenterOptions(augmenterSpec(), "augmenter"));
@@ -155,11 +158,7 @@ class Job {
           }
         });
 
-    auto req = trainer.trainRequest();
-    req.setEpochs(s_.epochs);
-    req.setTrainSamples(samples_);
-    auto sources = req.initSources(augmenters.size());
-    for (size_t i = 0; i < augmenters.size(); ++i) augmenters[i].address().toProto(sources[i]);
+    auto req = troupe::train::trainRequest(trainer, s_.epochs, samples_, augmenters);
     // After training, each augmenter's stats(): the advisor's augmentation rate per vCPU.
     auto done =
         req.send().then([this](capnp::Response<hetero::Trainer::TrainResults>&& r) mutable {
@@ -196,7 +195,7 @@ class Job {
     });
   }
 
-  // What hetero_train's augmenters are (augmenter_spawn.h).
+  // What hetero_train's augmenters are (spawn.h).
   troupe::train::AugmenterSpec augmenterSpec() const {
     return troupe::train::augmenterSpecOf(s_, samples_, s_.augmentConfig, s_.source != nullptr);
   }

@@ -17,7 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "train.capnp.h"
-#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/spawn.h"
 #include "troupe/train/shared_source.h"
 #include "troupe/train/checkpoint.h"
 #include "end_report.h"

@@ -4,7 +4,7 @@
 // (train.capnp's Augmenter: a shard's batches made and streamed, one per vCPU of each data node)
 // and train.Trainer (the epochs, the exactly-once count, the learner's steps). A driver spawns
 // them by their interfaces (hetero::Augmenter, hetero::Trainer) with their args; what places and
-// grows the augmenters is troupe/train/augmenter_spawn.h. Their classes are the component's own.
+// grows the augmenters is troupe/train/spawn.h. Their classes are the component's own.
 
 #pragma once
 

@@ -1,11 +1,15 @@
-// Placing train.Augmenter actors and growing them as data nodes join (augmenter_spawn.h).
+// Spawning train.Augmenter actors (and growing them as data nodes join) and train.Trainer
+// actors, one way for every driver (spawn.h).
 
-#include "troupe/train/augmenter_spawn.h"
+#include "troupe/train/spawn.h"
 
 #include <cstdio>
 
 namespace troupe::train {
+namespace {
 
+// TrainerArgs' and AugmenterArgs' parts for a dataset: a sample as the transform writes it, and
+// the epoch cut as torch's DataLoader cuts it.
 void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape,
                      images::Dtype dtype, uint32_t classes) {
   f.setChannels(shape.channels);
@@ -16,8 +20,8 @@ void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape
   f.setClasses(classes);
 }
 
-void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast,
-                     uint32_t rank, uint32_t ranks, bool inOrder) {
+void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast, uint32_t rank,
+                     uint32_t ranks, bool inOrder) {
   order.setBatched(true);
   order.setShuffle(shuffle);
   order.setDropLast(dropLast);
@@ -26,10 +30,12 @@ void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropL
   order.setInOrder(inOrder);
 }
 
+}  // namespace
+
 Placement augmenterPlacement(const AugmenterSpec& spec) {
   auto where = Placement::prefer(spec.dataGroup).cpus(spec.cpus);
-  KJ_REQUIRE(spec.perNode > 0 || spec.cpus > 0, "augmenters that reserve no CPU need a count per "
-             "node");
+  KJ_REQUIRE(spec.perNode > 0 || spec.cpus > 0,
+             "augmenters that reserve no CPU need a count per node");
   return spec.perNode ? where.perNode(spec.perNode) : where.perVcpu();
 }
 
@@ -37,8 +43,7 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
   auto options = SpawnOptions();
   // A DataLoader's: its nodes say how many workers they run, not each augmenter's start.
   if (spec.planned) options.quiet();
-  return options
-      .named(kj::mv(name))
+  return options.named(kj::mv(name))
       .unlinked()
       .restarts(spec.restarts, 60 * kj::SECONDS)
       .args<hetero::AugmenterArgs>([&](auto a) {
@@ -52,7 +57,7 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setMaxImagePixels(spec.maxImagePixels);
         if (spec.batched) {
           auto order = a.initOrder();
-          setBatchedOrder(order, spec.shuffle, spec.dropLast);
+          setBatchedOrder(order, spec.shuffle, spec.dropLast, 0, 1, false);
           order.setPlanned(spec.planned);
           if (spec.imageSeed) {
             order.setHasImageSeed(true);
@@ -83,6 +88,41 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
       });
 }
 
+SpawnOptions trainerOptions(const TrainerSpec& spec, TrainerArgsFill own) {
+  auto options = SpawnOptions();
+  if (spec.quiet) options.quiet();
+  return options.named(spec.name)
+      .stopTimeout(spec.stopTimeout)
+      .args<hetero::TrainerArgs>([&](hetero::TrainerArgs::Builder a) {
+        a.setBatchSize(spec.batchSize);
+        a.setSeed(spec.seed);
+        a.setPrefetch(spec.prefetch);
+        a.setSamplesSetting(spec.samplesSetting);
+        a.setPython(spec.python);
+        if (spec.sample) {
+          setSampleFormat(a.initSample(), spec.sample->shape, spec.sample->dtype,
+                          spec.sample->classes);
+        }
+        if (spec.batched) {
+          auto order = a.initOrder();
+          setBatchedOrder(order, spec.shuffle, spec.dropLast, spec.rank, spec.ranks, spec.inOrder);
+          order.setPlanned(spec.planned);
+        }
+        if (own) own(a);
+      });
+}
+
+capnp::Request<hetero::Trainer::TrainParams, hetero::Trainer::TrainResults> trainRequest(
+    Ref<hetero::Trainer>& trainer, uint32_t epochs, uint64_t samples,
+    kj::ArrayPtr<Ref<hetero::Augmenter>> augmenters) {
+  auto req = trainer.trainRequest();
+  req.setEpochs(epochs);
+  req.setTrainSamples(samples);
+  auto sources = req.initSources(augmenters.size());
+  for (size_t i = 0; i < augmenters.size(); ++i) augmenters[i].address().toProto(sources[i]);
+  return req;
+}
+
 namespace {
 
 // The augmenters in `ids` that run outside the data group now, retired from every trainer and
@@ -105,9 +145,10 @@ kj::Promise<void> moveBack(Driver& job, const AugmenterSpec& spec,
     retired.add(req.send().ignoreResult());
   }
   return kj::joinPromises(retired.finish()).then([&job, outside, joined, spec]() {
-    printf("%zu augmenters outside %s (restarted on %s while it lacked room) stopped as %s "
-           "joined: its augmenters take their place\n",
-           outside.size(), spec.dataGroup.c_str(), outside.front().host.c_str(), joined.c_str());
+    printf(
+        "%zu augmenters outside %s (restarted on %s while it lacked room) stopped as %s "
+        "joined: its augmenters take their place\n",
+        outside.size(), spec.dataGroup.c_str(), outside.front().host.c_str(), joined.c_str());
     fflush(stdout);
     auto stops = kj::heapArrayBuilder<kj::Promise<void>>(outside.size());
     for (auto& a : outside) stops.add(job.stop(a.id));

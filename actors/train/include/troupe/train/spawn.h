@@ -1,11 +1,14 @@
-// File: augmenter_spawn.h
+// File: spawn.h
 //
-// How a driver places train.Augmenter actors and hands them to a trainer: hetero_train's and the
-// Python package's (python/src/native.cpp) drivers share it. One per vCPU of each data node (or
-// `perNode`), preferring the data group; unlinked (one gone for good costs throughput, the
-// trainer gives its shards to the others); restarted up to `restarts` times a minute. A data node
-// that joins the running job gets augmenters of its own, which the trainer's addSources() takes
-// at once.
+// How a driver places the job's actors: hetero_train's driver and a script's (script_job.cpp)
+// share it, so that each spawns an augmenter and a trainer one way.
+// - Augmenters: one per vCPU of each data node (or `perNode`), preferring the data group;
+//   unlinked (one gone for good costs throughput, the trainer gives its shards to the others);
+//   restarted up to `restarts` times a minute. A data node that joins the running job gets
+//   augmenters of its own, which the trainer's addSources() takes at once.
+// - Trainers: what every trainer is told (TrainerSpec: the batches it takes and their order),
+//   whichever learner it feeds; the driver adds its learner's own arguments and the placement
+//   (the MLP's on the dnn group, a script's rank on its instance). train() is sent the same way.
 
 #pragma once
 
@@ -75,15 +78,45 @@ AugmenterSpec augmenterSpecOf(const Settings& s, uint64_t samples, augment::Augm
   return spec;
 }
 
-// TrainerArgs' and AugmenterArgs' parts for a dataset: a sample as the transform writes it, and
-// the epoch cut as torch's DataLoader cuts it.
-void setSampleFormat(hetero::SampleFormat::Builder f, const images::Shape& shape,
-                     images::Dtype dtype, uint32_t classes);
-void setBatchedOrder(hetero::BatchOrder::Builder order, bool shuffle, bool dropLast,
-                     uint32_t rank = 0, uint32_t ranks = 1, bool inOrder = false);
-
 Placement augmenterPlacement(const AugmenterSpec& spec);
 SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name);
+
+// A dataset's sample as the transform writes it (TrainerArgs.sample).
+struct SampleSpec {
+  images::Shape shape;
+  images::Dtype dtype = images::Dtype::kUint8;
+  uint32_t classes = 0;
+};
+
+// What every trainer is told, whichever learner it feeds (TrainerArgs).
+struct TrainerSpec {
+  std::string name = "trainer";
+  uint32_t batchSize = 128;
+  uint64_t seed = 42;
+  uint32_t prefetch = 4;        // batches in flight per augmenter
+  uint64_t samplesSetting = 0;  // the samples setting as given (0: all), part of the job's identity
+  std::optional<SampleSpec> sample;  // a dataset's samples; unset: Fashion-MNIST's, or `python`
+  bool python = false;               // a script's tensors (AugmenterSpec.python)
+  // The epoch cut as torch's DataLoader cuts it (TrainerArgs.order): this rank's share of
+  // `ranks`, each pass planned by the script when `planned`.
+  bool batched = false, shuffle = true, dropLast = false, inOrder = false, planned = false;
+  uint32_t rank = 0, ranks = 1;
+  // Stopped early (SIGTERM), how long it may take: the MLP's step and checkpoint, or the script
+  // saving its state.
+  kj::Duration stopTimeout = 30 * kj::SECONDS;
+  bool quiet = false;  // its start logged at debug level (SpawnOptions::quiet)
+};
+
+// The trainer's options from `spec`; `own` (optional) then sets what is its learner's own: the
+// MLP's learning rate and checkpoints, a script's learner id and DDP rank.
+using TrainerArgsFill = std::function<void(hetero::TrainerArgs::Builder)>;
+SpawnOptions trainerOptions(const TrainerSpec& spec, TrainerArgsFill own = nullptr);
+
+// `trainer`'s train() request: `epochs` epochs (0: until its script ends) of `samples` samples,
+// from `augmenters`.
+capnp::Request<hetero::Trainer::TrainParams, hetero::Trainer::TrainResults> trainRequest(
+    Ref<hetero::Trainer>& trainer, uint32_t epochs, uint64_t samples,
+    kj::ArrayPtr<Ref<hetero::Augmenter>> augmenters);
 
 // A list of the trainers `trainers` refers to (a Ref copies only from a non-const Ref).
 inline std::vector<Ref<hetero::Trainer>> trainerList(kj::ArrayPtr<Ref<hetero::Trainer>> trainers) {
