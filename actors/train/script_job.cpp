@@ -222,7 +222,10 @@ class Job {
                   -> kj::Promise<void> {
               if (failure.empty()) return kj::mv(rest);
               auto why = kj::str("the training script failed: ", failure);
-              if (ranks == 1) return KJ_EXCEPTION(FAILED, kj::mv(why));
+              if (ranks == 1) {
+                // (KJ_EXCEPTION would prefix a variable's text with its name: "kj::mv(why) = ")
+                return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::mv(why));
+              }
               // Rank 0's error in a collective is often another rank's death seen first (gloo:
               // "Connection closed by peer"): that rank's own failure, if it comes within 3 s,
               // is the job's (failed.promise below).

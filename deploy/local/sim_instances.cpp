@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -24,6 +25,7 @@
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/sched/instance_types.h"
+#include "troupe/torchrun.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -206,6 +208,11 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   env.push_back("TROUPE_DIE_WITH_PARENT=" + std::to_string(getpid()));
   if (!spec.headGroup.empty()) env.push_back("TROUPE_HEAD_GROUP=" + spec.headGroup);
   if (!spec.traceFile.empty()) env.push_back("TROUPE_TRACE=" + spec.traceFile.string());
+  for (auto& kv : in.torchrun) {
+    auto key = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(env, [&](const std::string& v) { return v.rfind(key, 0) == 0; });
+    env.push_back(kv);
+  }
   for (auto& e : spec.envArgs) {
     auto colon = e.find(':');
     auto who = e.substr(0, colon);
@@ -225,6 +232,36 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   return env;
 }
 
+// torchrun's environment for each of the job's instances (troupe/torchrun.h), from the cluster
+// description its roots hold: a script that calls init_process_group() on its first lines meets
+// the other ranks there. On loopback rank 0's store and each data instance's world of one get
+// ports of their own (MASTER_PORT from this process's environment wins for rank 0's); with
+// --netns every instance has its own ports, torchrun's default.
+void setTorchrun(std::vector<Instance>& instances, const JobSpec& spec,
+                 const std::function<unsigned(size_t)>& port, unsigned masterPort) {
+  if (instances.empty()) return;
+  auto config = troupe::ClusterConfig::load(instances.front().root +
+                                            "/input/config/resourceconfig.json");
+  unsigned procs = 0;
+  for (auto& e : spec.envArgs) {
+    auto at = e.find(":TROUPE_PROCS_PER_HOST=");
+    if (at != std::string::npos) procs = unsigned(std::stoul(e.substr(at + 23)));
+  }
+  troupe::TorchrunPorts p;
+  auto group = config.missingHeadGroup(spec.headGroup) ? std::string() : spec.headGroup;
+  auto head = config.headHost(group);
+  for (auto& in : instances) {
+    if (in.host == head) p.masterAddr = in.address.substr(0, in.address.rfind(':'));
+  }
+  const char* given = getenv("MASTER_PORT");
+  p.masterPort = given != nullptr && *given ? unsigned(std::stoul(given)) : masterPort;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    p.alonePort = port(i);
+    auto env = troupe::torchrunEnvironment(config, group, procs, instances[i].host, p);
+    for (auto& [name, value] : env.variables) instances[i].torchrun.push_back(name + "=" + value);
+  }
+}
+
 // Run `dir`'s instances: host names dealt in a shuffled order across groups, like SageMaker's
 // algo-N (a run started again is dealt afresh, as new capacity is), an address each (a loopback
 // port, or with --netns the instance's own), CPU sets, the host map and every root.
@@ -242,7 +279,12 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   // On loopback, two ports each: its node's, and its control path's should it be the head. A
   // head's control listener on any free port could take a port reserved here for an instance
   // that has not bound it yet (seen: "Address already in use" for a worker's own port).
-  auto ports = lab ? std::vector<unsigned>() : freePorts(2 * (slots.size() + extras));
+  // And one for each instance's torchrun store (setTorchrun), and rank 0's.
+  auto ports = lab ? std::vector<unsigned>()
+                   : freePorts(2 * (slots.size() + extras) + slots.size() + extras + 1);
+  auto torchrunPort = [&](size_t i) {
+    return lab ? 29500u : ports[2 * (slots.size() + extras) + i];  // i: the instance's number
+  };
   json hostMap = json::object();
   json allHosts = json::array();
   json instanceGroups = json::array();
@@ -276,6 +318,7 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
   }
   std::ofstream(dir / "hosts.json") << hostMap.dump(2) << "\n";
   for (auto& in : instances) writeRoot(in, spec, allHosts, instanceGroups, lab.has_value());
+  setTorchrun(instances, spec, torchrunPort, torchrunPort(slots.size() + extras));
   // --scale-up: hosts the job's description does not name, each with a description of its own
   // (the job's plus itself in its group) and a host map that has the job's hosts and itself: what
   // a Kubernetes replica added later, or a second Slurm job, is started with.
@@ -303,6 +346,10 @@ std::vector<Instance> layOut(const JobSpec& spec, std::mt19937& rng, const fs::p
       in.hostMap = (dir / ("hosts-" + in.host + ".json")).string();
       std::ofstream(in.hostMap) << map.dump(2) << "\n";
       writeRoot(in, spec, hosts, groups, lab.has_value());
+      // Not a rank (DDP's ranks are the training group's at the start): a world of one.
+      for (auto& [name, value] : troupe::torchrunAlone(torchrunPort(next)).variables) {
+        in.torchrun.push_back(name + "=" + value);
+      }
       instances.push_back(kj::mv(in));
     }
   }

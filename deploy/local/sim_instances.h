@@ -32,6 +32,7 @@ struct Instance {
   std::string hostMap;                // --scale-up: its own (the job's plus itself)
   unsigned incarnation = 0;           // processes started so far, less one
   bool wasHead = false;               // a process of it said it is the head
+  std::vector<std::string> torchrun;  // torchrun's environment, KEY=VALUE (troupe/torchrun.h)
   // Every process's end, first to last: pid, the wait status's code and signal.
   struct Ended {
     int pid;

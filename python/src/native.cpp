@@ -7,9 +7,12 @@
 #include <pybind11/stl.h>
 #include <sys/prctl.h>
 #include <csignal>
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 
@@ -196,6 +199,37 @@ const char* kindName(ScriptLearner::Item::Kind k) {
 // A local rank's process: the socket to its troupe process (connect_local), and its streams.
 int localFd = -1;
 uint32_t localStreams = 0;
+
+// How the script ended, for the job: its exception's line (set by troupe.data's exception hook),
+// and whether the job was stopping (Stopped ended it: the job's code is INTERRUPTED's).
+std::string scriptFailure;
+bool scriptStopped = false;
+std::atomic<bool> exiting{false};
+
+// The job ends with the script's process, whatever its status: on the head the runtime stops
+// every actor, tells every node to exit and ends this process with the job's exit code. Never
+// returns.
+[[noreturn]] void endJob(const std::string& failure) {
+  fflush(stdout);
+  fflush(stderr);
+  feed(0).endAll(failure);
+  feed(0).waitForJobEnd();
+}
+
+// exit()'s last word on the script: its status, as the shell would see it (sys.exit(4), an
+// exception's 1, 0 at its last line). Not 0 is the job's failure, named.
+void endWithStatus(int status, void*) {
+  if (exiting.exchange(true)) return;
+  std::string failure;
+  if (status != 0 && !scriptStopped) {
+    failure = !scriptFailure.empty()
+                  ? scriptFailure
+                  : "it exited with status " + std::to_string(status) + " (sys.exit(" +
+                        std::to_string(status) + ") or SystemExit(" + std::to_string(status) +
+                        "))";
+  }
+  endJob(failure);
+}
 
 // A stream's settings from troupe.data's options, each of the wrong type a TypeError naming it.
 Settings settingsFrom(py::dict options) {
@@ -498,15 +532,35 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "end",
       [](std::string failure) {
-        // The job ends with the script: on the head the runtime stops every actor, tells every
-        // node to exit and ends this process with the job's exit code. Never returns.
-        fflush(stdout);
-        fflush(stderr);
+        // The job ends now, with `failure` ("" for success). Never returns.
+        exiting = true;
         py::gil_scoped_release release;
-        feed(0).endAll(failure);
-        feed(0).waitForJobEnd();
+        endJob(failure);
       },
       py::arg("failure") = "");
+  m.def(
+      "end_at_exit",
+      [](std::string failure, bool stopped, double grace) {
+        // Called by the script's last atexit handler: Python finishes exiting as it would (the
+        // other handlers, its files flushed, its objects freed), then exit() runs this handler
+        // first, registered last, with the process's status, and the job ends with it. A
+        // finalisation that hangs (a process group's destructor waiting on a thread) ends the
+        // job after `grace` seconds, named.
+        scriptFailure = std::move(failure);
+        scriptStopped = stopped;
+        if (on_exit(endWithStatus, nullptr) != 0) endJob(scriptFailure);
+        std::thread([grace]() {
+          std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+          if (exiting.exchange(true)) return;
+          endJob(scriptStopped ? std::string()
+                               : "its process did not finish exiting within " +
+                                     std::to_string(int(grace)) +
+                                     " s of its last line (Python's exit hung: an object's "
+                                     "destructor, a thread it joins)");
+        }).detach();
+      },
+      py::arg("failure"), py::arg("stopped"), py::arg("grace") = 60.0,
+      "The job ends as the script's process exits, with its exit status.");
   py::register_exception<troupe::train::CheckpointError>(m, "StateError", PyExc_ValueError);
 
   // For a script without troupe's data group (the plain PyTorch baseline): the same data and the

@@ -75,9 +75,12 @@ class Process:
 
 
 class Ending:
-    """How the script ended, for the job: set by the exception hook, read at exit."""
+    """How the script ended, for the job: set by the exception hook, read at exit. The job's
+    outcome is the script's process's exit status (python/src/native.cpp, end_at_exit): 0 a
+    success; sys.exit(N) or an exception a failure, named."""
 
     failure = None
+    stopped = False
     installed = False
 
     @classmethod
@@ -89,6 +92,7 @@ class Ending:
 
         def hook(kind, value, tb):
             if issubclass(kind, Stopped):
+                cls.stopped = True
                 print(f"troupe.data: the job was stopped ({value}); the script ended",
                       file=sys.stderr, flush=True)
                 return
@@ -105,9 +109,10 @@ class Ending:
 
     @classmethod
     def end(cls):
+        # The rest of Python's exit runs first; the process's status then ends the job.
         sys.stdout.flush()
         sys.stderr.flush()
-        _native.end(cls.failure or "")  # ends the process with the job's exit code
+        _native.end_at_exit(cls.failure or "", cls.stopped)
 
 
 def stop(on_stop, why="SIGTERM or SIGINT on an instance of the job"):

@@ -14,7 +14,7 @@ ranks. Each later one gets actors of its own, its workers' spec pickled to the d
 import os
 import sys
 
-from troupe import _forkserver, _workers
+from troupe import _ddp, _forkserver, _workers
 from troupe._common import Ending, Process, _native, debug_logging, interface_to
 
 
@@ -143,6 +143,7 @@ def _ranked(loader, stream, rank=None):
     """This process's DDP rank, into the environment as torchrun sets it."""
     rank = dict(rank or _native.rank())
     seed = rank.pop("SEED", 0)
+    _ddp.check_rank(rank)
     loader.rank, loader.world_size = rank["RANK"], rank["WORLD_SIZE"]
     loader._planner.ranked(loader.rank, loader.world_size,
                            _seed_for_shares(loader, seed))

@@ -22,7 +22,10 @@ exits 1 (JOB_FAILED) and the failure file names the exception.
 __all__ = ["AugmentedBatches", "DataLoader", "Stopped", "JobFailed", "StateError",
            "ImageDataset", "FashionMNIST", "fashion_mnist", "normalize"]
 
+from troupe import _ddp
 from troupe._common import JobFailed, StateError, Stopped  # noqa: F401
 from troupe._datasets import FashionMNIST, ImageDataset, fashion_mnist, normalize  # noqa: F401
 from troupe._loader import DataLoader  # noqa: F401
 from troupe._stream import AugmentedBatches, Epoch  # noqa: F401
+
+_ddp.prepare()  # a data instance's init_process_group(): a world of one (troupe/_ddp.py)
