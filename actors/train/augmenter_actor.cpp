@@ -129,6 +129,11 @@ std::shared_ptr<const Cut> AugmenterActor::cutOf(hetero::ShardPlan::Reader plan,
   cut->first = plan.getFirst();
   cut->baseSeed = plan.getBaseSeed();
   cut->label = plan.getLabel();
+  if (plan.hasPlaces()) {
+    KJ_REQUIRE(plan.getPlaces().size() == cut->ids.size(), "a plan's places are not its ids'",
+               plan.getPlaces().size(), cut->ids.size());
+    for (auto place : plan.getPlaces()) cut->places.push_back(place);
+  }
   return cut;
 }
 

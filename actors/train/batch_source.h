@@ -40,6 +40,11 @@ struct Cut {
   bool planned = false;
   uint32_t pass = 0, label = 0;
   uint64_t first = 0, baseSeed = 0;
+  std::vector<uint64_t> places;  // planned: each id's place in the whole pass (ShardPlan.places)
+  // The place that seeds the draws of the sample at `position` of the shard (planned).
+  uint64_t placeOf(uint64_t position) const {
+    return places.empty() ? first + position : places[position];
+  }
   uint64_t end(uint64_t position, uint32_t batchSize) const;  // of the batch at `position`
   bool startsBatch(uint64_t position) const;
 };

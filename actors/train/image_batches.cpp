@@ -74,7 +74,7 @@ class ImageSource final : public BatchSource {
     for (size_t k = 0; k < ids.size(); ++k) {
       seeds[k] = !cut.planned    ? data::mixSeed(seed_, epoch, ids[k])
                  : hasImageSeed_ ? data::mixSeed(imageSeed_, cut.label, ids[k])
-                                 : data::sampleSeed(cut.baseSeed, cut.first + position + k);
+                                 : data::sampleSeed(cut.baseSeed, cut.placeOf(position + k));
     }
     int channels = source_->encoding() == data::Encoding::kRawGrey8 ? 1 : 3;
     auto shape = pipeline_->outputShape(channels);

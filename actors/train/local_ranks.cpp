@@ -236,6 +236,8 @@ class LocalRankFeed final : public Feed {
       for (auto id : plan.ids) out.u32(id);
       out.u32(uint32_t(plan.ends.size()));
       for (auto end : plan.ends) out.u32(end);
+      out.u32(uint32_t(plan.places.size()));
+      for (auto place : plan.places) out.u64(place);
     });
   }
   void endAll(const std::string& failure) override {
@@ -384,6 +386,8 @@ void serveOne(uint8_t op, ScriptLearner& learner, uint32_t localRank, In& in, Ou
       for (auto& id : plan.ids) id = in.u32();
       plan.ends.resize(in.u32());
       for (auto& end : plan.ends) end = in.u32();
+      plan.places.resize(in.u32());
+      for (auto& place : plan.places) place = in.u64();
       learner.beginPass(pass, std::move(plan));
       out.u8(0);
       break;

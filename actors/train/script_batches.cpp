@@ -48,8 +48,8 @@ class ScriptSource final : public BatchSource {
     request.pass = epoch;
     request.label = cut.planned ? cut.label : epoch;
     request.baseSeed = cut.planned ? cut.baseSeed : data::mixSeed(seed_, epoch);
-    request.first = cut.first + position;
     request.ids.assign(cut.ids.begin() + position, cut.ids.begin() + end);
+    for (auto k = position; k < end; ++k) request.places.push_back(cut.placeOf(k));
     auto asked = std::chrono::steady_clock::now();
     return maker->make(kj::mv(request)).then([asked, n = end - position](MadeBatch made) {
       SourceBatch out;

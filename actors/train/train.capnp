@@ -80,6 +80,8 @@ struct ShardPlan {
   first @2 :UInt64;               # the position of ids[0] in the pass
   baseSeed @3 :UInt64;            # the pass's (torch's base_seed, drawn by the script)
   label @4 :UInt32;               # the script's epoch (its set_epoch, or its iterators)
+  places @5 :List(UInt64);        # each id's place in the whole pass of every DDP rank, which
+                                  # seeds its draws (PassPlan::places); empty: first + its index
 }
 
 struct Batch {

@@ -508,6 +508,10 @@ void TrainerActor::startSource(uint32_t index) {
     plan.setFirst(s.first);
     plan.setBaseSeed(plan_->baseSeed);
     plan.setLabel(plan_->label);
+    if (!plan_->places.empty()) {
+      auto places = plan.initPlaces(s.expected.size());
+      for (size_t k = 0; k < s.expected.size(); ++k) places.set(k, plan_->places[s.first + k]);
+    }
   }
   auto session = s.session;
   auto augmenter = static_cast<uint32_t>(s.augmenter);

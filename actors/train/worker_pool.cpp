@@ -365,10 +365,10 @@ void WorkerPool::assign() {
     uint32_t head[2] = {r.pass, r.label};
     put(head, sizeof head);
     put(&r.baseSeed, 8);
-    put(&r.first, 8);
     uint32_t tail[2] = {slot, uint32_t(r.ids.size())};
     put(tail, sizeof tail);
     put(r.ids.data(), r.ids.size() * 4);
+    put(r.places.data(), r.places.size() * 8);
     best->outstanding.push_back(Worker::Outstanding{std::move(job), slot});
     queued_.pop_front();
     writeSome(*best);

@@ -436,12 +436,18 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "begin_pass",
       [](uint32_t stream, uint32_t pass, py::array_t<uint32_t, py::array::c_style> ids,
-         py::array_t<uint32_t, py::array::c_style> ends, uint64_t baseSeed, uint32_t label) {
+         py::array_t<uint32_t, py::array::c_style> ends, uint64_t baseSeed, uint32_t label,
+         std::optional<py::array_t<uint64_t, py::array::c_style>> places) {
         troupe::train::PassPlan plan;
         plan.ids.assign(ids.data(), ids.data() + ids.size());
         plan.ends.assign(ends.data(), ends.data() + ends.size());
         plan.baseSeed = baseSeed;
         plan.label = label;
+        if (places) {
+          if (size_t(places->size()) != plan.ids.size())
+            throw py::value_error("begin_pass: a place for each id, or none");
+          plan.places.assign(places->data(), places->data() + places->size());
+        }
         uint32_t last = 0;
         for (auto end : plan.ends) {
           if (end <= last || end > plan.ids.size())
@@ -453,9 +459,10 @@ PYBIND11_MODULE(_native, m) {
         feed(stream).beginPass(pass, std::move(plan));
       },
       py::arg("stream"), py::arg("pass_"), py::arg("ids"), py::arg("ends"), py::arg("base_seed"),
-      py::arg("label"),
+      py::arg("label"), py::arg("places") = py::none(),
       "Pass `pass_` of the stream, as the script's iter() planned it: its sample ids by position, "
-      "where each batch ends, torch's base seed and the script's epoch.");
+      "where each batch ends, torch's base seed, the script's epoch and (DDP) each position's "
+      "place in the whole pass of every rank, which seeds its sample's draws.");
   m.def(
       "handoffs",
       [](uint32_t stream) {

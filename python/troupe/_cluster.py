@@ -54,8 +54,8 @@ class ClusterLoader:
             # then the sampler's draws.
             if not owner.persistent_workers or not hasattr(self, "_base_seed"):
                 self._base_seed = draw_base_seed(owner.generator)
-            ids, ends = owner._planner.plan(label)
-            _native.begin_pass(self.stream, number, ids, ends, self._base_seed, label)
+            ids, ends, places = owner._planner.plan(label)
+            _native.begin_pass(self.stream, number, ids, ends, self._base_seed, label, places)
         self._resume = None
         self._pass_labels[number] = label
         self._taken[number] = 0

@@ -100,9 +100,13 @@ class _PlannedBatches:
         label = loader._next_label()
         loader._passes += 1
         loader._epochs += 1
+        batches = list(loader._planner.batches(label))
+        # Each sample seeded from its place in the whole pass of every DDP rank (torchrun).
+        places = loader._planner.places(label, sum(len(b) for b in batches))
         position = 0
-        for batch in loader._planner.batches(label):
-            keys = [(label, position + k, int(i)) for k, i in enumerate(batch)]
+        for batch in batches:
+            keys = [(label, position + k if places is None else int(places[position + k]),
+                     int(i)) for k, i in enumerate(batch)]
             position += len(batch)
             yield keys
 

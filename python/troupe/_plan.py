@@ -57,22 +57,39 @@ class Planner:
         for batch in self.spec._index_sampler:
             yield list(batch) if auto else [batch]
 
-    def _share(self, label):
+    def _order(self, label):
+        """The whole pass's order of every rank (the ranks' shared plan)."""
         torch = _torch()
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed((self.seed + label) % 2**63)
-            order = torch.randperm(self.size, generator=g).numpy().astype(numpy.uint32)
-        else:
-            order = numpy.arange(self.size, dtype=numpy.uint32)
-        mine = _native.rank_share(order, self.batch_size, self.drop_last, self.rank,
-                                  self.world_size)
+            return torch.randperm(self.size, generator=g).numpy().astype(numpy.uint32)
+        return numpy.arange(self.size, dtype=numpy.uint32)
+
+    def _share(self, label):
+        mine = _native.rank_share(self._order(label), self.batch_size, self.drop_last,
+                                  self.rank, self.world_size)
         for k in range(0, len(mine), self.batch_size):
             yield mine[k:k + self.batch_size].tolist()
 
+    def places(self, label, count):
+        """Each of this rank's `count` positions' place in the whole pass of every DDP rank,
+        which seeds its sample's random draws (so no two ranks draw alike): in the ranks' shared
+        plan, where the whole order has it; with a sampler of the script's (DistributedSampler's
+        interleaving), position x ranks + rank. None for one rank: the position itself."""
+        if self.world_size <= 1:
+            return None
+        if self.shared:
+            # rank_share() of the positions themselves gives the places of this rank's share.
+            return _native.rank_share(numpy.arange(self.size, dtype=numpy.uint32),
+                                      self.batch_size, self.drop_last, self.rank,
+                                      self.world_size).astype(numpy.uint64)[:count]
+        return numpy.arange(count, dtype=numpy.uint64) * self.world_size + self.rank
+
     def plan(self, label):
-        """The whole pass: (ids, ends), numpy uint32 arrays of its indices by position and each
-        batch's end. Raises naming what the sampler gave that is not an index of the dataset."""
+        """The whole pass: (ids, ends, places), numpy arrays of its indices by position, each
+        batch's end and each position's place in the whole pass of every rank (None: one rank).
+        Raises naming what the sampler gave that is not an index of the dataset."""
         ids, ends = [], []
         for batch in self.batches(label):
             if not batch:
@@ -89,4 +106,5 @@ class Planner:
             bad = int(out.min()) if out.min() < 0 else int(out.max())
             raise IndexError(f"DataLoader: its sampler gave index {bad} for a dataset of "
                              f"{self.size} samples")
-        return out.astype(numpy.uint32), numpy.asarray(ends, dtype=numpy.uint32)
+        return (out.astype(numpy.uint32), numpy.asarray(ends, dtype=numpy.uint32),
+                self.places(label, len(out)))

@@ -179,7 +179,7 @@ def _describe(spec, conn, index, error, label, where_too=True):
 def _make(spec, conn, state, view, header, ids):
     """One request: the items, collated, into the request's slot. Returns the reply."""
     global current_sample_seed
-    number, label, base_seed, first, slot = header
+    number, label, base_seed, places, slot = header
     index = None
     skipped = []
     try:
@@ -188,7 +188,7 @@ def _make(spec, conn, state, view, header, ids):
         samples = []
         for k, index in enumerate(ids):
             if spec.per_sample_seed:
-                current_sample_seed = _native.sample_seed(base_seed, first + k)
+                current_sample_seed = _native.sample_seed(base_seed, places[k])
                 seed_item(current_sample_seed)
             try:
                 samples.append(spec.dataset[index])
@@ -238,17 +238,18 @@ def worker_main(spec, conn, request, reply, memory):
     size = conn["slot_bytes"] * conn["slots"]
     view = numpy.frombuffer(mmap.mmap(memory, size), dtype=numpy.uint8)
     state = _Pass()
-    head = struct.Struct("<IIQQII")
+    head = struct.Struct("<IIQII")
     while True:
         data = _read_exact(request, head.size)
         if data is None:
             os._exit(0)
-        number, label, base_seed, first, slot, n = head.unpack(data)
-        body = _read_exact(request, 4 * n)
+        number, label, base_seed, slot, n = head.unpack(data)
+        body = _read_exact(request, 12 * n)
         if body is None:
             os._exit(0)
-        ids = struct.unpack(f"<{n}I", body)
-        answer = _make(spec, conn, state, view, (number, label, base_seed, first, slot), ids)
+        ids = struct.unpack_from(f"<{n}I", body)
+        places = struct.unpack_from(f"<{n}Q", body, 4 * n)
+        answer = _make(spec, conn, state, view, (number, label, base_seed, places, slot), ids)
         answer["slot"] = slot
         text = json.dumps(answer).encode()
         _write_all(reply, struct.pack("<I", len(text)) + text)

@@ -464,7 +464,8 @@ class Matrix:
         same_everywhere = collections.defaultdict(dict)
         runs = []
         for (shape, _), names in sorted(plan.items()):
-            delay = 20 if shape == "kill" else 0
+            # Slower items where a fault or a join must land inside the run.
+            delay = {"kill": 30, "late": 50}.get(shape, 0)
             outcome = runner.run("troupe", shape, names, delay)
             if outcome.code != 0 and len(names) > 1:
                 # A case that fails the job fails the run it shares: each is judged alone.

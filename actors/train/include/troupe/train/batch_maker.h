@@ -95,13 +95,15 @@ struct WorkerSettings {
   uint32_t vcpus = 1;   // this node's, for the default worker count
 };
 
-// One batch to make: sample ids `ids` at positions first.. of pass `pass` (the script's epoch
-// `label`), whose random draws derive from `baseSeed` (python/troupe/_workers.py).
+// One batch to make: sample ids `ids` of pass `pass` (the script's epoch `label`), whose random
+// draws derive from `baseSeed` and each one's place in the whole pass, `places`
+// (python/troupe/_workers.py).
 struct MakeRequest {
   std::shared_ptr<const WorkerSettings> settings;
   uint32_t pass = 0, label = 0;
-  uint64_t baseSeed = 0, first = 0;
+  uint64_t baseSeed = 0;
   std::vector<uint32_t> ids;
+  std::vector<uint64_t> places;
 };
 
 class BatchMaker {

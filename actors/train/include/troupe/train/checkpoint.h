@@ -100,6 +100,13 @@ struct PassPlan {
   std::vector<uint32_t> ends;  ///< Each batch's end (a position), ascending; the last ids.size().
   uint64_t baseSeed = 0;       ///< torch's base_seed of the pass, drawn by the script.
   uint32_t label = 0;          ///< The script's epoch (its set_epoch, or its iterators).
+  /// Each position's place in the whole pass, of every DDP rank: what its sample's random draws
+  /// derive from (sampleSeed(baseSeed, place)), so that no two ranks draw alike. Empty: the
+  /// position itself (one rank).
+  std::vector<uint64_t> places;
+  uint64_t placeOf(uint64_t position) const {
+    return places.empty() ? position : places[position];
+  }
 };
 
 /// The trainer's state between two steps.
