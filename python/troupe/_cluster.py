@@ -54,8 +54,12 @@ class ClusterLoader:
             # then the sampler's draws.
             if not owner.persistent_workers or not hasattr(self, "_base_seed"):
                 self._base_seed = draw_base_seed(owner.generator)
+                self._base_passes = 0
+            else:
+                self._base_passes += 1
             ids, ends, places = owner._planner.plan(label)
-            _native.begin_pass(self.stream, number, ids, ends, self._base_seed, label, places)
+            seed = _workers.pass_seed(self._base_seed, self._base_passes)
+            _native.begin_pass(self.stream, number, ids, ends, seed, label, places)
         self._resume = None
         self._pass_labels[number] = label
         self._taken[number] = 0

@@ -73,7 +73,7 @@ class DataLoader:
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=None, collate_fn=None, pin_memory=False, drop_last=False,
                  timeout=0, worker_init_fn=None, multiprocessing_context=None, generator=None, *,
-                 prefetch_factor=2, persistent_workers=False, pin_memory_device="", seed=None,
+                 prefetch_factor=None, persistent_workers=False, pin_memory_device="", seed=None,
                  local=False, with_ids=False, on_stop=None, shared_memory_mb=1024,
                  skip_errors=False, in_order=True, per_sample_seed=True, translate=True,
                  **options):
@@ -106,7 +106,9 @@ class DataLoader:
                         0 if iterable else len(os.sched_getaffinity(0)))
         # torch's own DataLoader, built from the same arguments: it checks them with torch's
         # messages and makes the default sampler and collate_fn; passes are planned with it. (Its
-        # advice on this machine's worker count is not for the data group's workers.)
+        # advice on this machine's worker count is not for the data group's workers.) What the
+        # script left out stays out: torch 1.13's prefetch_factor defaults to 2, torch 2's to None.
+        given = {"prefetch_factor": prefetch_factor} if prefetch_factor is not None else {}
         with warnings.catch_warnings():
             if not self.local:
                 warnings.simplefilter("ignore", UserWarning)
@@ -117,8 +119,8 @@ class DataLoader:
                 collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
                 timeout=timeout, worker_init_fn=worker_init_fn,
                 multiprocessing_context=multiprocessing_context, generator=generator,
-                prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
-                pin_memory_device=pin_memory_device)
+                persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                **given)
         spec = self._spec
         self.dataset = dataset
         self.batch_size = spec.batch_size
@@ -126,7 +128,9 @@ class DataLoader:
         self.generator = generator
         self.collate_fn = spec.collate_fn
         self.worker_init_fn = worker_init_fn
-        self.prefetch_factor = prefetch_factor
+        self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
+        self._prefetch_given = prefetch_factor
+        self.in_order = in_order
         self.persistent_workers = persistent_workers
         self.timeout = timeout
         self.multiprocessing_context = multiprocessing_context
@@ -152,14 +156,14 @@ class DataLoader:
         self._planner = Planner(spec, len(dataset) if not iterable else 0, self.batch_size or 1,
                                 self.drop_last, self._shuffles(spec), self._own_sampler)
         self._way = self._way_to_run(iterable, workers_here, pin_memory, num_workers,
-                                     shared_memory_mb, skip_errors, in_order, options)
+                                     shared_memory_mb, skip_errors, in_order, options, local)
 
     def _way_to_run(self, iterable, workers_here, pin_memory, num_workers, shared_memory_mb,
-                    skip_errors, in_order, options):
+                    skip_errors, in_order, options, asked_local):
         """The one way this loader runs: torch's DataLoader on this instance (plain python3, or
         local=True), else a stream of the process's troupe job."""
         if self.local:
-            return _local.LocalLoader(self, iterable, workers_here, pin_memory)
+            return _local.LocalLoader(self, iterable, workers_here, pin_memory, asked_local)
         return _cluster.ClusterLoader(self, num_workers or 0, shared_memory_mb, skip_errors,
                                       in_order, options)
 

@@ -13,13 +13,18 @@ class LocalLoader:
     DataLoader with `workers` workers on this instance."""
 
     stream = None  # no stream of a troupe job
+    _begun = False
 
-    def __init__(self, owner, iterable, workers, pin_memory):
+    def __init__(self, owner, iterable, workers, pin_memory, asked):
         self._owner = owner
         if not _workers.in_cluster():
             print(f"troupe.data: not in a troupe cluster: torch's DataLoader with "
                   f"{workers} workers on this machine (run under troupe sim or "
                   "SageMaker for the data group)", flush=True)
+        if asked:
+            # local=True: torch's DataLoader on this process, the whole dataset on every rank (a
+            # validation rank 0 runs alone), as torch's without a DistributedSampler.
+            owner.rank, owner.world_size = 0, 1
         owner._planner.ranked(owner.rank, owner.world_size,
                               owner._seed if owner._seed is not None else 0)
         if iterable:
@@ -30,12 +35,18 @@ class LocalLoader:
             self._loader = None
             return
         self._seeded = _Seeded(owner.dataset, owner._per_sample_seed)
-        self._loader = _loader(owner, self._seeded, workers, pin_memory)
+        self._persistent = owner.persistent_workers and workers > 0
+        self.passes = 0  # persistent workers: passes since their base seed was drawn
+        self._loader = _loader(owner, self._seeded, workers, pin_memory, _PlannedBatches(self))
 
     def __iter__(self):
         """One iter() of the owner: a pass of torch's DataLoader."""
         if self._loader is None:
             return iter(self._owner._spec)
+        # Persistent workers' base seed is drawn once, each later pass seeded apart from it (set
+        # before iter(): torch's workers' iterator asks the batch sampler for batches at once).
+        self.passes = self.passes + 1 if self._persistent and self._begun else 0
+        self._begun = True
         iterator = iter(self._loader)
         # In this process (no workers) the items' seeds come from the iterator's base seed.
         self._seeded.base = getattr(iterator, "_base_seed", 0)
@@ -51,18 +62,32 @@ class LocalLoader:
         raise RuntimeError("load_state_dict(): a local DataLoader (torch's) has no state")
 
 
-def _loader(owner, seeded, workers, pin_memory):
+def _loader(owner, seeded, workers, pin_memory, batches):
     """torch's DataLoader for `owner` (a troupe.data.DataLoader) over `seeded` (its dataset) with
     `workers` workers here."""
     torch = _torch()
     spec = owner._spec
+    # What torch takes only with workers (prefetch_factor, persistent_workers), and what only a
+    # later torch has (in_order, torch 2.6), given as the script gave them.
+    extra = {}
+    if workers > 0:
+        extra["persistent_workers"] = owner.persistent_workers
+        if owner._prefetch_given is not None:
+            extra["prefetch_factor"] = owner._prefetch_given
+    if "in_order" in _torch_arguments():
+        extra["in_order"] = owner.in_order
     return torch.utils.data.DataLoader(
-        seeded, batch_sampler=_PlannedBatches(owner), num_workers=workers,
+        seeded, batch_sampler=batches, num_workers=workers,
         collate_fn=_LocalCollate(spec.collate_fn, spec._auto_collation), pin_memory=pin_memory,
         timeout=owner.timeout, worker_init_fn=owner.worker_init_fn,
         multiprocessing_context=owner.multiprocessing_context, generator=owner.generator,
-        prefetch_factor=owner.prefetch_factor if workers > 0 else 2,
-        persistent_workers=owner.persistent_workers and workers > 0)
+        **extra)
+
+
+def _torch_arguments():
+    """The arguments this torch's DataLoader takes."""
+    import inspect
+    return inspect.signature(_torch().utils.data.DataLoader.__init__).parameters
 
 
 class _LocalPass:
@@ -86,17 +111,19 @@ class _LocalPass:
 
 
 class _PlannedBatches:
-    """A local DataLoader's batch sampler: the plan's batches as (epoch, position, index) keys,
-    so that each item is seeded from its position as on the data group."""
+    """A local DataLoader's batch sampler: the plan's batches as (epoch, passes, place, index)
+    keys, so that each item is seeded from its place as on the data group."""
 
-    def __init__(self, loader):
-        self._loader = loader
+    def __init__(self, local):
+        self._local = local
+        self._loader = local._owner
 
     def __len__(self):
         return len(self._loader._planner)
 
     def __iter__(self):
         loader = self._loader
+        passes = self._local.passes
         label = loader._next_label()
         loader._passes += 1
         loader._epochs += 1
@@ -105,7 +132,7 @@ class _PlannedBatches:
         places = loader._planner.places(label, sum(len(b) for b in batches))
         position = 0
         for batch in batches:
-            keys = [(label, position + k if places is None else int(places[position + k]),
+            keys = [(label, passes, position + k if places is None else int(places[position + k]),
                      int(i)) for k, i in enumerate(batch)]
             position += len(batch)
             yield keys
@@ -126,18 +153,27 @@ class _Seeded:
         return len(self.dataset)
 
     def __getitem__(self, key):
-        label, position, index = key
+        label, passes, position, index = key
         torch = _torch()
         if self._label != label and hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(label)
         self._label = label
-        if self.per_sample_seed:
-            info = torch.utils.data.get_worker_info()
-            base = (info.seed - info.id) % 2**64 if info is not None else self.base
-            _workers.current_sample_seed = _native.sample_seed(base, position)
-            _workers.seed_item(_workers.current_sample_seed)
+        if not self.per_sample_seed:
+            return index, self._item(index)
+        info = torch.utils.data.get_worker_info()
+        base = (info.seed - info.id) % 2**64 if info is not None else self.base
+        seed = _native.sample_seed(_workers.pass_seed(base, passes), position)
+
+        def make():
+            _workers.current_sample_seed = seed
+            _workers.seed_item(seed)
+            return self._item(index)
+        # In the script's own process (no workers) its generators stay as they were.
+        return index, make() if info is not None else _workers.keeping_rng(make)
+
+    def _item(self, index):
         try:
-            return index, self.dataset[index]
+            return self.dataset[index]
         except Exception as e:  # noqa: BLE001 - named, then raised as it was
             path = _workers.sample_file(self.dataset, index)
             if hasattr(e, "add_note"):

@@ -125,6 +125,30 @@ def seed_everything(seed, numpy_seed):
     numpy.random.seed(numpy_seed)
 
 
+def pass_seed(base_seed, passes):
+    """The seed a pass's per-sample seeds derive from: the pass's base seed, or, for the
+    `passes`-th pass (1, 2, ...) of persistent workers (whose base seed is drawn once, as torch's),
+    one of its own from it - the workers' streams go on each epoch, so no epoch redraws another's
+    numbers."""
+    if passes == 0:
+        return base_seed
+    return _native.sample_seed(base_seed, (1 << 63) | passes)
+
+
+def keeping_rng(make):
+    """`make()` with the calling process's random, torch and numpy global generators as they
+    were: an item made in the script's own process (num_workers=0) is seeded per sample without
+    changing the script's own draws (as an item made in a worker)."""
+    torch = _torch()
+    saved = torch.get_rng_state(), random.getstate(), numpy.random.get_state()
+    try:
+        return make()
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        numpy.random.set_state(saved[2])
+
+
 def seed_item(seed):
     """An item's per-sample seed into random, torch's CPU generator and numpy's legacy global
     one (from 32 bits of it: numpy's fast seeding) - about 11 us, where torch.manual_seed() (every
@@ -152,9 +176,11 @@ def _start_pass(spec, conn, state, number, label, base_seed):
     # two instances never draw the same stream.
     number_in_job = (conn["seed_offset"] + conn["worker"]) % 2**64
     seed = (base_seed + number_in_job) % 2**64
-    seed_everything(seed, torch_worker._generate_state(base_seed, number_in_job))
-    torch_worker._worker_info = torch_worker.WorkerInfo(
-        id=conn["worker"], num_workers=conn["workers"], seed=seed, dataset=spec.dataset)
+    if not (spec.persistent_workers and state.initialised):
+        # (Persistent workers are seeded once: their streams go on from epoch to epoch.)
+        seed_everything(seed, torch_worker._generate_state(base_seed, number_in_job))
+        torch_worker._worker_info = torch_worker.WorkerInfo(
+            id=conn["worker"], num_workers=conn["workers"], seed=seed, dataset=spec.dataset)
     if hasattr(spec.dataset, "set_epoch"):
         spec.dataset.set_epoch(label)  # the script's epoch, as it would call it before iter()
     if spec.worker_init_fn is not None and (not spec.persistent_workers or not state.initialised):
