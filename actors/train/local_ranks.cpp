@@ -145,7 +145,7 @@ class LearnerFeed final : public Feed {
  public:
   explicit LearnerFeed(std::shared_ptr<ScriptLearner> learner) : learner_(std::move(learner)) {}
   ScriptLearner::Item next(double timeout) override { return learner_->next(timeout); }
-  ScriptLearner::Peeked peek() override { return learner_->peek(); }
+  ScriptLearner::Peeked peek(double timeout) override { return learner_->peek(timeout); }
   std::string state() override { return learner_->state(); }
   ScriptLearner::Resumed resumeFrom(const std::string& bytes, const std::string& name) override {
     return learner_->resumeFrom(bytes, name);
@@ -193,12 +193,15 @@ class LocalRankFeed final : public Feed {
     out.send(c_->fd);
     return getItem(c_->in);
   }
-  ScriptLearner::Peeked peek() override {
+  ScriptLearner::Peeked peek(double timeout) override {
     std::lock_guard lock(c_->mutex);
-    request('P').send(c_->fd);
+    auto out = request('P');
+    out.f64(timeout);
+    out.send(c_->fd);
     auto kind = ScriptLearner::Item::Kind(c_->in.u8());
     bool stopping = c_->in.u8() != 0;
-    return ScriptLearner::Peeked{kind, stopping};
+    bool timedOut = c_->in.u8() != 0;
+    return ScriptLearner::Peeked{kind, stopping, timedOut};
   }
   std::string state() override {
     std::lock_guard lock(c_->mutex);
@@ -344,9 +347,10 @@ void serveOne(uint8_t op, ScriptLearner& learner, uint32_t localRank, In& in, Ou
       break;
     }
     case 'P': {
-      auto peeked = learner.peek();
+      auto peeked = learner.peek(in.f64());
       out.u8(uint8_t(peeked.kind));
       out.u8(peeked.stopping ? 1 : 0);
+      out.u8(peeked.timedOut ? 1 : 0);
       break;
     }
     case 'S':

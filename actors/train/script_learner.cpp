@@ -101,8 +101,18 @@ ScriptLearner::Item ScriptLearner::next(double timeout) {
   return item;
 }
 
-ScriptLearner::Peeked ScriptLearner::peek() {
+ScriptLearner::Peeked ScriptLearner::peek(double timeout) {
   std::unique_lock lock(mutex_);
+  if (timeout > 0) {
+    if (holding_) {
+      holding_->fulfill(StepResult{});
+      holding_ = nullptr;
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+    if (!changed_.wait_until(lock, until, [this] { return !queue_.empty(); })) {
+      return Peeked{Item::kFailed, stopping_, true};
+    }
+  }
   awaitItem(lock);
   return Peeked{queue_.front().kind, stopping_};
 }
@@ -436,14 +446,24 @@ kj::Promise<void> ScriptLearner::ended() {
   });
 }
 
+bool ScriptLearner::stepsWhileStopping() const {
+  std::lock_guard lock(mutex_);
+  return rank_ && rank_->ranks > 1;
+}
+
 kj::Promise<void> ScriptLearner::stopping() {
-  Item item;
-  item.kind = Item::kStopped;
+  bool ddp = stepsWhileStopping();
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  push(kj::mv(item));
+  if (ddp) {
+    changed_.notify_all();
+  } else {
+    Item item;
+    item.kind = Item::kStopped;
+    push(kj::mv(item));
+  }
   return whenEnded().ignoreResult();
 }
 

@@ -283,8 +283,9 @@ kj::Promise<void> TrainerActor::checkpoint(std::string why) {
 kj::Promise<void> TrainerActor::onStop() {
   if (!training_) return learner_->stopping();
   if (!checkpoints_) {
-    // A script saves its own state (state_dict()) once told: no new step starts meanwhile.
-    stopping_ = true;
+    // A script saves its own state (state_dict()) once told: no new step starts meanwhile (a
+    // DDP rank's script takes its steps up to the one the ranks agree to stop at).
+    if (!learner_->stepsWhileStopping()) stopping_ = true;
     return learner_->stopping();
   }
   // No new step, evaluation or checkpoint starts from here; the one on the pool, if any, ends

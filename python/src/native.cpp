@@ -505,17 +505,19 @@ PYBIND11_MODULE(_native, m) {
       py::arg("stream") = 0, py::arg("normalize") = true, py::arg("timeout") = 0.0);
   m.def(
       "peek",
-      [](uint32_t stream) -> py::tuple {
+      [](uint32_t stream, double timeout) -> py::tuple {
         ScriptLearner::Peeked peeked;
         {
           py::gil_scoped_release release;
-          peeked = feed(stream).peek();
+          peeked = feed(stream).peek(timeout);
         }
-        return py::make_tuple(kindName(peeked.kind), peeked.stopping);
+        return py::make_tuple(peeked.timedOut ? "timeout" : kindName(peeked.kind),
+                              peeked.stopping);
       },
-      py::arg("stream") = 0,
-      "(kind, stopping): waits for the next item and says its kind without taking it, and "
-      "whether the job is stopping. The batch received before counts as trained.");
+      py::arg("stream") = 0, py::arg("timeout") = 0.0,
+      "(kind, stopping): waits for the next item (at most `timeout` seconds when above 0: then "
+      "'timeout') and says its kind without taking it, and whether the job is stopping. The "
+      "batch received before counts as trained.");
   m.def(
       "state",
       [](uint32_t stream) {

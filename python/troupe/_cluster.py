@@ -12,6 +12,9 @@ from troupe import _job, _workers
 from troupe._common import _native, next_item, stop
 from troupe._plan import draw_base_seed
 
+# The ranks' store's key for the step every DDP rank stops at (ClusterLoader._check_stop).
+_STOP_KEY = "troupe.data/stop"
+
 
 class ClusterLoader:
     """How `owner` (a troupe.data.DataLoader) runs in a cluster: its stream's passes."""
@@ -22,11 +25,11 @@ class ClusterLoader:
         self._live = None         # the pass being iterated: its number
         self._begun = False
         self._resume = None       # load_state_dict(): the pass it continues
-        self._stop_group = None   # DDP: the gloo group the ranks agree on a stop in
+        self._store = None        # DDP: the ranks' store, where they agree on a stop
         self._taken = {}          # batches the script took, by pass
         self._pass_labels = {}    # the script's epoch of each pass
         self._pid = os.getpid()
-        self.stream, self._batch_list = _job.join(owner, num_workers, shared_memory_mb,
+        self.stream, self._made_as = _job.join(owner, num_workers, shared_memory_mb,
                                                   skip_errors, in_order, options)
 
     def __iter__(self):
@@ -102,9 +105,11 @@ class ClusterLoader:
             tensors = [torch.from_numpy(a) for a in item[2]]
             structure = json.loads(item[3])
         else:
-            # troupe's C++ pipeline (an ImageDataset): (images, targets) as the transform wrote
             tensors = [torch.from_numpy(item[2]), torch.from_numpy(item[3])]
-            structure = {"list" if self._batch_list else "tuple": [{"t": 0}, {"t": 1}]}
+        if self._made_as is not None:
+            # troupe's C++ pipeline: (images, targets) as the transform wrote them, on every rank
+            # (a local rank's come as tensors) as default_collate makes them.
+            structure = {self._made_as: [{"t": 0}, {"t": 1}]}
         if self._owner._pin:
             tensors = [t.pin_memory() for t in tensors]
         batch = _workers.unflatten(structure, tensors)
@@ -112,32 +117,53 @@ class ClusterLoader:
             return batch, torch.from_numpy(item[4])
         return batch
 
-    def _agree_stop(self):
-        """DDP: the ranks stop at the same step. A rank that stopped alone would leave the others
-        waiting in their next collective (an all-reduce of gradients) until the instances are
-        killed; so before taking its next item each rank says whether its job is stopping, in an
-        all-reduce of one integer, and all stop there if any is. Every rank takes the same number
-        of items a pass (the same batches, then the pass's end), so they meet at each."""
-        dist = self._torch.distributed
-        if self._owner.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
-            return  # one process, or ranks that never meet in a collective
-        if self.stream != 0:
-            # A later loader (validation) may be iterated by some ranks only: each stops at its
-            # own next item. The training loader's agreement stops them all at one step.
+    def _check_stop(self, number, index):
+        """DDP: the ranks stop at the same step (`index`, the batch about to be taken, of pass
+        `number`). A rank that stopped alone would leave the others waiting in their next
+        collective (an all-reduce of gradients) until the instances are killed. No collective
+        agrees on it - a rank may take batches alone (`next(iter(loader))` on rank 0, to log a
+        sample), or leave a pass alone (its timeout), which would pair one rank's collective with
+        another's next one: the first rank that finds its job stopping writes "stop before batch
+        index + 1 of this epoch" into the ranks' store (torch.distributed's, a compare-and-set:
+        the first proposal wins), and every rank reads it before each batch, stopping there. Ranks
+        are at most a step apart (their gradients' all-reduce holds the faster one), so none has
+        passed it, and each reaches it: their trainers go on handing over the batches already
+        made (ScriptLearner::stepsWhileStopping). A later loader stops each rank at its own next
+        item (some ranks may not iterate it), as do ranks without a process group."""
+        owner = self._owner
+        if owner.world_size <= 1:
+            return  # one rank: the stop is an item of the stream's (next_item raises Stopped)
+        kind, stopping = _native.peek(self.stream, float(owner.timeout))
+        if kind == "timeout":
+            raise RuntimeError(f"DataLoader timed out after {owner.timeout} seconds")
+        store = self._stop_store()
+        if store is None:
+            if stopping:
+                stop(owner._on_stop, "SIGTERM or SIGINT on an instance of the job")
             return
-        if self._stop_group is None:
-            # A CPU tensor's all-reduce needs gloo; with NCCL's default group, a gloo group of
-            # every rank (made here, at the same item on every rank).
-            self._stop_group = (dist.group.WORLD if dist.get_backend() == "gloo"
-                                else dist.new_group(backend="gloo"))
-        kind, stopping = _native.peek(self.stream)
-        flag = self._torch.tensor([1 if stopping or kind == "stopped" else 0])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._stop_group)
-        if flag.item():
-            # The item it would take next waits untaken: a state_dict() leaves it out, and a
+        # The batch's place in the script's epochs: (epoch, index), +1 so that 0 is "none".
+        position = ((self._pass_labels.get(number, number) + 1) << 32) | index
+        try:
+            agreed = store.add(_STOP_KEY, 0)
+            if stopping and agreed == 0:
+                agreed = int(store.compare_set(_STOP_KEY, "0", str(position + 1)))
+        except Exception:  # noqa: BLE001 - the store is rank 0's: it is gone, the job is ending
+            agreed = position
+        if agreed and position >= agreed:
+            # The batch it would take next waits untaken: a state_dict() leaves it out, and a
             # resume sends it again.
-            stop(self._owner._on_stop, "SIGTERM or SIGINT on an instance of the job (every DDP "
-                                       "rank stops at this step)")
+            stop(owner._on_stop, "SIGTERM or SIGINT on an instance of the job (every DDP rank "
+                                 "stops at this step)")
+
+    def _stop_store(self):
+        """The ranks' store (their process group's), for the training loader; else None."""
+        dist = self._torch.distributed
+        if self.stream != 0 or not (dist.is_available() and dist.is_initialized()):
+            return None
+        if self._store is None:
+            from torch.distributed import distributed_c10d
+            self._store = distributed_c10d._get_default_store()
+        return self._store
 
     # -- state --
     def handoffs(self):
@@ -181,8 +207,15 @@ class _Pass:
                 raise RuntimeError(f"DataLoader: this iterator's epoch {mine} was left when "
                                    f"iter(loader) started epoch {newest}: two live iterators; "
                                    "take batches from the newest one only")
-            loader._agree_stop()
-            item = loader._next()
+            try:
+                loader._check_stop(self._number, loader._taken.get(self._number, 0))
+                item = loader._next()
+            except RuntimeError as e:
+                if "timed out" in str(e):
+                    # As torch's iterator after its timeout, this pass is over: what it has not
+                    # handed over is not made (its shards free the data group for others).
+                    _native.abandon(loader.stream, self._number)
+                raise
             if item[0] == "epoch_end":
                 loader._record(item)
                 if item[1] == self._number:

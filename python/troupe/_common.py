@@ -135,8 +135,43 @@ def next_item(stream, on_stop, normalize=False, timeout=0.0):
     if kind == "timeout":
         raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
     if kind == "failed":
-        raise JobFailed(f"troupe.data: {item[2]}")
+        raise worker_exception(item[2]) or JobFailed(f"troupe.data: {item[2]}")
     return item
+
+
+def worker_exception(text):
+    """A DataLoader worker's exception (`text`: the job's failure, the worker's traceback ending
+    with its class) as torch's DataLoader re-raises it in the script: of its own class, its message
+    `Caught KeyError in DataLoader worker 1 of 2 on algo-2 (dataset[13], epoch 0).` and the
+    worker's traceback, so that `except KeyError:` around the loop catches it; also a
+    troupe.data.JobFailed where the class allows (the job has failed: every instance exits 1).
+    None when the failure is not a worker's exception."""
+    from troupe._workers import RAISED_AS, _class_of
+    head, marker, path = text.rpartition(RAISED_AS)
+    cls = _class_of(path.strip()) if marker else None
+    if cls is None or not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return None
+    first, _, trace = head.partition("\nin the DataLoader worker:\n")
+    where = first.split(" raised ", 1)
+    what = where[0].replace("a training sample could not be read: ", "")
+    context = where[1].rsplit(" (", 1)[-1].rstrip(")") if len(where) > 1 else ""
+    message = (f"Caught {cls.__name__} in {context or 'a DataLoader worker'} ({what}).\n"
+               f"Original {trace.strip()}")
+    if cls is KeyError:
+        try:  # torch's: a KeyError's str() is its message as written, not its repr
+            from torch._utils import KeyErrorMessage
+            message = KeyErrorMessage(message)
+        except ImportError:
+            pass
+    try:
+        both = type(cls.__name__, (cls, JobFailed), {"__module__": cls.__module__})
+        return both(message)
+    except TypeError:  # (an instance lay-out conflict, or arguments of its own)
+        pass
+    try:
+        return cls(message)
+    except Exception:  # noqa: BLE001 - torch falls back to RuntimeError likewise
+        return RuntimeError(message)
 
 
 def debug_logging():

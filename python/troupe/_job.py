@@ -20,8 +20,9 @@ from troupe._common import Ending, Process, _native, debug_logging, interface_to
 
 def join(loader, num_workers, shared_memory_mb, skip_errors, in_order, options):
     """Starts `loader`'s stream (`loader` a troupe.data.DataLoader in a cluster, its rank set
-    here); returns (the stream's number, whether its batches are lists: a translated
-    ImageFolder's, as default_collate makes them)."""
+    here); returns (the stream's number, the structure of its batches where troupe's C++ pipeline
+    makes them - "list" for a translated ImageFolder's, as default_collate makes them, "tuple"
+    for an ImageDataset's - or None: the workers' own)."""
     from troupe._datasets import ImageDataset
     if Process.kinds and Process.kinds[0] == "augmented":
         raise TypeError("DataLoader: this process streams an AugmentedBatches, which is a "
@@ -30,7 +31,7 @@ def join(loader, num_workers, shared_memory_mb, skip_errors, in_order, options):
     images = isinstance(dataset, ImageDataset) and not _per_sample_hooks(loader)
     native = dataset if images else _translated(loader)
     # A translated ImageFolder's batches as default_collate makes them: [images, targets].
-    batch_list = native is not None and not images
+    made_as = None if native is None else "tuple" if images else "list"
     images = native is not None
     settings = dict(options, batch_size=loader.batch_size or 1, epochs=0, planned=True,
                     in_order=in_order, train_samples=len(dataset),
@@ -56,7 +57,7 @@ def join(loader, num_workers, shared_memory_mb, skip_errors, in_order, options):
         stream = _start_job(loader, spec, settings)
     else:
         stream = _add_stream(loader, spec, settings, images)
-    return stream, batch_list
+    return stream, made_as
 
 
 def _connect_local_rank(loader):
@@ -142,11 +143,10 @@ def _per_sample_hooks(loader):
 def _ranked(loader, stream, rank=None):
     """This process's DDP rank, into the environment as torchrun sets it."""
     rank = dict(rank or _native.rank())
-    seed = rank.pop("SEED", 0)
+    rank.pop("SEED", 0)  # (the job's own seed: the ranks' order is shares_seed()'s)
     _ddp.check_rank(rank)
     loader.rank, loader.world_size = rank["RANK"], rank["WORLD_SIZE"]
-    loader._planner.ranked(loader.rank, loader.world_size,
-                           _seed_for_shares(loader, seed))
+    loader._planner.ranked(loader.rank, loader.world_size, loader._planner.shares_seed())
     # torch.distributed.init_process_group() reads them; set for one rank too, as torchrun
     # --nproc_per_node 1 does, so a DDP script runs unchanged on one instance.
     for name, value in rank.items():
@@ -164,12 +164,6 @@ def _ranked(loader, stream, rank=None):
               f"{os.environ.get('GLOO_SOCKET_IFNAME') or 'the default interface'}): "
               f"{len(loader)} batches an epoch", flush=True)
     return rank
-
-
-def _seed_for_shares(loader, job_seed):
-    # The ranks' order of a pass without a sampler of their own: from seed= or, without one,
-    # the job's seed, the same on every rank (fresh each run).
-    return loader._seed if loader._seed is not None else job_seed
 
 
 def _start_local_ranks(count):

@@ -154,7 +154,8 @@ class DataLoader:
         self.rank = int(os.environ.get("RANK", 0))
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
         self._planner = Planner(spec, len(dataset) if not iterable else 0, self.batch_size or 1,
-                                self.drop_last, self._shuffles(spec), self._own_sampler)
+                                self.drop_last, self._shuffles(spec), self._own_sampler, seed,
+                                generator)
         self._way = self._way_to_run(iterable, workers_here, pin_memory, num_workers,
                                      shared_memory_mb, skip_errors, in_order, options, local)
 

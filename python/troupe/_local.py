@@ -25,8 +25,7 @@ class LocalLoader:
             # local=True: torch's DataLoader on this process, the whole dataset on every rank (a
             # validation rank 0 runs alone), as torch's without a DistributedSampler.
             owner.rank, owner.world_size = 0, 1
-        owner._planner.ranked(owner.rank, owner.world_size,
-                              owner._seed if owner._seed is not None else 0)
+        owner._planner.ranked(owner.rank, owner.world_size, owner._planner.shares_seed())
         if iterable:
             # An IterableDataset: torch's DataLoader as it is (no indices to plan or seed by).
             if owner._with_ids:

@@ -18,10 +18,11 @@ class Planner:
     """The passes of one DataLoader: the indices each iter() makes, as torch's DataLoader with
     the same arguments would, or, for DDP ranks without a sampler of their own, each rank's share
     of one order all ranks agree on (as torch's DistributedSampler: the order from seed + epoch,
-    the seed ``seed=`` or one the job draws once per run; troupe/dataset/epoch.h's BatchedEpoch
-    cuts the shares, without DistributedSampler's padding)."""
+    the seed shares_seed(); troupe/dataset/epoch.h's BatchedEpoch cuts the shares, without
+    DistributedSampler's padding)."""
 
-    def __init__(self, spec, dataset_size, batch_size, drop_last, shuffle, own_sampler):
+    def __init__(self, spec, dataset_size, batch_size, drop_last, shuffle, own_sampler,
+                 seed=None, generator=None):
         self.spec = spec  # the torch DataLoader built from the script's arguments (not iterated)
         self.size = dataset_size
         self.batch_size = batch_size
@@ -29,6 +30,19 @@ class Planner:
         self.shuffle = bool(shuffle)
         self.own_sampler = own_sampler  # the script gave a sampler or a batch_sampler
         self.rank, self.world_size, self.seed = 0, 1, 0
+        self._given = seed, generator
+
+    def shares_seed(self):
+        """The seed of the ranks' shared order (with the epoch, as DistributedSampler's seed):
+        the loader's seed=, else its generator's own seed (a seeded generator, the same on every
+        rank, gives the same order in every run), else 0, DistributedSampler's default. Never a
+        draw: the ranks' generators stay as torch leaves them."""
+        seed, generator = self._given
+        if seed is not None:
+            return seed
+        if generator is not None:
+            return generator.initial_seed()
+        return 0
 
     def ranked(self, rank, world_size, seed):
         """This process is DDP rank `rank` of `world_size`; `seed`: the ranks' shared one."""

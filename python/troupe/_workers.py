@@ -13,7 +13,9 @@ generators are seeded again before each item from (base seed, the item's positio
 whichever worker on whichever instance makes sample i of a pass, it draws the same numbers.
 """
 
+import importlib
 import json
+import math
 import os
 import random
 import struct
@@ -46,11 +48,28 @@ def cpu_list(text):
     return cpus
 
 
+# The last line of a worker's traceback: the class of the exception it raised.
+RAISED_AS = "troupe.data: raised as "
+
+
+# Tensor dtypes numpy has no dtype for: they travel as the integers of their size, and are
+# viewed as themselves again on the trainer's side.
+_VIEWED = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8",
+           "float8_e4m3fnuz": "uint8", "float8_e5m2fnuz": "uint8"}
+
+
 def flatten(value, tensors):
-    """A collated batch as a JSON-able structure over a flat list of arrays."""
+    """A collated batch as a JSON-able structure over a flat list of arrays: tensors (of any
+    dtype), numpy arrays, numbers (NaN and infinities too), strings and None in tuples, lists and
+    dicts, their subclasses (a namedtuple, an OrderedDict) kept by name."""
     torch = _torch()
     if torch.is_tensor(value):
-        tensors.append(value.detach().cpu().contiguous().numpy())
+        t = value.detach().cpu().contiguous()
+        name = str(t.dtype).replace("torch.", "")
+        if name in _VIEWED:
+            tensors.append(t.view(getattr(torch, _VIEWED[name])).numpy())
+            return {"t": len(tensors) - 1, "as": name}
+        tensors.append(t.numpy())
         return {"t": len(tensors) - 1}
     if isinstance(value, numpy.ndarray):
         if value.dtype.kind not in "biufc":
@@ -58,28 +77,67 @@ def flatten(value, tensors):
                             f"{value.dtype.str}; batches carry numeric arrays (bool, int, uint, "
                             "float, complex): give strings as a list (default_collate does)")
         tensors.append(numpy.ascontiguousarray(value))
-        return {"t": len(tensors) - 1}
-    if isinstance(value, tuple):
-        return {"tuple": [flatten(v, tensors) for v in value]}
-    if isinstance(value, list):
-        return {"list": [flatten(v, tensors) for v in value]}
+        return {"t": len(tensors) - 1, "numpy": True}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {"namedtuple": _class_path(value), "items": [flatten(v, tensors) for v in value]}
+    for kind, cls in (("tuple", tuple), ("list", list)):
+        if isinstance(value, cls):
+            out = {kind: [flatten(v, tensors) for v in value]}
+            if type(value) is not cls:
+                out["class"] = _class_path(value)
+            return out
     if isinstance(value, dict):
-        return {"dict": [[k, flatten(v, tensors)] for k, v in value.items()]}
+        out = {"dict": [[k, flatten(v, tensors)] for k, v in value.items()]}
+        if type(value) is not dict:
+            out["class"] = _class_path(value)
+        return out
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}  # (JSON has no NaN or infinity)
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"v": value}
     raise TypeError(f"DataLoader: a collated batch holds a {type(value).__name__}; batches carry "
                     "tensors, numpy arrays, numbers and strings in tuples, lists and dicts")
 
 
+def _class_path(value):
+    cls = type(value)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _class_of(path):
+    """The class a worker named (the script's own classes are the trainer's: one script)."""
+    module, _, name = path.partition(":")
+    try:
+        found = sys.modules.get(module) or importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+        return found
+    except (ImportError, AttributeError):
+        return None
+
+
 def unflatten(structure, tensors):
+    """A batch as flatten() described it, over the received tensors."""
     if "t" in structure:
-        return tensors[structure["t"]]
-    if "tuple" in structure:
-        return tuple(unflatten(v, tensors) for v in structure["tuple"])
-    if "list" in structure:
-        return [unflatten(v, tensors) for v in structure["list"]]
+        t = tensors[structure["t"]]
+        if "as" in structure:
+            return t.view(getattr(_torch(), structure["as"]))
+        return t.numpy() if structure.get("numpy") else t
+    if "namedtuple" in structure:
+        items = [unflatten(v, tensors) for v in structure["items"]]
+        cls = _class_of(structure["namedtuple"])
+        return cls(*items) if cls is not None else tuple(items)
+    for kind, make in (("tuple", tuple), ("list", list)):
+        if kind in structure:
+            items = [unflatten(v, tensors) for v in structure[kind]]
+            cls = _class_of(structure["class"]) if "class" in structure else None
+            return cls(items) if cls is not None else make(items)
     if "dict" in structure:
-        return {k: unflatten(v, tensors) for k, v in structure["dict"]}
+        items = {k: unflatten(v, tensors) for k, v in structure["dict"]}
+        cls = _class_of(structure["class"]) if "class" in structure else None
+        return cls(items) if cls is not None else items
+    if "float" in structure:
+        return float(structure["float"])
     return structure["v"]
 
 
@@ -246,8 +304,10 @@ def _make(spec, conn, state, view, header, ids):
         return {"structure": structure, "tensors": infos, "skipped": skipped}
     except Exception as e:  # noqa: BLE001
         current_sample_seed = None
+        # The exception's class, by name, on the traceback's last line: the script's loop gets
+        # one of it (troupe/_common.py, worker_exception), as torch's DataLoader re-raises it.
         return {"error": _describe(spec, conn, index, e, label),
-                "traceback": traceback.format_exc()}
+                "traceback": traceback.format_exc() + f"{RAISED_AS}{_class_path(e)}\n"}
 
 
 def worker_main(spec, conn, request, reply, memory):

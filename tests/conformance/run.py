@@ -88,7 +88,9 @@ CASES = {
     "exception_type": Case("caught", shapes=("plain", "sim2"), quick=("sim2",), alone=True),
     "timeout": Case("caught", shapes=("plain", "sim2"), alone=True),
     "ddp_sampler": Case("order", shapes=DDP_ONLY, quick=DDP_ONLY, props=("distinct",)),
+    "ddp_shared": Case("union", shapes=DDP_ONLY, quick=DDP_ONLY, props=("distinct",)),
     "ddp_rank0_peek": Case("steps", shapes=DDP_ONLY, alone=True),
+    "ddp_timeout": Case("caught", shapes=DDP_ONLY, alone=True),
     "exit_ok": Case("exit", shapes=EXITS, alone=True),
     "exit_code": Case("exit", shapes=EXITS, quick=("sim2",), alone=True),
     "exit_exception": Case("exit", shapes=("plain", "sim2"), alone=True),
@@ -280,7 +282,7 @@ class Runner:
                                 with open(path) as f:
                                     outcome.failure = f.read()
             folder = os.path.join(roots, "exit-status")
-            for host in os.listdir(folder):
+            for host in os.listdir(folder) if os.path.isdir(folder) else []:
                 with open(os.path.join(folder, host)) as f:
                     status = json.load(f)
                 # As the cloud judges it: the last process's code, 128 + a killing signal.
@@ -375,7 +377,28 @@ def judge_caught(torch_rec, troupe_rec):
 
 
 def judge_steps(torch_rec, troupe_rec):
-    return [] if torch_rec == troupe_rec else [f"{short(torch_rec)} vs {short(troupe_rec)}"]
+    a, b = torch_rec["epochs"], troupe_rec["epochs"]
+    return [] if a == b else [f"steps {short(a)} vs {short(b)}"]
+
+
+def judge_union(torch_ranks, troupe_ranks):
+    """DDP ranks sharing each pass: every sample of torch's epoch once across the ranks, and as
+    many batches on every rank (torch's DistributedSampler splits otherwise: the order is not
+    compared)."""
+    out = []
+    lens = {r["len"] for r in troupe_ranks}
+    if len(lens) != 1:
+        out.append(f"the ranks' len(loader) differ: {sorted(lens)}")
+    for e in range(len(torch_ranks[0]["epochs"])):
+        want = sorted(i for r in torch_ranks for i in ids(r)[e])
+        got = sorted(i for r in troupe_ranks for i in ids(r)[e])
+        if want != got:
+            out.append(f"epoch {e}: the ranks' samples together differ from torch's "
+                       f"({len(got)} vs {len(want)}, {len(set(got))} distinct)")
+        steps = {len(r["epochs"][e]["batches"]) for r in troupe_ranks}
+        if len(steps) != 1:
+            out.append(f"epoch {e}: the ranks took {sorted(steps)} batches")
+    return out
 
 
 RULES = {"exact": judge_exact, "order": judge_order, "caught": judge_caught,
@@ -494,6 +517,9 @@ class Matrix:
                     elif ranks != mine:
                         why.append(f"records of ranks {mine}, torch's {ranks} (exit "
                                    f"{outcome.code}): {tail(outcome.output)}")
+                    elif case.rule == "union":
+                        why += judge_union([reference.records[(name, r)] for r in ranks],
+                                           [outcome.records[(name, r)] for r in ranks])
                     else:
                         for r in ranks:
                             for d in RULES[case.rule](reference.records[(name, r)],

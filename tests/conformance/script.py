@@ -124,13 +124,16 @@ class Failing(Dataset):
 
 
 class Slow(Dataset):
-    """Sample 9 takes 4 s."""
+    """The samples `slow` (9) take 4 s each."""
+
+    def __init__(self, slow=(9,)):
+        self.slow = slow
 
     def __len__(self):
         return 24
 
     def __getitem__(self, i):
-        if i == 9:
+        if i in self.slow:
             time.sleep(4)
         return i
 
@@ -403,6 +406,15 @@ def case_timeout():
     return caught(DataLoader(Slow(), batch_size=4, num_workers=1, timeout=1))
 
 
+def case_ddp_timeout():
+    """DDP: timeout=1, a 4 s sample in each rank's third batch: RuntimeError on each. (The data
+    group's workers serve every rank: a rank whose batch waits behind another's slow one waits
+    too, where torch's ranks have workers of their own.)"""
+    dataset = Slow(slow=(8, 9))
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=False)
+    return caught(DataLoader(dataset, batch_size=2, sampler=sampler, num_workers=2, timeout=1))
+
+
 def case_skip_errors():
     """Samples that raise left out of their batches: troupe's skip_errors=True, torch's idiom
     (None from the dataset, a collate that drops it)."""
@@ -421,10 +433,22 @@ def case_ddp_sampler():
                    set_epoch=True)
 
 
+def case_ddp_shared():
+    """DDP, the docs' one-statement change: troupe shares each pass among the ranks itself (no
+    sampler), torch's side has a DistributedSampler (seed 0, its default)."""
+    if SIDE == "troupe":
+        loader = DataLoader(Draws(), batch_size=8, shuffle=True, num_workers=2)
+    else:
+        sampler = torch.utils.data.distributed.DistributedSampler(Draws(), shuffle=True)
+        loader = DataLoader(Draws(), batch_size=8, sampler=sampler, num_workers=2)
+    return observe(loader, set_epoch=True)
+
+
 def case_ddp_rank0_peek():
     """DDP: rank 0 alone looks at a batch (to log it), then every rank trains an epoch with an
     all_reduce per step."""
-    loader = DataLoader(Fixed(64), batch_size=8, num_workers=1)
+    sampler = torch.utils.data.distributed.DistributedSampler(Fixed(64), shuffle=False)
+    loader = DataLoader(Fixed(64), batch_size=8, sampler=sampler, num_workers=1)
     if RANK == 0:
         next(iter(loader))
     record = {"epochs": []}

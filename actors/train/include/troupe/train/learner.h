@@ -105,6 +105,9 @@ class Learner {
   // The trainer is stopping: resolves once the learner's side is done with it (a script saved
   // its state and ended). The trainer's stop deadline bounds it.
   virtual kj::Promise<void> stopping() { return kj::READY_NOW; }
+  // Whether the trainer goes on handing batches over once stopping() was called (a DDP rank's
+  // script: the ranks agree on the step they stop at, which some may still have to reach).
+  virtual bool stepsWhileStopping() const { return false; }
   // Resolves when the model's side is done before the epochs are (a training script that ended;
   // rejects with its failure): train() then ends with what was trained. Never, for a model that
   // trains every epoch given.

@@ -14,7 +14,7 @@
 //                                  adds u8 waited, u32 n, n x u32 id, str structure, u32 t,
 //                                  t x tensor (str dtype, u32 d, d x i64 shape, u64 offset,
 //                                  u64 bytes), str bytes
-//   'P' peek                    -> u8 kind, u8 stopping
+//   'P' peek, f64 timeout       -> u8 kind, u8 stopping, u8 timed out
 //   'S' state                   -> u8 0, str bytes | u8 1, str why
 //   'L' str bytes, str name     -> u8 0, u32 pass, u8 planned, u32 label | u8 1 (RuntimeError) or
 //                                  2 (StateError), str why
@@ -41,7 +41,7 @@ class Feed {
  public:
   virtual ~Feed() = default;
   virtual train::ScriptLearner::Item next(double timeout) = 0;
-  virtual train::ScriptLearner::Peeked peek() = 0;
+  virtual train::ScriptLearner::Peeked peek(double timeout) = 0;
   virtual std::string state() = 0;
   virtual train::ScriptLearner::Resumed resumeFrom(const std::string& bytes,
                                                    const std::string& name) = 0;

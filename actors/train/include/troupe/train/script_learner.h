@@ -60,11 +60,13 @@ class ScriptLearner final : public Learner {
   // whether the job is stopping (a kStopped item waits in the queue, maybe behind batches): the
   // DDP ranks' scripts agree on the step they stop at before any takes its next batch
   // (troupe.data's DataLoader). The batch the script received before counts as trained.
+  // With `timeout` above 0, waits at most that long: then timedOut says so.
   struct Peeked {
     Item::Kind kind;
     bool stopping;
+    bool timedOut = false;
   };
-  Peeked peek();
+  Peeked peek(double timeout = 0);
   // The trainer's state (checkpoint.h's bytes, without a model), between two of the script's
   // steps: the batch it received last counts as trained. Blocks; throws std::runtime_error when
   // the trainer is not running.
@@ -114,6 +116,7 @@ class ScriptLearner final : public Learner {
   void finished(const std::vector<EpochRecord>& history) override;
   void failed(const kj::Exception& e) override;
   kj::Promise<void> stopping() override;
+  bool stepsWhileStopping() const override;
   kj::Promise<void> ended() override;
   kj::Promise<void> ready() override { return begun(); }
   kj::Promise<std::shared_ptr<const PassPlan>> plan(uint32_t pass) override;
@@ -138,7 +141,9 @@ class ScriptLearner final : public Learner {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Item> queue_;
-  bool stopping_ = false;  // stopping() was called: a kStopped item is in the queue
+  // stopping() was called: a kStopped item is in the queue (of a DDP rank: none; the script
+  // stops at the step the ranks agree on, python/troupe/_cluster.py)
+  bool stopping_ = false;
   // The step of the batch the script holds: fulfilled when it asks for the next item.
   kj::Own<kj::CrossThreadPromiseFulfiller<StepResult>> holding_;
   std::deque<kj::Own<kj::CrossThreadPromiseFulfiller<StepResult>>> queuedSteps_;
