@@ -58,8 +58,10 @@ void checkPixels(uint64_t w, uint64_t h, uint64_t maxPixels, const std::string& 
                                     std::to_string(h) + " = " + std::to_string(w * h) +
                                     " pixels, more than the limit of " + std::to_string(maxPixels) +
                                     " (a decompression bomb, or an image larger than PIL opens; "
-                                    "--max-image-pixels, or max_image_pixels= in Python, raises "
-                                    "the limit, 0 removes it)");
+                                    "a torchvision ImageFolder's limit is PIL's "
+                                    "Image.MAX_IMAGE_PIXELS (None removes it), a troupe.data "
+                                    "ImageDataset's or AugmentedBatches' max_image_pixels=, "
+                                    "hetero_train's --max-image-pixels (0 removes it))");
 }
 
 // libjpeg's errors and warnings for a decode through its own API (decodeJpegRegion): an error

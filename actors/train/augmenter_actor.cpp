@@ -27,6 +27,7 @@ AugmenterActor::AugmenterActor(ActorContext& context) : ActorBase(context) {
   batched_ = args.getOrder().getBatched();
   shuffle_ = args.getOrder().getShuffle();
   dropLast_ = args.getOrder().getDropLast();
+  planned_ = args.getOrder().getPlanned();
   KJ_REQUIRE(!batched_ || args.getDataset().size() > 0 || args.getPython(),
              "a batched order needs a dataset");
   source_ = sourceFor(args, context);
@@ -45,7 +46,11 @@ kj::Promise<std::shared_ptr<const AugmenterActor::Shard>> AugmenterActor::load(u
   return source_->open(context(), loadSeconds_).then([this, shard, shards](uint64_t size) {
     auto out = std::make_shared<Shard>();
     out->samples = samples_ ? samples_ : size;
-    out->ids = data::shardIndices(out->samples, shard, shards);
+    // A DataLoader's augmenters make what each pass's plan names; more of them than samples
+    // (num_workers=64 over 100 images) leaves some idle, as torch's extra workers are.
+    if (!planned_ || shards <= out->samples) {
+      out->ids = data::shardIndices(out->samples, shard, shards);
+    }
     return std::shared_ptr<const Shard>(kj::mv(out));
   });
 }
@@ -134,6 +139,8 @@ std::shared_ptr<const Cut> AugmenterActor::cutOf(hetero::ShardPlan::Reader plan,
                plan.getPlaces().size(), cut->ids.size());
     for (auto place : plan.getPlaces()) cut->places.push_back(place);
   }
+  auto update = plan.getUpdate();
+  cut->update.assign(reinterpret_cast<const char*>(update.begin()), update.size());
   return cut;
 }
 

@@ -83,6 +83,7 @@ class AugmenterActor final : public ActorBase<hetero::Augmenter> {
   uint64_t seed_, samples_;
   // AugmenterArgs.order: shards as runs of whole batches of the epoch's order (BatchedEpoch).
   bool batched_ = false, shuffle_ = true, dropLast_ = false;
+  bool planned_ = false;  // a DataLoader's: each pass's plan names what it makes
   std::unique_ptr<BatchSource> source_;
   // By (rank << 32 | shard): one stream per shard of each DDP rank's trainer, whose sessions
   // differ (TrainerActor's are rank << 40 on).

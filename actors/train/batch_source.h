@@ -41,6 +41,7 @@ struct Cut {
   uint32_t pass = 0, label = 0;
   uint64_t first = 0, baseSeed = 0;
   std::vector<uint64_t> places;  // planned: each id's place in the whole pass (ShardPlan.places)
+  std::string update;            // planned: the Dataset's changed attributes (ShardPlan.update)
   // The place that seeds the draws of the sample at `position` of the shard (planned).
   uint64_t placeOf(uint64_t position) const {
     return places.empty() ? first + position : places[position];

@@ -214,6 +214,7 @@ std::string encodeCheckpoint(const TrainingState& s) {
                  {"plan_ids", s.plan ? s.plan->ids.size() : 0},
                  {"plan_ends", s.plan ? s.plan->ends.size() : 0},
                  {"plan_places", s.plan ? s.plan->places.size() : 0},
+                 {"plan_update", s.plan ? s.plan->update.size() : 0},
                  {"plan_base_seed", s.plan ? s.plan->baseSeed : 0},
                  {"plan_label", s.plan ? s.plan->label : 0},
                  {"planned", s.plan.has_value()},
@@ -224,7 +225,7 @@ std::string encodeCheckpoint(const TrainingState& s) {
   out.reserve(sizeof(kMagic) + 8 + text.size() + 4 * (s.parameters.size() + s.velocities.size()) +
               s.seen.size() + 4 +
               (s.plan ? 4 * (s.plan->ids.size() + s.plan->ends.size()) +
-                            8 * s.plan->places.size()
+                            8 * s.plan->places.size() + s.plan->update.size()
                       : 0));
   out.append(kMagic, sizeof(kMagic));
   put<uint32_t>(out, kVersion);
@@ -237,6 +238,7 @@ std::string encodeCheckpoint(const TrainingState& s) {
     out.append(reinterpret_cast<const char*>(s.plan->ids.data()), s.plan->ids.size() * 4);
     out.append(reinterpret_cast<const char*>(s.plan->ends.data()), s.plan->ends.size() * 4);
     out.append(reinterpret_cast<const char*>(s.plan->places.data()), s.plan->places.size() * 8);
+    out += s.plan->update;
   }
   put<uint32_t>(out, crc(out.data(), out.size()));
   return out;
@@ -266,7 +268,8 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
   if (kFixed + headerBytes + 4 > bytes.size())
     throw refuse("corrupt: the header runs past the end");
   TrainingState s;
-  size_t params = 0, velocities = 0, seen = 0, planIds = 0, planEnds = 0, planPlaces = 0;
+  size_t params = 0, velocities = 0, seen = 0, planIds = 0, planEnds = 0, planPlaces = 0,
+         planUpdate = 0;
   try {
     auto header = json::parse(bytes.substr(kFixed, headerBytes));
     s.identity = identityFrom(header.at("identity"));
@@ -287,6 +290,7 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
       planIds = header.at("plan_ids");
       planEnds = header.at("plan_ends");
       planPlaces = header.value("plan_places", size_t(0));
+      planUpdate = header.value("plan_update", size_t(0));
       s.plan->baseSeed = header.at("plan_base_seed").get<uint64_t>();
       s.plan->label = header.at("plan_label");
     }
@@ -299,11 +303,13 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
   size_t at = kFixed + headerBytes;
   if (params > bytes.size() || velocities > bytes.size() || seen > bytes.size() ||
       planIds > bytes.size() || planEnds > bytes.size() || planPlaces > bytes.size() ||
-      at + 4 * (params + velocities + planIds + planEnds) + 8 * planPlaces + seen + 4 !=
+      planUpdate > bytes.size() ||
+      at + 4 * (params + velocities + planIds + planEnds) + 8 * planPlaces + planUpdate + seen +
+              4 !=
           bytes.size()) {
     throw refuse("corrupt: " + std::to_string(bytes.size()) + " bytes, the header describes " +
                  std::to_string(at + 4 * (params + velocities + planIds + planEnds) +
-                                8 * planPlaces + seen + 4));
+                                8 * planPlaces + planUpdate + seen + 4));
   }
   // (A state without a model, a script's, has none: no memcpy from or to a null pointer.)
   s.parameters.resize(params);
@@ -324,6 +330,8 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
     if (planPlaces != 0 && planPlaces != planIds) throw refuse("corrupt: the plan's places");
     s.plan->places.resize(planPlaces);
     if (planPlaces > 0) memcpy(s.plan->places.data(), bytes.data() + at, 8 * planPlaces);
+    at += 8 * planPlaces;
+    s.plan->update.assign(bytes.data() + at, planUpdate);
     uint32_t last = 0;
     for (auto end : s.plan->ends) {
       if (end <= last || end > planIds) throw refuse("corrupt: the plan's batch ends");

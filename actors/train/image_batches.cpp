@@ -87,8 +87,13 @@ class ImageSource final : public BatchSource {
       std::vector<std::string> warned;  // "file: warning", decoded all the same
       double cpu;
     };
+    // How the user asks to train on without a bad sample: a DataLoader's (a planned pass) or
+    // AugmentedBatches' argument, or hetero_train's flag.
+    const char* skipHint = cut.planned ? " (DataLoader(skip_errors=True) trains on without it)"
+                                       : " (--skip-bad-samples, or AugmentedBatches("
+                                         "skip_bad_samples=True), trains on without it)";
     auto work = [source = source_, pipeline = pipeline_, ids = kj::mv(ids), seeds = kj::mv(seeds),
-                 sampleBytes, skipBad = skipBad_, out = pixelsOut]() mutable {
+                 sampleBytes, skipBad = skipBad_, out = pixelsOut, skipHint]() mutable {
       trace::Span span("transform", "train");
       auto cpu = cpuSeconds(CLOCK_THREAD_CPUTIME_ID);
       Built built;
@@ -98,7 +103,7 @@ class ImageSource final : public BatchSource {
       // filesystem errors while reading one are its errors too (a file too large to hold).
       auto bad = [&](uint32_t id, std::string why) {
         if (!skipBad) {
-          built.failure.push_back(why + " (--skip-bad-samples trains on without it)");
+          built.failure.push_back(why + skipHint);
           return false;
         }
         built.skipped.push_back(id);

@@ -241,6 +241,7 @@ class LocalRankFeed final : public Feed {
       for (auto end : plan.ends) out.u32(end);
       out.u32(uint32_t(plan.places.size()));
       for (auto place : plan.places) out.u64(place);
+      out.str(plan.update);
     });
   }
   void endAll(const std::string& failure) override {
@@ -392,6 +393,7 @@ void serveOne(uint8_t op, ScriptLearner& learner, uint32_t localRank, In& in, Ou
       for (auto& end : plan.ends) end = in.u32();
       plan.places.resize(in.u32());
       for (auto& place : plan.places) place = in.u64();
+      plan.update = in.str();
       learner.beginPass(pass, std::move(plan));
       out.u8(0);
       break;

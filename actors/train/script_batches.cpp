@@ -50,6 +50,7 @@ class ScriptSource final : public BatchSource {
     request.baseSeed = cut.planned ? cut.baseSeed : data::mixSeed(seed_, epoch);
     request.ids.assign(cut.ids.begin() + position, cut.ids.begin() + end);
     for (auto k = position; k < end; ++k) request.places.push_back(cut.placeOf(k));
+    request.update = cut.update;
     auto asked = std::chrono::steady_clock::now();
     return maker->make(kj::mv(request)).then([asked, n = end - position](MadeBatch made) {
       SourceBatch out;

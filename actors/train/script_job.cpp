@@ -301,8 +301,11 @@ class Job {
       // Stopped early (SIGTERM), it waits for the script to save its state and end.
       t.stopTimeout = static_cast<int64_t>(s.stopTimeoutSeconds) * kj::SECONDS;
       t.quiet = true;
+      // In the rank's script's process, reserving none of its instance's CPUs: the script's
+      // work is the script's (a trainer each for a script's many loaders, and augmenters
+      // restarted on the instance while a data instance is away, all fit).
       trainers.push_back(job.spawn<hetero::Trainer>(
-          troupe::Placement::any().labels("host=" + at.host),
+          troupe::Placement::any().labels("host=" + at.host).cpus(0),
           troupe::train::trainerOptions(t, [&](hetero::TrainerArgs::Builder a) {
             // The script's own: its learner in the rank's process, its stream, its DDP rank.
             a.setScript(learnerId(number, at.localRank));

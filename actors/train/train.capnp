@@ -82,6 +82,8 @@ struct ShardPlan {
   label @4 :UInt32;               # the script's epoch (its set_epoch, or its iterators)
   places @5 :List(UInt64);        # each id's place in the whole pass of every DDP rank, which
                                   # seeds its draws (PassPlan::places); empty: first + its index
+  update @6 :Data;                # the script's Dataset's attributes changed since its DataLoader
+                                  # was made, pickled (PassPlan::update); empty: none
 }
 
 struct Batch {

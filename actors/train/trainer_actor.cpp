@@ -512,6 +512,10 @@ void TrainerActor::startSource(uint32_t index) {
       auto places = plan.initPlaces(s.expected.size());
       for (size_t k = 0; k < s.expected.size(); ++k) places.set(k, plan_->places[s.first + k]);
     }
+    if (!plan_->update.empty()) {
+      plan.setUpdate(kj::arrayPtr(reinterpret_cast<const kj::byte*>(plan_->update.data()),
+                                  plan_->update.size()));
+    }
   }
   auto session = s.session;
   auto augmenter = static_cast<uint32_t>(s.augmenter);

@@ -369,6 +369,9 @@ void WorkerPool::assign() {
     put(tail, sizeof tail);
     put(r.ids.data(), r.ids.size() * 4);
     put(r.places.data(), r.places.size() * 8);
+    uint32_t update = uint32_t(r.update.size());
+    put(&update, 4);
+    put(r.update.data(), r.update.size());
     best->outstanding.push_back(Worker::Outstanding{std::move(job), slot});
     queued_.pop_front();
     writeSome(*best);

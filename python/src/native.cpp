@@ -437,7 +437,7 @@ PYBIND11_MODULE(_native, m) {
       "begin_pass",
       [](uint32_t stream, uint32_t pass, py::array_t<uint32_t, py::array::c_style> ids,
          py::array_t<uint32_t, py::array::c_style> ends, uint64_t baseSeed, uint32_t label,
-         std::optional<py::array_t<uint64_t, py::array::c_style>> places) {
+         std::optional<py::array_t<uint64_t, py::array::c_style>> places, py::bytes update) {
         troupe::train::PassPlan plan;
         plan.ids.assign(ids.data(), ids.data() + ids.size());
         plan.ends.assign(ends.data(), ends.data() + ends.size());
@@ -448,6 +448,7 @@ PYBIND11_MODULE(_native, m) {
             throw py::value_error("begin_pass: a place for each id, or none");
           plan.places.assign(places->data(), places->data() + places->size());
         }
+        plan.update = std::string(update);
         uint32_t last = 0;
         for (auto end : plan.ends) {
           if (end <= last || end > plan.ids.size())
@@ -459,10 +460,11 @@ PYBIND11_MODULE(_native, m) {
         feed(stream).beginPass(pass, std::move(plan));
       },
       py::arg("stream"), py::arg("pass_"), py::arg("ids"), py::arg("ends"), py::arg("base_seed"),
-      py::arg("label"), py::arg("places") = py::none(),
+      py::arg("label"), py::arg("places") = py::none(), py::arg("update") = py::bytes(),
       "Pass `pass_` of the stream, as the script's iter() planned it: its sample ids by position, "
-      "where each batch ends, torch's base seed, the script's epoch and (DDP) each position's "
-      "place in the whole pass of every rank, which seeds its sample's draws.");
+      "where each batch ends, torch's base seed, the script's epoch, (DDP) each position's "
+      "place in the whole pass of every rank, which seeds its sample's draws, and the Dataset's "
+      "changed attributes, pickled.");
   m.def(
       "handoffs",
       [](uint32_t stream) {

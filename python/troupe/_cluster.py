@@ -7,6 +7,7 @@ is its state."""
 
 import json
 import os
+import pickle
 
 from troupe import _job, _workers
 from troupe._common import _native, next_item, stop
@@ -31,6 +32,8 @@ class ClusterLoader:
         self._pid = os.getpid()
         self.stream, self._made_as = _job.join(owner, num_workers, shared_memory_mb,
                                                   skip_errors, in_order, options)
+        # The dataset as its workers hold it from now on, to send them what the script changes.
+        self._changes = _workers.DatasetChanges(owner.dataset)
 
     def __iter__(self):
         """One iter() of the owner: its next pass, planned (or, after load_state_dict(), the
@@ -62,12 +65,30 @@ class ClusterLoader:
                 self._base_passes += 1
             ids, ends, places = owner._planner.plan(label)
             seed = _workers.pass_seed(self._base_seed, self._base_passes)
-            _native.begin_pass(self.stream, number, ids, ends, seed, label, places)
+            _native.begin_pass(self.stream, number, ids, ends, seed, label, places,
+                               self._dataset_update())
         self._resume = None
         self._pass_labels[number] = label
         self._taken[number] = 0
         self._live = number
         return _Pass(self, number)
+
+    def _dataset_update(self):
+        """The script's changes to its Dataset since the DataLoader was made, for the pass's
+        workers (pickled; b"": none). Persistent workers keep the dataset they were made with, as
+        torch's; troupe's C++ pipeline cannot take a change (a translated Compose is fixed)."""
+        owner = self._owner
+        if owner.persistent_workers:
+            return b""
+        update = self._changes.pickled()
+        if update and self._made_as is not None:
+            changed = sorted(pickle.loads(update)[0])
+            raise RuntimeError(
+                f"DataLoader: the dataset's {', '.join(changed)} changed since the DataLoader was "
+                "made, and the data group's C++ pipeline decodes and transforms it as it was "
+                "then: make a new DataLoader over the changed dataset, or pass translate=False "
+                "for Python workers, which take the change at each epoch")
+        return update
 
     # -- items --
     def _next(self):

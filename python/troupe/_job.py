@@ -40,9 +40,12 @@ def join(loader, num_workers, shared_memory_mb, skip_errors, in_order, options):
                     augmenters_per_node=options.get("augmenters_per_node", num_workers),
                     shuffle=bool(loader._planner.shuffle), drop_last=bool(loader.drop_last))
     if images:
-        # troupe's own decoding and transforms on the data group (docs/data.md).
+        # troupe's own decoding and transforms on the data group (docs/data.md); skip_errors
+        # leaves out what cannot be read there too.
         settings.update(dataset=native.path, transform=native.spec, image_seed=native.seed,
                         max_image_pixels=native.max_image_pixels)
+        if skip_errors:
+            settings["skip_bad_samples"] = True
     else:
         settings.update(python=True, workers=num_workers)
     spec = _workers.WorkerSpec(dataset, loader.collate_fn, loader.worker_init_fn,

@@ -140,6 +140,7 @@ class DataLoader:
         self._with_ids = with_ids
         self._on_stop = on_stop
         self._per_sample_seed = per_sample_seed
+        self._skip_errors = skip_errors
         self._translate = translate
         self._pin = bool(pin_memory) and torch.cuda.is_available()
         if pin_memory and not torch.cuda.is_available():

@@ -33,7 +33,7 @@ class LocalLoader:
                                 "IterableDataset's items have no index)")
             self._loader = None
             return
-        self._seeded = _Seeded(owner.dataset, owner._per_sample_seed)
+        self._seeded = _Seeded(owner.dataset, owner._per_sample_seed, owner._skip_errors)
         self._persistent = owner.persistent_workers and workers > 0
         self.passes = 0  # persistent workers: passes since their base seed was drawn
         self._loader = _loader(owner, self._seeded, workers, pin_memory, _PlannedBatches(self))
@@ -142,9 +142,10 @@ class _Seeded:
     position in the pass as the data group's workers seed them (the base seed from the worker's
     torch seed, or in this process from the iterator's), and its file named when it raises."""
 
-    def __init__(self, dataset, per_sample_seed):
+    def __init__(self, dataset, per_sample_seed, skip_errors=False):
         self.dataset = dataset
         self.per_sample_seed = per_sample_seed
+        self.skip_errors = skip_errors
         self.base = 0
         self._label = None
 
@@ -174,6 +175,9 @@ class _Seeded:
         try:
             return self.dataset[index]
         except Exception as e:  # noqa: BLE001 - named, then raised as it was
+            if self.skip_errors:
+                # Left out of its batch (skip_errors=True), as the data group leaves it out.
+                return _Skipped(f"dataset[{index}] raised {type(e).__name__}: {e}")
             path = _workers.sample_file(self.dataset, index)
             if hasattr(e, "add_note"):
                 e.add_note(f"troupe.data: dataset[{index}]" + (f" is {path}" if path else ""))
@@ -190,6 +194,16 @@ class _LocalCollate:
         self.auto = auto
 
     def __call__(self, pairs):
+        pairs = [(i, item) for i, item in pairs if not isinstance(item, _Skipped)]
         ids = [i for i, _ in pairs]
         items = [item for _, item in pairs]
+        if not items:
+            return ids, None  # every sample of the batch left out (as on the data group)
         return ids, (self.collate(items) if self.auto else self.collate(items[0]))
+
+
+class _Skipped:
+    """An item that raised, with skip_errors=True: left out of its batch by the collate."""
+
+    def __init__(self, why):
+        self.why = why

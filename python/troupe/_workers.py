@@ -17,6 +17,7 @@ import importlib
 import json
 import math
 import os
+import pickle
 import random
 import struct
 import sys
@@ -217,18 +218,96 @@ def seed_item(seed):
     numpy.random.seed((seed ^ (seed >> 32)) & 0xFFFFFFFF)
 
 
+class DatasetChanges:
+    """What the script changed of its Dataset since it made the DataLoader (the workers' copy:
+    the fork server's, or the pickled one of a later loader): the attributes (``vars()``) now
+    another object, or a container now of another length - `ds.transform = ...` for progressive
+    resizing, `ds.difficulty = 3` - sent pickled with each pass (PassPlan::update), as torch's
+    workers, made again each epoch, see the dataset as it is. A change inside an object of the
+    same identity and length (`ds.samples[3] = ...`) is not seen."""
+
+    LIMIT = 64 << 10  # bytes a pass's changes may pickle to (they travel with each shard)
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self.made = self._fingerprints()
+
+    def _fingerprints(self):
+        try:
+            items = vars(self.dataset).items()
+        except TypeError:  # (no __dict__: nothing seen)
+            return {}
+        prints = {}
+        for name, value in items:
+            size = len(value) if isinstance(value, (list, dict, set, tuple, str, bytes)) else None
+            prints[name] = (id(value), size)
+        return prints
+
+    def pickled(self):
+        """The changed attributes, pickled, or b"" when none changed."""
+        now = self._fingerprints()
+        changed = sorted(k for k in now if self.made.get(k) != now[k])
+        gone = sorted(k for k in self.made if k not in now)
+        if not changed and not gone:
+            return b""
+        values = {k: getattr(self.dataset, k) for k in changed}
+        try:
+            data = pickle.dumps((values, gone), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - pickle raises many kinds
+            raise TypeError(f"DataLoader: the dataset's {', '.join(changed)} changed since the "
+                            f"DataLoader was made and cannot be pickled for its workers on the "
+                            f"data group ({type(e).__name__}: {e})") from e
+        if len(data) > self.LIMIT:
+            raise ValueError(
+                f"DataLoader: the dataset's {', '.join(changed)} changed since the DataLoader was "
+                f"made: {len(data) >> 10} KiB pickled, over the {self.LIMIT >> 10} KiB a pass's "
+                "changes may be (they travel to the data group's workers with each pass). Change "
+                "it from the epoch in the dataset's own set_epoch(epoch), which troupe calls in "
+                "every worker before each pass, or make a new DataLoader over it")
+        return data
+
+
 class _Pass:
-    """Where a worker is: the pass it makes items of, and whether its init ran."""
+    """Where a worker is: the pass it makes items of, whether its init ran, and the values of
+    its dataset's attributes before a pass's changes set them (restored when a later pass does
+    not change them)."""
 
     def __init__(self):
         self.number = None
         self.initialised = False
+        self.originals = {}
 
 
-def _start_pass(spec, conn, state, number, label, base_seed):
+_MISSING = object()
+
+
+def _apply_changes(dataset, state, update):
+    """The script's changes to its Dataset (DatasetChanges), on this worker's copy: each pass
+    holds every change since the DataLoader was made, so an attribute it does not name is as the
+    copy had it."""
+    values, gone = pickle.loads(update) if update else ({}, [])
+    for name in list(state.originals):
+        if name not in values and name not in gone:
+            original = state.originals.pop(name)
+            if original is _MISSING:
+                delattr(dataset, name)
+            else:
+                setattr(dataset, name, original)
+    for name, value in values.items():
+        state.originals.setdefault(name, getattr(dataset, name, _MISSING))
+        setattr(dataset, name, value)
+    for name in gone:
+        if hasattr(dataset, name):
+            state.originals.setdefault(name, getattr(dataset, name))
+            delattr(dataset, name)
+
+
+def _start_pass(spec, conn, state, number, label, base_seed, update):
     _torch()
     from torch.utils.data._utils import worker as torch_worker
     state.number = number
+    if not spec.persistent_workers:
+        _apply_changes(spec.dataset, state, update)
     # torch's _worker_loop: seed = base_seed + worker_id, numpy from _generate_state. The number
     # added is the worker's in the whole job (its instance's offset + its id), so that workers of
     # two instances never draw the same stream.
@@ -263,12 +342,12 @@ def _describe(spec, conn, index, error, label, where_too=True):
 def _make(spec, conn, state, view, header, ids):
     """One request: the items, collated, into the request's slot. Returns the reply."""
     global current_sample_seed
-    number, label, base_seed, places, slot = header
+    number, label, base_seed, places, slot, update = header
     index = None
     skipped = []
     try:
         if state.number != number:
-            _start_pass(spec, conn, state, number, label, base_seed)
+            _start_pass(spec, conn, state, number, label, base_seed, update)
         samples = []
         for k, index in enumerate(ids):
             if spec.per_sample_seed:
@@ -335,7 +414,12 @@ def worker_main(spec, conn, request, reply, memory):
             os._exit(0)
         ids = struct.unpack_from(f"<{n}I", body)
         places = struct.unpack_from(f"<{n}Q", body, 4 * n)
-        answer = _make(spec, conn, state, view, (number, label, base_seed, places, slot), ids)
+        length = _read_exact(request, 4)
+        update = _read_exact(request, struct.unpack("<I", length)[0]) if length else None
+        if length is None or update is None:
+            os._exit(0)
+        answer = _make(spec, conn, state, view,
+                       (number, label, base_seed, places, slot, update), ids)
         answer["slot"] = slot
         text = json.dumps(answer).encode()
         _write_all(reply, struct.pack("<I", len(text)) + text)

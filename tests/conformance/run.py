@@ -490,7 +490,8 @@ class Matrix:
             # Slower items where a fault or a join must land inside the run.
             delay = {"kill": 30, "late": 50}.get(shape, 0)
             outcome = runner.run("troupe", shape, names, delay)
-            if outcome.code != 0 and len(names) > 1:
+            missing = [n for n in names if not any(k[0] == n for k in outcome.records)]
+            if missing and len(names) > 1:
                 # A case that fails the job fails the run it shares: each is judged alone.
                 self.log(f"  (the run failed: each of its {len(names)} cases again alone)")
                 runs += [(shape, [n], runner.run("troupe", shape, [n], delay)) for n in names]
@@ -505,6 +506,8 @@ class Matrix:
                     why.append(f"processes left behind: {outcome.leftovers}")
                 if shape == "kill" and "SIGKILL to" not in outcome.note:
                     why.append(f"the fault was not injected ({outcome.note or 'no first batch'})")
+                if shape == "late" and "joined the running job" not in outcome.output:
+                    why.append("the late data instance did not join the running job")
                 reference = oracle(name, ddp)
                 if case.rule == "exit":
                     why += judge_exit(name, reference, outcome, shape)
@@ -531,7 +534,11 @@ class Matrix:
                                 why += PROPERTIES[p](records)
                         if "same_in_every_shape" in case.props:
                             same_everywhere[name][shape] = draws(records[0])
-                    if outcome.code not in (0, None) and case.rule != "caught":
+                    head = outcome.finals.get(head_of(outcome.output), outcome.code)
+                    if head not in (0, None) and case.rule != "caught":
+                        why.append(f"troupe's head exited {head}: {tail(outcome.output)}")
+                    if shape not in ("kill", "late") and outcome.code not in (0, None) and \
+                            case.rule != "caught":
                         why.append(f"troupe's run exited {outcome.code}: {tail(outcome.output)}")
                 self.verdict(name, shape, label, version, not why,
                              why or ([outcome.note] if outcome.note else []))
@@ -543,6 +550,12 @@ class Matrix:
                          [f"draws in {', '.join(differ)} differ from {shapes[0]}'s"] if differ
                          else [])
         return True
+
+
+def head_of(output):
+    """The head's host, as its log lines name it ("[algo-2 dnn_group head]")."""
+    m = re.search(r"\[(\S+) \S+ head\]", output)
+    return m[1] if m else ""
 
 
 def tail(text, lines=6):

@@ -40,6 +40,14 @@ WORLD = dist.get_world_size() if DDP else 1
 if SIDE == "troupe":
     import troupe.data
     DataLoader = troupe.data.DataLoader
+    if os.environ.get("CONFORMANCE_PLANT") == "1":
+        # A planted divergence, which the suite must find (tests/integration/CMakeLists.txt): two
+        # of troupe's fixes undone - persistent workers' later epochs seeded as the first, DDP
+        # ranks' samples seeded from their own shares.
+        import troupe._plan
+        import troupe._workers
+        troupe._workers.pass_seed = lambda base, passes: base
+        troupe._plan.Planner.places = lambda self, label, count: None
 else:
     DataLoader = torch.utils.data.DataLoader
 

@@ -104,6 +104,7 @@ struct MakeRequest {
   uint64_t baseSeed = 0;
   std::vector<uint32_t> ids;
   std::vector<uint64_t> places;
+  std::string update;  // the Dataset's attributes the script changed, pickled (PassPlan::update)
 };
 
 class BatchMaker {

@@ -104,6 +104,10 @@ struct PassPlan {
   /// derive from (sampleSeed(baseSeed, place)), so that no two ranks draw alike. Empty: the
   /// position itself (one rank).
   std::vector<uint64_t> places;
+  /// The attributes of the script's Dataset it changed since it made the DataLoader, pickled
+  /// (python/troupe/_workers.py): each worker sets them before it makes the pass's items, as
+  /// torch's workers, made again each epoch, see the dataset as it is. Empty: none.
+  std::string update;
   uint64_t placeOf(uint64_t position) const {
     return places.empty() ? position : places[position];
   }

@@ -18,7 +18,8 @@
 //
 // The protocol (little-endian), per worker:
 //   request: u32 pass, u32 label, u64 base seed, u32 slot, u32 n, n x u32 id, n x u64 place
-//            (each sample's place in the whole pass, which seeds its draws)
+//            (each sample's place in the whole pass, which seeds its draws), u32 u, u bytes: the
+//            Dataset's changed attributes, pickled (PassPlan::update)
 //   reply:   u32 length, that many bytes of JSON: {"slot": s, "error": "...", "traceback": "..."}
 //            or {"slot": s, "structure": ..., "tensors": [{"dtype": "<f4", "shape": [...],
 //            "offset": 0, "bytes": N}, ...], "skipped": [[id, why], ...]}, offsets in the slot.
