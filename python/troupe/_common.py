@@ -152,11 +152,12 @@ def worker_exception(text):
     if cls is None or not (isinstance(cls, type) and issubclass(cls, Exception)):
         return None
     first, _, trace = head.partition("\nin the DataLoader worker:\n")
-    where = first.split(" raised ", 1)
-    what = where[0].replace("a training sample could not be read: ", "")
-    context = where[1].rsplit(" (", 1)[-1].rstrip(")") if len(where) > 1 else ""
-    message = (f"Caught {cls.__name__} in {context or 'a DataLoader worker'} ({what}).\n"
-               f"Original {trace.strip()}")
+    # "a training sample could not be read: dataset[13] (file) raised KeyError: why (epoch 0,
+    # DataLoader worker 1 of 2 on algo-2)"
+    what = first.replace("a training sample could not be read: ", "").split(" raised ", 1)[0]
+    epoch, _, worker = first.rpartition(" (")[2].rstrip(")").partition(", ")
+    message = (f"Caught {cls.__name__} in {worker or 'a DataLoader worker'} ({what}, {epoch})."
+               f"\nin the DataLoader worker:\n{trace.strip()}")
     if cls is KeyError:
         try:  # torch's: a KeyError's str() is its message as written, not its repr
             from torch._utils import KeyErrorMessage
