@@ -66,31 +66,29 @@ std::shared_ptr<ScriptLearner> ScriptLearner::find(uint64_t id) {
 
 // -- the script's side --
 
-void ScriptLearner::awaitItem(std::unique_lock<std::mutex>& lock) {
+bool ScriptLearner::awaitItemFor(std::unique_lock<std::mutex>& lock, double timeout) {
   if (holding_) {
     holding_->fulfill(StepResult{});  // the batch it held is trained: the trainer goes on
     holding_ = nullptr;
   }
-  changed_.wait(lock, [this] { return !queue_.empty(); });
+  auto ready = [this] { return !queue_.empty(); };
+  if (timeout <= 0) {
+    changed_.wait(lock, ready);
+    return true;
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  return changed_.wait_until(lock, until, ready);
 }
 
 ScriptLearner::Item ScriptLearner::next(double timeout) {
   std::unique_lock lock(mutex_);
-  if (timeout > 0) {
-    if (holding_) {
-      holding_->fulfill(StepResult{});
-      holding_ = nullptr;
-    }
-    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    if (!changed_.wait_until(lock, until, [this] { return !queue_.empty(); })) {
-      Item late;
-      late.kind = Item::kFailed;
-      late.text = "DataLoader timed out after " + std::to_string(int(timeout)) + " seconds";
-      late.timedOut = true;
-      return late;
-    }
+  if (!awaitItemFor(lock, timeout)) {
+    Item late;
+    late.kind = Item::kFailed;
+    late.text = "DataLoader timed out after " + std::to_string(int(timeout)) + " seconds";
+    late.timedOut = true;
+    return late;
   }
-  awaitItem(lock);
   auto item = kj::mv(queue_.front());
   queue_.pop_front();
   if (item.kind == Item::kBatch) {
@@ -103,17 +101,7 @@ ScriptLearner::Item ScriptLearner::next(double timeout) {
 
 ScriptLearner::Peeked ScriptLearner::peek(double timeout) {
   std::unique_lock lock(mutex_);
-  if (timeout > 0) {
-    if (holding_) {
-      holding_->fulfill(StepResult{});
-      holding_ = nullptr;
-    }
-    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    if (!changed_.wait_until(lock, until, [this] { return !queue_.empty(); })) {
-      return Peeked{Item::kFailed, stopping_, true};
-    }
-  }
-  awaitItem(lock);
+  if (!awaitItemFor(lock, timeout)) return Peeked{Item::kFailed, stopping_, true};
   return Peeked{queue_.front().kind, stopping_};
 }
 

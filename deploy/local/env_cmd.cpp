@@ -9,6 +9,7 @@
 #include "troupe/config.h"
 #include "troupe/exit_codes.h"
 #include "troupe/sagemaker.h"
+#include "troupe/torchrun.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -67,6 +68,24 @@ json describeConfig(const troupe::ClusterConfig& config) {
 // What a node reads: the cluster description (a SageMaker-shaped root with its hyperparameters and
 // channels; else --cluster, a Slurm job's or a pod's environment) and what this node would report.
 
+// torchrun's environment for this host, KEY=VALUE lines (troupe/torchrun.h): MASTER_PORT as the
+// environment names it, else torchrun's default; TROUPE_PROCS_PER_HOST as it says.
+int printTorchrun(const troupe::ClusterConfig& config, const EnvOptions& o) {
+  troupe::TorchrunPorts ports;
+  if (const char* port = getenv("MASTER_PORT"); port != nullptr && *port) {
+    ports.masterPort = unsigned(std::stoul(port));
+  }
+  unsigned procs = 0;
+  if (const char* given = getenv("TROUPE_PROCS_PER_HOST"); given != nullptr && *given) {
+    procs = unsigned(std::stoul(given));
+  }
+  auto env = troupe::torchrunEnvironment(config, o.headGroup, procs, config.currentHost, ports);
+  if (env.variables.empty()) fprintf(stderr, "troupe env: no torchrun environment: %s\n",
+                                     env.why.c_str());
+  for (auto& [name, value] : env.variables) printf("%s=%s\n", name.c_str(), value.c_str());
+  return 0;
+}
+
 int runEnv(const EnvOptions& o) {
   try {
     const char* smRoot = getenv("TROUPE_SM_ROOT");
@@ -96,6 +115,14 @@ int runEnv(const EnvOptions& o) {
       out = config ? describeConfig(*config)
                    : json{{"description", "none: a one-node cluster on this machine"}};
     }
+    if (o.torchrun) {
+      if (!config) {
+        fprintf(stderr, "troupe env --torchrun: no cluster description here (a SageMaker root, "
+                        "--cluster, a Slurm job or a pod): nothing to set\n");
+        return 0;
+      }
+      return printTorchrun(*config, o);
+    }
     out["node"] = nodeJson(config ? &*config : nullptr, o.node);
     printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -123,6 +150,12 @@ CLI::App* addEnvCommand(CLI::App& cli, EnvOptions& options) {
       ->envname("TROUPE_LABELS");
   envCmd->add_option("--resources", e.node.resources, "as the app's --resources: NAME=AMOUNT[,...]")
       ->envname("TROUPE_RESOURCES");
+  envCmd->add_flag("--torchrun", e.torchrun,
+                   "print torchrun's environment for this host instead (RANK, WORLD_SIZE, "
+                   "LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
+                   "TROUPE_DDP_ROLE), one KEY=VALUE a line, as troupe.data's ranks will be");
+  envCmd->add_option("--head-group", e.headGroup, "as the app's --head-group")
+      ->envname("TROUPE_HEAD_GROUP");
   return envCmd;
 }
 

@@ -4,6 +4,11 @@
 // where it came from.
 //
 //   troupe env [--root DIR] [--cluster FILE] [--vcpus N] [--gpus N] ...
+//   troupe env --torchrun [--root DIR] [--cluster FILE] [--head-group G]
+//
+// With --torchrun it prints, one KEY=VALUE a line, the torchrun environment a script on this host
+// starts with (troupe/torchrun.h): what the per-instance entry points (SageMaker's train,
+// troupe-node) add to a script's environment where the job's does not set it already.
 
 #pragma once
 
@@ -18,6 +23,8 @@ namespace sim {
 struct EnvOptions {
   std::string root, cluster;
   troupe::NodeFlags node;
+  bool torchrun = false;  // --torchrun: torchrun's environment for this host, KEY=VALUE lines
+  std::string headGroup;  // --head-group / TROUPE_HEAD_GROUP
 };
 
 CLI::App* addEnvCommand(CLI::App& cli, EnvOptions& options);

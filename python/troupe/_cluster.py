@@ -182,9 +182,11 @@ class ClusterLoader:
         if self.stream != 0 or not (dist.is_available() and dist.is_initialized()):
             return None
         if self._store is None:
+            # (torch's own, private, from 1.13 to 2.x; where it is gone, each rank stops alone)
             from torch.distributed import distributed_c10d
-            self._store = distributed_c10d._get_default_store()
-        return self._store
+            get = getattr(distributed_c10d, "_get_default_store", None)
+            self._store = get() if get is not None else False
+        return self._store or None
 
     # -- state --
     def handoffs(self):

@@ -108,6 +108,48 @@ TEST_CASE("a state without a model or a measured loss and accuracy (a script's) 
   CHECK(back.identity.differences(s.identity).empty());
 }
 
+TEST_CASE("a planned pass in a script's state reads back: its ids, batches, DDP places and the "
+          "Dataset's changes",
+          "[checkpoint]") {
+  // troupe.data's state_dict() mid-pass: a resumed run continues the same plan, its samples
+  // seeded from the same places, its workers given the same changes to the Dataset.
+  auto s = state(7);
+  s.parameters.clear();
+  s.velocities.clear();
+  s.identity.layerSizes.clear();
+  troupe::train::PassPlan plan;
+  for (uint32_t k = 0; k < 40; ++k) plan.ids.push_back((k * 7) % 40);
+  plan.ends = {8, 16, 24, 32, 40};
+  plan.baseSeed = 0x123456789abcdefull;
+  plan.label = 3;
+  SECTION("one rank: no places, no changes") {
+    s.plan = plan;
+    auto back = decodeCheckpoint(encodeCheckpoint(s), "x");
+    REQUIRE(back.plan.has_value());
+    CHECK(back.plan->ids == plan.ids);
+    CHECK(back.plan->ends == plan.ends);
+    CHECK(back.plan->places.empty());
+    CHECK(back.plan->update.empty());
+    CHECK(back.plan->placeOf(5) == 5);
+  }
+  SECTION("a DDP rank's places and a pickled change, any bytes") {
+    for (uint64_t k = 0; k < 40; ++k) plan.places.push_back(k * 2 + 1);
+    plan.update = std::string("\x80\x05\0pickled\xff", 12);
+    s.plan = plan;
+    auto back = decodeCheckpoint(encodeCheckpoint(s), "x");
+    REQUIRE(back.plan.has_value());
+    CHECK(back.plan->places == plan.places);
+    CHECK(back.plan->placeOf(5) == 11);
+    CHECK(back.plan->update == plan.update);
+    CHECK(back.plan->baseSeed == plan.baseSeed);
+    CHECK(back.plan->label == 3);
+    // The header's counts and the bytes must agree: one byte less is refused.
+    auto bytes = encodeCheckpoint(s);
+    bytes.erase(bytes.size() - 5, 1);
+    CHECK_THROWS_AS(decodeCheckpoint(bytes, "x"), CheckpointError);
+  }
+}
+
 TEST_CASE("a damaged checkpoint is refused with the reason, never half-read", "[checkpoint]") {
   auto bytes = encodeCheckpoint(state(7));
   SECTION("a flipped byte in the weights fails the checksum") {

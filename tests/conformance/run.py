@@ -85,6 +85,7 @@ CASES = {
     "dataset_change": Case("exact", quick=("sim2",)),
     "many_workers": Case("exact", shapes=("plain", "sim2"), quick=("sim2",)),
     "skip_errors": Case("exact", shapes=("plain", "sim2"), quick=("sim2",)),
+    "translated_skip": Case("shapes", shapes=("plain", "sim2"), quick=("sim2",)),
     "exception_type": Case("caught", shapes=("plain", "sim2"), quick=("sim2",), alone=True),
     "timeout": Case("caught", shapes=("plain", "sim2"), alone=True),
     "ddp_sampler": Case("order", shapes=DDP_ONLY, quick=DDP_ONLY, props=("distinct",)),
@@ -369,6 +370,27 @@ def judge_order(torch_rec, troupe_rec):
     return out
 
 
+def without_pixels(value):
+    """A batch's description without its float tensors' values (random crops are each side's
+    own draws): structure, dtypes, shapes and every other value stay."""
+    if isinstance(value, dict):
+        if "tensor" in value and "float" in value["tensor"]:
+            return {k: v for k, v in value.items() if k != "values"}
+        return {k: without_pixels(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_pixels(v) for v in value]
+    return value
+
+
+def judge_shapes(torch_rec, troupe_rec):
+    """As judge_exact, but images' pixels (each side draws its own crops)."""
+    strip = {"epochs": [{"batches": without_pixels(e["batches"]), "rng": e["rng"]}
+                        for e in torch_rec["epochs"]], "len": torch_rec["len"]}
+    mine = {"epochs": [{"batches": without_pixels(e["batches"]), "rng": e["rng"]}
+                       for e in troupe_rec["epochs"]], "len": troupe_rec["len"]}
+    return judge_exact(strip, mine)
+
+
 def judge_caught(torch_rec, troupe_rec):
     if torch_rec["caught"] != troupe_rec["caught"]:
         return [f"the loop's exception: torch {torch_rec['caught']} ({torch_rec.get('first_line')})"
@@ -401,7 +423,7 @@ def judge_union(torch_ranks, troupe_ranks):
     return out
 
 
-RULES = {"exact": judge_exact, "order": judge_order, "caught": judge_caught,
+RULES = {"exact": judge_exact, "shapes": judge_shapes, "order": judge_order, "caught": judge_caught,
          "steps": judge_steps}
 
 

@@ -434,6 +434,44 @@ def case_skip_errors():
     return observe(loader, rows=False)
 
 
+def image_folder():
+    """A small ImageFolder of JPEGs of many sizes, two of them corrupt, made once in OUT (every
+    instance's script sees it whole: it appears by a rename)."""
+    root = os.path.join(OUT, "images")
+    if not os.path.isdir(root):
+        from PIL import Image
+        made = f"{root}.{os.getpid()}"
+        for k in range(40):
+            folder = os.path.join(made, f"class{k % 3}")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"{k:02}.jpg")
+            if k in (7, 23):
+                with open(path, "wb") as f:
+                    f.write(b"\xff\xd8\xff\xe0 not a JPEG")
+                continue
+            Image.new("RGB", (20 + k, 16 + k % 5), (k * 6, 255 - k * 6, k * 3)).save(path)
+        try:
+            os.rename(made, root)
+        except OSError:  # another instance's came first
+            import shutil
+            shutil.rmtree(made, ignore_errors=True)
+    return root
+
+
+def case_translated_skip():
+    """torchvision's ImageFolder with a Compose troupe translates to its C++ pipeline, two corrupt
+    JPEGs: skip_errors=True leaves them out (torch's side: the idiom, None and a collate)."""
+    import torchvision
+    import torchvision.transforms as T
+    dataset = torchvision.datasets.ImageFolder(image_folder(), transform=T.Compose([
+        T.RandomResizedCrop(16), T.ToTensor()]))
+    if SIDE == "troupe":
+        loader = DataLoader(dataset, batch_size=8, num_workers=2, skip_errors=True)
+    else:
+        loader = DataLoader(Skipping(dataset), batch_size=8, num_workers=2, collate_fn=skip_none)
+    return observe(loader, rows=False)
+
+
 def case_ddp_sampler():
     """DDP, a DistributedSampler in the DataLoader (the script unchanged but the statement)."""
     sampler = torch.utils.data.distributed.DistributedSampler(Draws(), shuffle=True, seed=5)

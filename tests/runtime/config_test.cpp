@@ -3,6 +3,7 @@
 
 #include "config_error.h"
 #include "troupe/config.h"
+#include "troupe/torchrun.h"
 
 using troupe::ClusterConfig;
 using troupe::ConfigError;
@@ -155,4 +156,59 @@ TEST_CASE("bad labels and resources in a cluster file name the file, the key and
                   "'fpga'") == 0);
   CHECK(fails(R"({"current_host":"a","hosts":["a"],"labels":{"host":"x"}})")
             .find("label 'host' is set by troupe itself") != std::string::npos);
+}
+
+namespace {
+
+// The value of `name` among `env`'s variables, or "" without it.
+std::string valueOf(const troupe::TorchrunEnvironment& env, const std::string& name) {
+  for (auto& [k, v] : env.variables) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+const char* kTwoRanks = R"({
+  "current_host": "algo-1", "current_group_name": "data_group",
+  "current_instance_type": "ml.c5.xlarge", "hosts": ["algo-1", "algo-2", "algo-3", "algo-4"],
+  "instance_groups": [
+    {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge",
+     "hosts": ["algo-4", "algo-2"]},
+    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge",
+     "hosts": ["algo-3", "algo-1"]}]})";
+
+}  // namespace
+
+TEST_CASE("torchrun's environment from the description: the training group's hosts are the ranks, "
+          "a data instance a world of one, several processes a host none",
+          "[config][torchrun]") {
+  auto c = ClusterConfig::parse(kTwoRanks, "rc.json");
+  troupe::TorchrunPorts ports{"10.0.0.2", 41000, 42000};
+  // The head is algo-2 (the GPU group's first host): rank 0; algo-4 rank 1.
+  auto head = troupe::torchrunEnvironment(c, "", 0, "algo-2", ports);
+  CHECK(valueOf(head, "RANK") == "0");
+  CHECK(valueOf(head, "WORLD_SIZE") == "2");
+  CHECK(valueOf(head, "LOCAL_RANK") == "0");
+  CHECK(valueOf(head, "LOCAL_WORLD_SIZE") == "1");
+  CHECK(valueOf(head, "MASTER_ADDR") == "10.0.0.2");
+  CHECK(valueOf(head, "MASTER_PORT") == "41000");
+  CHECK(valueOf(head, "TROUPE_DDP_ROLE") == "rank");
+  auto other = troupe::torchrunEnvironment(c, "dnn_group", 0, "algo-4", ports);
+  CHECK(valueOf(other, "RANK") == "1");
+  CHECK(valueOf(other, "GROUP_RANK") == "1");
+  // A data instance: rank 0 of a world of one on itself, its own port.
+  auto data = troupe::torchrunEnvironment(c, "", 0, "algo-3", ports);
+  CHECK(valueOf(data, "RANK") == "0");
+  CHECK(valueOf(data, "WORLD_SIZE") == "1");
+  CHECK(valueOf(data, "MASTER_ADDR") == "127.0.0.1");
+  CHECK(valueOf(data, "MASTER_PORT") == "42000");
+  CHECK(valueOf(data, "TROUPE_DDP_ROLE") == "data");
+  // Without an address the head's host name; a group the cluster lacks falls back to the default.
+  auto named = troupe::torchrunEnvironment(c, "gpu_group", 0, "algo-4", troupe::TorchrunPorts{});
+  CHECK(valueOf(named, "MASTER_ADDR") == "algo-2");
+  CHECK(valueOf(named, "MASTER_PORT") == "29500");
+  // Two processes an instance: the DataLoader starts the second, after the script's first line.
+  auto two = troupe::torchrunEnvironment(c, "", 2, "algo-2", ports);
+  CHECK(two.variables.empty());
+  CHECK_THAT(two.why, Catch::Matchers::Contains("2 processes each"));
 }

@@ -135,8 +135,9 @@ class ScriptLearner final : public Learner {
 
  private:
   void push(Item item);
-  // next() and peek(): the batch held before is trained; then waits for an item (holds mutex_).
-  void awaitItem(std::unique_lock<std::mutex>& lock);
+  // next() and peek(): the batch held before is trained; then waits for an item (holds mutex_),
+  // for at most `timeout` seconds when above 0: false when none came.
+  bool awaitItemFor(std::unique_lock<std::mutex>& lock, double timeout);
   uint64_t id_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
