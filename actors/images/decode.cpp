@@ -64,6 +64,15 @@ void checkPixels(uint64_t w, uint64_t h, uint64_t maxPixels, const std::string& 
                                     "hetero_train's --max-image-pixels (0 removes it))");
 }
 
+// A JPEG header's size, as TurboJPEG read it: a header too damaged to say one (a file that is a
+// JPEG's first bytes and then garbage) gives 0 here, never an image.
+void checkJpegSize(int w, int h, const std::string& name) {
+  if (w <= 0 || h <= 0) {
+    throw data::SampleError(name, "a damaged JPEG header: its size is " + std::to_string(w) +
+                                      " x " + std::to_string(h));
+  }
+}
+
 // libjpeg's errors and warnings for a decode through its own API (decodeJpegRegion): an error
 // jumps back with its message; the first warning is kept, and whether the data ended early.
 struct JpegErrors {
@@ -175,6 +184,7 @@ std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string&
       throw data::SampleError(name, std::string("not a JPEG this can read: ") +
                                         tjGetErrorStr2(decompressor()));
     }
+    checkJpegSize(w, h, name);
     checkPixels(uint64_t(w), uint64_t(h), maxPixels, name);
     return {w, h};
   }
@@ -211,6 +221,7 @@ void decodeInto(std::span<const uint8_t> bytes, const std::string& name, int cha
                             &colorspace) != 0) {
       throw data::SampleError(name, std::string("a damaged JPEG header: ") + tjGetErrorStr2(tj));
     }
+    checkJpegSize(w, h, name);
     checkPixels(uint64_t(w), uint64_t(h), maxPixels, name);
     tjscalingfactor factor{1, std::max(1, scaleDenominator)};
     int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
@@ -224,7 +235,10 @@ void decodeInto(std::span<const uint8_t> bytes, const std::string& name, int cha
                              0, sh, channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
       if (rc != 0) {
         const char* why = tjGetErrorStr2(tj);
-        if (tjGetErrorCode(tj) != TJERR_WARNING || cutShort(why)) {
+        // (TurboJPEG 2.1 keeps a warning's flag from the handle's last decode when it refuses its
+        // arguments: "Invalid argument" is never a warning, whatever tjGetErrorCode says.)
+        if (tjGetErrorCode(tj) != TJERR_WARNING || cutShort(why) ||
+            std::strstr(why, "Invalid argument") != nullptr) {
           throw data::SampleError(name, std::string("a corrupt or truncated JPEG: ") + why);
         }
         if (warning != nullptr) *warning = why;

@@ -78,7 +78,9 @@ class ClusterLoader:
         workers (pickled; b"": none). Persistent workers keep the dataset they were made with, as
         torch's; troupe's C++ pipeline cannot take a change (a translated Compose is fixed)."""
         owner = self._owner
-        if owner.persistent_workers:
+        if owner.persistent_workers or self._made_as == "tuple":
+            # (A troupe.data.ImageDataset's items come from its path and spec: its epoch, which
+            # set_epoch() changes, reaches the C++ pipeline as the pass's.)
             return b""
         update = self._changes.pickled()
         if update and self._made_as is not None:

@@ -239,8 +239,11 @@ class DatasetChanges:
             return {}
         prints = {}
         for name, value in items:
-            size = len(value) if isinstance(value, (list, dict, set, tuple, str, bytes)) else None
-            prints[name] = (id(value), size)
+            if value is None or isinstance(value, (bool, int, float, str, bytes)):
+                prints[name] = ("value", value)  # (an equal number assigned again: no change)
+            else:
+                size = len(value) if isinstance(value, (list, dict, set, tuple)) else None
+                prints[name] = (id(value), size)
         return prints
 
     def pickled(self):

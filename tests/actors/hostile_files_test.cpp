@@ -148,6 +148,34 @@ TEST_CASE(
   CHECK_NOTHROW(p.run(sample, troupe::data::Encoding::kFile, {}, 1, out));
 }
 
+TEST_CASE("a JPEG's first bytes and then garbage are a named sample error, also after a JPEG "
+          "libjpeg warned about on the same thread",
+          "[images][decode][hostile]") {
+  // The conformance suite's corrupt file (tests/conformance/script.py): SOI, APP0, then text.
+  // TurboJPEG read its size as 0 x 0 and, its handle still holding the warning of the decode
+  // before, called refusing it a warning: the pipeline resized an empty image and the process
+  // died of SIGSEGV (every data instance of a job, one after the other).
+  std::string text = "\xff\xd8\xff\xe0 not a JPEG";
+  std::vector<uint8_t> garbage(text.begin(), text.end());
+  auto jpeg = encode(picture(40, 30), ".jpg");
+  auto stray = jpeg;
+  stray.insert(stray.end() - 2, 8, 0x00);  // a warning: extraneous bytes before marker 0xd9
+  for (auto spec : {"RandomResizedCrop(16)", "Resize((16, 16))"}) {
+    INFO(spec);
+    auto p = Pipeline::parse(spec);
+    std::vector<uint8_t> out(p.outputShape(3).elements());
+    for (auto& before : {jpeg, stray}) {
+      troupe::data::Encoded good{before, 0, "good.jpg"};
+      p.run(good, troupe::data::Encoding::kFile, {}, 1, out);
+      troupe::data::Encoded bad{garbage, 0, "garbage.jpg"};
+      CHECK_THROWS_WITH(p.run(bad, troupe::data::Encoding::kFile, {}, 7, out),
+                        Catch::Contains("garbage.jpg") && Catch::Contains("damaged JPEG header"));
+    }
+  }
+  CHECK_THROWS_WITH(troupe::images::imageSize(garbage, "garbage.jpg"),
+                    Catch::Contains("garbage.jpg"));
+}
+
 TEST_CASE("a JPEG libjpeg warns about is decoded as PIL decodes it, one that ends early is not",
           "[images][decode][hostile]") {
   auto jpeg = encode(picture(64, 48), ".jpg");

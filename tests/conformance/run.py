@@ -46,6 +46,8 @@ SHAPES = {
              "--env", "data_group:TROUPE_START_WITH=data_group=1"],
     "kill": ["--group", f"data_group=2:{DATA}", "--group", f"dnn_group=1:{DNN}"],
     "ddp2": ["--group", f"data_group=1:{DATA}", "--group", f"dnn_group=2:{DNN}"],
+    # Where features meet: 2 DDP ranks, 2 data instances, one killed inside the run.
+    "ddp_kill": ["--group", f"data_group=2:{DATA}", "--group", f"dnn_group=2:{DNN}"],
 }
 
 
@@ -63,6 +65,7 @@ class Case:
 
 
 DDP_ONLY = ("ddp2",)
+DDP_SHAPES = ("ddp2", "ddp_kill")
 EXITS = ("plain", "sim2", "ddp2")
 CASES = {
     "order": Case("exact", quick=("plain", "sim2")),
@@ -78,6 +81,7 @@ CASES = {
     "worker_init_fn": Case("exact"),
     "draws": Case("order", props=("distinct", "same_in_every_shape"), quick=("plain", "sim2")),
     "persistent": Case("order", props=("distinct", "fresh_epochs"), quick=("plain", "sim2")),
+    "draws0": Case("ids", props=("distinct", "same_in_every_shape")),
     "workers0": Case("exact", quick=("plain",)),
     "local": Case("exact", shapes=("plain", "sim2", "ddp2"), quick=("sim2",)),
     "peek": Case("exact", quick=("sim2",)),
@@ -88,8 +92,9 @@ CASES = {
     "translated_skip": Case("shapes", shapes=("plain", "sim2"), quick=("sim2",)),
     "exception_type": Case("caught", shapes=("plain", "sim2"), quick=("sim2",), alone=True),
     "timeout": Case("caught", shapes=("plain", "sim2"), alone=True),
-    "ddp_sampler": Case("order", shapes=DDP_ONLY, quick=DDP_ONLY, props=("distinct",)),
-    "ddp_shared": Case("union", shapes=DDP_ONLY, quick=DDP_ONLY, props=("distinct",)),
+    "ddp_sampler": Case("order", shapes=DDP_SHAPES, quick=DDP_ONLY, props=("distinct",)),
+    "ddp_shared": Case("union", shapes=DDP_SHAPES, quick=DDP_ONLY, props=("distinct",)),
+    "ddp_persistent": Case("order", shapes=DDP_SHAPES, props=("distinct", "fresh_epochs")),
     "ddp_rank0_peek": Case("steps", shapes=DDP_ONLY, alone=True),
     "ddp_timeout": Case("caught", shapes=DDP_ONLY, alone=True),
     "exit_ok": Case("exit", shapes=EXITS, alone=True),
@@ -199,12 +204,12 @@ class Runner:
         """Runs `cases` (one script run) on `side` in `shape`; an Outcome."""
         out = tempfile.mkdtemp(prefix=f"conformance-{side}-{shape}-")
         env = dict(self.env, CONFORMANCE_DELAY_MS=str(delay_ms))
-        if shape == "ddp2":
+        if shape in DDP_SHAPES:
             env["CONFORMANCE_DDP"] = "1"  # the script calls init_process_group() first
         script = [self.python, SCRIPT, side, out, ",".join(cases)]
         outcome = Outcome()
         on_line = None
-        if side == "torch" and shape == "ddp2":
+        if side == "torch" and shape in DDP_SHAPES:
             # Two processes with the environment torchrun gives them (Debian's torchrun 1.13
             # does not start under Python 3.11).
             port = str(free_port())
@@ -216,7 +221,7 @@ class Runner:
         else:
             commands = [([os.path.join(self.build, "troupe"), "sim", "--keep"] +
                          SHAPES[shape] + ["--"] + script, env)]
-            if shape == "kill":
+            if shape in ("kill", "ddp_kill"):
                 on_line = self._killer(outcome)
         started = time.monotonic()
         outcome.code, outcome.output, outcome.leftovers = launch(commands, 600, on_line)
@@ -423,7 +428,18 @@ def judge_union(torch_ranks, troupe_ranks):
     return out
 
 
-RULES = {"exact": judge_exact, "shapes": judge_shapes, "order": judge_order, "caught": judge_caught,
+def judge_ids(torch_rec, troupe_rec):
+    """The samples in torch's order, batch by batch, nothing else."""
+    out = []
+    if torch_rec.get("len") != troupe_rec.get("len"):
+        out.append(f"len(loader) {torch_rec.get('len')} vs {troupe_rec.get('len')}")
+    for e, (a, b) in enumerate(zip(ids(torch_rec), ids(troupe_rec))):
+        if a != b:
+            out.append(f"epoch {e}: sample order differs")
+    return out
+
+
+RULES = {"exact": judge_exact, "shapes": judge_shapes, "ids": judge_ids, "order": judge_order, "caught": judge_caught,
          "steps": judge_steps}
 
 
@@ -502,7 +518,7 @@ class Matrix:
                 names = [name] if CASES[name].alone else [
                     n for n, c in selected.items() if not c.alone and
                     any(s in (c.quick if self.args.quick else c.shapes) for s in (
-                        ("ddp2",) if ddp else ("plain", "sim1", "sim2", "kill", "late")))]
+                        DDP_SHAPES if ddp else ("plain", "sim1", "sim2", "kill", "late")))]
                 torch_side[key] = runner.run("torch", shape, names)
             return torch_side[key]
 
@@ -510,7 +526,7 @@ class Matrix:
         runs = []
         for (shape, _), names in sorted(plan.items()):
             # Slower items where a fault or a join must land inside the run.
-            delay = {"kill": 30, "late": 50}.get(shape, 0)
+            delay = {"kill": 30, "ddp_kill": 30, "late": 50}.get(shape, 0)
             outcome = runner.run("troupe", shape, names, delay)
             missing = [n for n in names if not any(k[0] == n for k in outcome.records)]
             if missing and len(names) > 1:
@@ -520,13 +536,13 @@ class Matrix:
             else:
                 runs.append((shape, names, outcome))
         for shape, names, outcome in runs:
-            ddp = shape == "ddp2"
+            ddp = shape in DDP_SHAPES
             for name in names:
                 case = CASES[name]
                 why = []
                 if outcome.leftovers:
                     why.append(f"processes left behind: {outcome.leftovers}")
-                if shape == "kill" and "SIGKILL to" not in outcome.note:
+                if shape in ("kill", "ddp_kill") and "SIGKILL to" not in outcome.note:
                     why.append(f"the fault was not injected ({outcome.note or 'no first batch'})")
                 if shape == "late" and "joined the running job" not in outcome.output:
                     why.append("the late data instance did not join the running job")
@@ -559,7 +575,8 @@ class Matrix:
                     head = outcome.finals.get(head_of(outcome.output), outcome.code)
                     if head not in (0, None) and case.rule != "caught":
                         why.append(f"troupe's head exited {head}: {tail(outcome.output)}")
-                    if shape not in ("kill", "late") and outcome.code not in (0, None) and \
+                    if shape not in ("kill", "ddp_kill", "late") and \
+                            outcome.code not in (0, None) and \
                             case.rule != "caught":
                         why.append(f"troupe's run exited {outcome.code}: {tail(outcome.output)}")
                 self.verdict(name, shape, label, version, not why,

@@ -354,6 +354,13 @@ def case_draws():
     return observe(DataLoader(Draws(), batch_size=8, shuffle=True, num_workers=2))
 
 
+def case_draws0():
+    """num_workers=0, a dataset that draws: the same batches in every shape (the items' draws
+    are troupe's per-sample ones: under torch's num_workers=0 they come from the script's
+    generators, which troupe leaves alone; the workers0 case judges those)."""
+    return observe(DataLoader(Draws(48), batch_size=8, shuffle=True, num_workers=0), epochs=3)
+
+
 def case_persistent():
     """persistent_workers=True, shuffle=False: the workers' streams go on, epoch 1 draws anew."""
     return observe(DataLoader(Draws(64), batch_size=8, num_workers=2, persistent_workers=True))
@@ -477,6 +484,14 @@ def case_ddp_sampler():
     sampler = torch.utils.data.distributed.DistributedSampler(Draws(), shuffle=True, seed=5)
     return observe(DataLoader(Draws(), batch_size=8, sampler=sampler, num_workers=2),
                    set_epoch=True)
+
+
+def case_ddp_persistent():
+    """DDP x persistent workers (x a data instance killed, in that shape): each rank's batches as
+    torch's, every epoch drawing anew on every rank."""
+    sampler = torch.utils.data.distributed.DistributedSampler(Draws(64), shuffle=True, seed=2)
+    return observe(DataLoader(Draws(64), batch_size=8, sampler=sampler, num_workers=2,
+                              persistent_workers=True), set_epoch=True)
 
 
 def case_ddp_shared():
