@@ -81,7 +81,7 @@ CASES = {
     "worker_init_fn": Case("exact"),
     "draws": Case("order", props=("distinct", "same_in_every_shape"), quick=("plain", "sim2")),
     "persistent": Case("order", props=("distinct", "fresh_epochs"), quick=("plain", "sim2")),
-    "draws0": Case("ids", props=("distinct", "same_in_every_shape")),
+    "draws0": Case("first_epoch", props=("distinct", "same_in_every_shape")),
     "workers0": Case("exact", quick=("plain",)),
     "local": Case("exact", shapes=("plain", "sim2", "ddp2"), quick=("sim2",)),
     "peek": Case("exact", quick=("sim2",)),
@@ -439,7 +439,17 @@ def judge_ids(torch_rec, troupe_rec):
     return out
 
 
-RULES = {"exact": judge_exact, "shapes": judge_shapes, "ids": judge_ids, "order": judge_order, "caught": judge_caught,
+def judge_first_epoch(torch_rec, troupe_rec):
+    """The first epoch's samples in torch's order. (With num_workers=0 torch's items draw from the
+    script's generator, so its next epochs' shuffles follow what they drew; troupe's items never
+    touch the script's generators - docs/pytorch.md, "Outside a cluster" - and its later epochs
+    are judged the same in every shape instead.)"""
+    first = dict(torch_rec, epochs=torch_rec["epochs"][:1])
+    return judge_ids(first, dict(troupe_rec, epochs=troupe_rec["epochs"][:1]))
+
+
+RULES = {"exact": judge_exact, "shapes": judge_shapes, "ids": judge_ids,
+         "first_epoch": judge_first_epoch, "order": judge_order, "caught": judge_caught,
          "steps": judge_steps}
 
 

@@ -355,9 +355,10 @@ def case_draws():
 
 
 def case_draws0():
-    """num_workers=0, a dataset that draws: the same batches in every shape (the items' draws
-    are troupe's per-sample ones: under torch's num_workers=0 they come from the script's
-    generators, which troupe leaves alone; the workers0 case judges those)."""
+    """num_workers=0, a dataset that draws: the same batches and draws in every shape, the first
+    epoch's order torch's. (Under torch's num_workers=0 the items draw from the script's
+    generators, and the next epochs' shuffles follow; troupe's items draw their per-sample
+    numbers and leave the script's generators alone: the workers0 case judges those.)"""
     return observe(DataLoader(Draws(48), batch_size=8, shuffle=True, num_workers=0), epochs=3)
 
 
