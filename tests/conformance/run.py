@@ -55,13 +55,14 @@ class Case:
     """A case: how to judge it, the shapes it runs in, whether `make test` runs it."""
 
     def __init__(self, rule, shapes=("plain", "sim1", "sim2", "kill", "late"), quick=(),
-                 props=(), alone=False, delay_ms=0):
+                 props=(), alone=False, delay_ms=0, needs=()):
         self.rule = rule          # the comparison with torch's side (RULES)
         self.shapes = shapes      # troupe's side's shapes in the whole matrix
         self.quick = quick        # the shapes make test runs
         self.props = props        # troupe's promises beyond torch (PROPERTIES)
         self.alone = alone        # ends the script: a run of its own
         self.delay_ms = delay_ms  # per item, so that a kill lands inside it
+        self.needs = needs        # modules the case imports beyond torch (a skip without them)
 
 
 DDP_ONLY = ("ddp2",)
@@ -79,6 +80,7 @@ CASES = {
     "types": Case("exact", quick=("plain", "sim2")),
     "collate_fn": Case("exact", quick=("sim2",)),
     "worker_init_fn": Case("exact"),
+    "pinning": Case("exact", shapes=("plain", "sim2")),
     "draws": Case("order", props=("distinct", "same_in_every_shape"), quick=("plain", "sim2")),
     "persistent": Case("order", props=("distinct", "fresh_epochs"), quick=("plain", "sim2")),
     "draws0": Case("first_epoch", props=("distinct", "same_in_every_shape")),
@@ -89,7 +91,8 @@ CASES = {
     "dataset_change": Case("exact", quick=("sim2",)),
     "many_workers": Case("exact", shapes=("plain", "sim2"), quick=("sim2",)),
     "skip_errors": Case("exact", shapes=("plain", "sim2"), quick=("sim2",)),
-    "translated_skip": Case("shapes", shapes=("plain", "sim2"), quick=("sim2",)),
+    "translated_skip": Case("shapes", shapes=("plain", "sim2"), quick=("sim2",),
+                            needs=("torchvision",)),
     "exception_type": Case("caught", shapes=("plain", "sim2"), quick=("sim2",), alone=True),
     "timeout": Case("caught", shapes=("plain", "sim2"), alone=True),
     "ddp_sampler": Case("order", shapes=DDP_SHAPES, quick=DDP_ONLY, props=("distinct",)),
@@ -340,7 +343,7 @@ def judge_exact(torch_rec, troupe_rec):
     out = []
     if torch_rec.get("len") != troupe_rec.get("len"):
         out.append(f"len(loader) {torch_rec.get('len')} vs {troupe_rec.get('len')}")
-    for key in ("peeked", "after"):
+    for key in ("peeked", "after", "pinned"):
         if key in torch_rec:
             d = first_difference(torch_rec[key], troupe_rec.get(key), key)
             if d:
@@ -507,8 +510,16 @@ class Matrix:
             self.log(f"SKIP {label}: PyTorch cannot be imported by {python}")
             return False
         self.log(f"torch {version} ({label}: {python})")
-        selected = {name: c for name, c in CASES.items()
-                    if re.search(self.args.only, name)}
+        selected = {}
+        for name, c in CASES.items():
+            if not re.search(self.args.only, name):
+                continue
+            missing = [m for m in c.needs if subprocess.run(
+                [python, "-c", f"import {m}"], capture_output=True).returncode != 0]
+            if missing:
+                self.log(f"SKIP {name}: {', '.join(missing)} cannot be imported by {python}")
+                continue
+            selected[name] = c
         plan = collections.defaultdict(list)  # (shape, delay) -> cases run together
         for name, c in selected.items():
             shapes = c.quick if self.args.quick else c.shapes

@@ -349,6 +349,17 @@ def case_worker_init_fn():
                               num_workers=2))
 
 
+def case_pinning():
+    """pin_memory=True (no CUDA here: torch leaves batches unpinned), pin_memory_device, and an
+    explicit multiprocessing_context: the same batches."""
+    loader = DataLoader(Fixed(), batch_size=8, num_workers=2, pin_memory=True,
+                        pin_memory_device="cuda" if torch.cuda.is_available() else "",
+                        multiprocessing_context="fork")
+    record = observe(loader, epochs=1)
+    record["pinned"] = [bool(b[1].is_pinned()) for b in loader]
+    return record
+
+
 def case_draws():
     """Each sample's random draws, two epochs, two workers: distinct for every (epoch, sample)."""
     return observe(DataLoader(Draws(), batch_size=8, shuffle=True, num_workers=2))
