@@ -171,6 +171,7 @@ std::string valueOf(const troupe::TorchrunEnvironment& env, const std::string& n
 const char* kTwoRanks = R"({
   "current_host": "algo-1", "current_group_name": "data_group",
   "current_instance_type": "ml.c5.xlarge", "hosts": ["algo-1", "algo-2", "algo-3", "algo-4"],
+  "network_interface_name": "eth0",
   "instance_groups": [
     {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge",
      "hosts": ["algo-4", "algo-2"]},
@@ -193,6 +194,7 @@ TEST_CASE("torchrun's environment from the description: the training group's hos
   CHECK(valueOf(head, "MASTER_ADDR") == "10.0.0.2");
   CHECK(valueOf(head, "MASTER_PORT") == "41000");
   CHECK(valueOf(head, "TROUPE_DDP_ROLE") == "rank");
+  CHECK(valueOf(head, "GLOO_SOCKET_IFNAME") == "eth0");  // the description's interface
   auto other = troupe::torchrunEnvironment(c, "dnn_group", 0, "algo-4", ports);
   CHECK(valueOf(other, "RANK") == "1");
   CHECK(valueOf(other, "GROUP_RANK") == "1");

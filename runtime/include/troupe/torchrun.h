@@ -8,7 +8,9 @@
 // The ranks are troupe.data's (actors/train/script_job.cpp): the training group is the head's
 // group, its hosts sorted (the head is the first), one process each. A training instance gets
 // RANK (its place), LOCAL_RANK 0, WORLD_SIZE (the group's hosts), LOCAL_WORLD_SIZE 1, GROUP_RANK,
-// MASTER_ADDR (the head) and MASTER_PORT. Any other instance (the data group) is no rank, but its
+// MASTER_ADDR (the head) and MASTER_PORT, and GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME, the
+// description's network interface (the collectives on the cluster's private network). Any other
+// instance (the data group) is no rank, but its
 // script runs to its DataLoader through the same first lines: it gets a world of one on itself
 // (RANK 0, WORLD_SIZE 1, MASTER_ADDR 127.0.0.1 and a port of its own), and TROUPE_DDP_ROLE=data
 // (troupe.data then forms that world with gloo, whatever backend the script names). Where an

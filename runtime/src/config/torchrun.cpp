@@ -50,6 +50,12 @@ TorchrunEnvironment torchrunEnvironment(const ClusterConfig& config, const std::
                    {"MASTER_ADDR", ports.masterAddr.empty() ? head : ports.masterAddr},
                    {"MASTER_PORT", std::to_string(ports.masterPort)},
                    {"TROUPE_DDP_ROLE", "rank"}};
+  // The collectives on the cluster's private network (docs/security.md, "DDP"), as the
+  // DataLoader sets them for a script that makes it first.
+  if (!config.networkInterface.empty()) {
+    out.variables.push_back({"GLOO_SOCKET_IFNAME", config.networkInterface});
+    out.variables.push_back({"NCCL_SOCKET_IFNAME", config.networkInterface});
+  }
   return out;
 }
 
