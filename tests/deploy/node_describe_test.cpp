@@ -231,3 +231,40 @@ TEST_CASE("bad --labels and --resources: exit 2 naming the flag, the value and t
   CHECK(env.output().find("troupe env: --resources (TROUPE_RESOURCES) 'fpga=x': 'x' is not an "
                           "amount") != std::string::npos);
 }
+
+TEST_CASE("troupe env --torchrun prints the environment a torchrun script starts with on this host",
+          "[deploy][torchrun]") {
+  // What SageMaker's train and troupe-node add before a script starts (troupe/torchrun.h): a
+  // training instance its rank, a data instance a world of one, the job's MASTER_PORT kept.
+  roots::TempDir dir("troupe-env-torchrun");
+  auto cluster = [&](const std::string& host, const std::string& group) {
+    auto path = dir / (host + ".json");
+    roots::writeFile(path, R"({"current_host": ")" + host + R"(", "current_group_name": ")" +
+                               group + R"(", "hosts": ["algo-1", "algo-2", "algo-3"],
+        "network_interface_name": "eth0", "instance_groups": [
+        {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge",
+         "hosts": ["algo-3", "algo-2"]},
+        {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge",
+         "hosts": ["algo-1"]}]})");
+    return path;
+  };
+  harness::Run rank({harness::troupeBinary(), "env", "--torchrun", "--cluster",
+                     cluster("algo-3", "dnn_group")},
+                    {"MASTER_PORT=23456"});
+  REQUIRE(rank.wait(20s) == 0);
+  auto out = rank.output();
+  INFO(out);
+  for (auto line : {"RANK=1\n", "WORLD_SIZE=2\n", "LOCAL_RANK=0\n", "MASTER_ADDR=algo-2\n",
+                    "MASTER_PORT=23456\n", "GLOO_SOCKET_IFNAME=eth0\n", "TROUPE_DDP_ROLE=rank\n"}) {
+    CHECK(out.find(line) != std::string::npos);
+  }
+  harness::Run data({harness::troupeBinary(), "env", "--torchrun", "--cluster",
+                     cluster("algo-1", "data_group")});
+  REQUIRE(data.wait(20s) == 0);
+  auto alone = data.output();
+  INFO(alone);
+  for (auto line : {"RANK=0\n", "WORLD_SIZE=1\n", "MASTER_ADDR=127.0.0.1\n",
+                    "TROUPE_DDP_ROLE=data\n"}) {
+    CHECK(alone.find(line) != std::string::npos);
+  }
+}
