@@ -312,6 +312,13 @@ TEST_CASE(
   std::filesystem::copy_file("/bin/sleep", fake);
   Run simulator({fake, "120"});
   int pid = simulator.pid();
+  // Its name is "troupe" once its exec is done: asked before, under a loaded make test, status
+  // found no simulator of the job's pid running ("no running troupe sim job of yours here").
+  auto comm = "/proc/" + std::to_string(pid) + "/comm";
+  for (int i = 0; i < 500 && roots::readFile(comm) != "troupe\n"; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(roots::readFile(comm) == "troupe\n");
   // No job answers at these addresses (port 1 of loopback refuses): which one was asked shows in
   // the error that names it.
   roots::TempDir mine;
