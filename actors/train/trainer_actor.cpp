@@ -226,8 +226,12 @@ void TrainerActor::beginEpoch(uint32_t epoch, bool resumed, bool ahead) {
   epoch_ = epoch;
   queue_.clear();
   // The last epoch's streams have pushed everything (its every sample is acknowledged).
-  for (auto& a : augmenters_) a.busy = a.slow = false;
+  for (auto& a : augmenters_) {
+    a.streams = 0;
+    a.slow = false;
+  }
   for (auto& s : sources_) {
+    s.queued = 0;
     if (!resumed && !ahead) s.acked = 0;
     s.produced = false;
     s.end = 0;
@@ -404,38 +408,68 @@ kj::Promise<void> TrainerActor::addSources(AddSourcesContext call) {
   return kj::READY_NOW;
 }
 
+uint32_t TrainerActor::streamsEach() const {
+  return inOrder_ && args_.getPython() ? prefetch_ : 1;
+}
+
+uint64_t TrainerActor::streamCost(const Source& s) const {
+  uint64_t batches = planned_ ? s.ends.size() : (s.expected.size() + batchSize_ - 1) / batchSize_;
+  return std::max<uint64_t>(1, std::min<uint64_t>(prefetch_, batches));
+}
+
+uint64_t TrainerActor::budget() const {
+  uint64_t live = 0;
+  for (auto& a : augmenters_) live += !a.gone;
+  return uint64_t(prefetch_) * std::max<uint64_t>(1, live);
+}
+
 void TrainerActor::dispatch() {
   if (!training_ || stopping_) return;
-  auto free = [this](size_t k) {
+  uint32_t each = streamsEach();
+  auto free = [this, each](size_t k) {
     auto& a = augmenters_[k];
-    return !a.busy && !a.down && !a.gone;
+    return a.streams < each && !a.down && !a.gone;
   };
   // A free augmenter on the instance serving the fewest shards now: an epoch of few shards
   // spreads over every data instance (the first one's augmenters would take them all).
   std::map<std::string, uint32_t> serving;
-  for (auto& a : augmenters_) serving[a.address.host] += a.busy;
+  for (auto& a : augmenters_) serving[a.address.host] += a.streams;
   auto pick = [&]() -> int64_t {
     int64_t best = -1;
     for (size_t k = 0; k < augmenters_.size(); ++k) {
       if (!free(k)) continue;
-      if (best < 0 || serving[augmenters_[k].address.host] <
-                          serving[augmenters_[best].address.host]) {
+      if (best < 0 ||
+          std::pair(serving[augmenters_[k].address.host], augmenters_[k].streams) <
+              std::pair(serving[augmenters_[best].address.host], augmenters_[best].streams)) {
         best = int64_t(k);
       }
     }
     return best;
   };
+  // What the trainer holds now (queued batches, and what its streams may still push), and the
+  // shard it needs next.
+  uint64_t held = queue_.size();
+  size_t needed = sources_.size();
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    auto& s = sources_[i];
+    if (s.augmenter >= 0) held += streamCost(s) - std::min<uint64_t>(s.queued, streamCost(s));
+    if (needed == sources_.size() && s.acked < s.expected.size()) needed = i;
+  }
+  uint64_t most = budget();
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
     if (s.produced || s.augmenter >= 0 || from(s) >= s.expected.size()) continue;
+    // The rest wait until the trainer has taken some of what it holds.
+    if (held + streamCost(s) > most && i != needed && held > 0) break;
     auto next = pick();
     if (next < 0) return;  // every augmenter is busy (or down)
     s.augmenter = static_cast<int32_t>(next);
-    augmenters_[next].busy = true;
+    ++augmenters_[next].streams;
     ++serving[augmenters_[next].address.host];
+    held += streamCost(s);
     startSource(i);
   }
-  // The queue is empty: the epoch's tail.
+  // The queue is empty (or waits for the trainer): the epoch's tail.
   for (size_t k = 0; k < augmenters_.size(); ++k) {
     if (free(k) && !augmenters_[k].slow && !steal(uint32_t(k))) return;
   }
@@ -452,12 +486,23 @@ bool TrainerActor::steal(uint32_t augmenter) {
   uint64_t mostLeft = 0;
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
-    if (s.augmenter < 0 || s.produced || seconds(now - s.since) < limit) continue;
+    bool waitedFor = false;
+    if (inOrder_) {
+      // The trainer takes nothing until this one's next batch is here: one batch is enough.
+      if (s.acked >= s.expected.size()) continue;
+      waitedFor = true;
+    }
+    if (s.augmenter < 0 || s.produced || s.augmenter == int32_t(augmenter) ||
+        seconds(now - s.since) < limit) {
+      if (waitedFor) break;
+      continue;
+    }
     uint64_t left = s.expected.size() - std::min<uint64_t>(s.acked, s.expected.size());
-    if (left >= 2ull * batchSize_ && left > mostLeft) {
+    if ((waitedFor || left >= 2ull * batchSize_) && left > mostLeft) {
       best = i;
       mostLeft = left;
     }
+    if (waitedFor) break;
   }
   if (best < 0) return false;
   auto& s = sources_[best];
@@ -471,7 +516,7 @@ bool TrainerActor::steal(uint32_t augmenter) {
   from.slow = true;
   unassign(best);  // its stream's late batches are stale now
   s.augmenter = static_cast<int32_t>(augmenter);
-  to.busy = true;
+  ++to.streams;
   startSource(best);
   return true;
 }
@@ -529,7 +574,7 @@ void TrainerActor::startSource(uint32_t index) {
         s.produced = true;
         shardSeconds_.push_back(seconds(context().timer().now() - s.since));
         s.augmenter = -1;
-        augmenters_[augmenter].busy = false;
+        --augmenters_[augmenter].streams;
         dispatch();
         wake();
       },
@@ -541,9 +586,10 @@ void TrainerActor::startSource(uint32_t index) {
 
 void TrainerActor::unassign(uint32_t index) {
   auto& s = sources_[index];
-  if (s.augmenter >= 0) augmenters_[s.augmenter].busy = false;
+  if (s.augmenter >= 0) --augmenters_[s.augmenter].streams;
   s.augmenter = -1;
   s.session = 0;  // whatever still arrives from the old stream is stale
+  s.queued = 0;
   // Batches queued from the old stream are dropped: the next one resends from `acked`.
   std::erase_if(queue_, [index](const Pending& p) { return p.source == index; });
 }

@@ -68,6 +68,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
     uint64_t end = 0;                // shard size, known once produce() resolved
     bool produced = false;           // produce() resolved for this epoch: all of it was pushed
     uint64_t staleLogged = ~0ull;    // the session whose first stale batch was logged
+    uint32_t queued = 0;             // batches of its current stream waiting in queue_
     std::vector<uint32_t> expected;  // this epoch's order of the shard
     kj::TimePoint since = kj::origin<kj::TimePoint>();  // when its current stream started
     // A planned pass: the shard's first position in it, and where its batches end (positions
@@ -78,7 +79,7 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   struct AugmenterRef {
     ActorAddress address;  // its current incarnation
     hetero::Augmenter::Client client = nullptr;
-    bool busy = false;   // serving a shard
+    uint32_t streams = 0;  // shards it serves now (streamsEach() at most)
     bool down = false;   // its stream broke: used again once it runs as a new incarnation
     bool gone = false;   // will not come back (monitor)
     bool added = false;  // by addSources(): its first batch is logged (bench_membership)
@@ -145,18 +146,29 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   mutable std::shared_ptr<const std::vector<uint32_t>> epochOrder_;
   mutable uint32_t epochOrderOf_ = ~0u;
   static constexpr uint32_t kBatchesPerShard = 8;
-  // In order, a shard is one batch: every augmenter makes one of the next batches at a time.
+  // In order, a shard is one batch: every augmenter makes some of the next batches.
   uint32_t batchesPerShard() const { return inOrder_ ? 1 : kBatchesPerShard; }
+  // Memory bounded by construction, in order or not (torch's rule): at most prefetch_ batches per
+  // augmenter are in the making or waiting in queue_. A stream holds min(prefetch_, its
+  // batches) of them (credits), less those of it already queued; queued batches hold one each.
+  // A stream is started only while the total stays within budget(), except the epoch's next
+  // unfinished shard, which always may start (in order, the trainer waits for it).
+  uint64_t budget() const;
+  uint64_t streamCost(const Source& s) const;
+  // Streams an augmenter serves at once: in order, a script's one-batch shards, prefetch_ of
+  // them (its workers have prefetch_factor batches in the making each, as torch's); else one.
+  uint32_t streamsEach() const;
   void addAugmenter(const ActorAddress& address);
   void dispatch();
   // Hands queued shards to free augmenters, in shard order; once the queue is empty, a free
   // augmenter takes over a shard that has been served far longer than shards take (steal()).
   bool steal(uint32_t augmenter);
-  // The epoch's tail: the shard in progress with the most left, if its stream has run past
-  // kSlowShardFactor times the median shard's time (and at least a second), moves to `augmenter`
-  // from its acknowledged position. Its old augmenter (a slow node: a throttled link, a
+  // The epoch's tail: the shard in progress with the most left (in order: the shard the trainer
+  // waits for), if its stream has run past kSlowShardFactor times the median shard's time (and
+  // at least a second), moves to `augmenter` from its acknowledged position. Its old augmenter (a slow node: a throttled link, a
   // saturated CPU) keeps its other work but steals nothing this epoch.
   static constexpr double kSlowShardFactor = 4;
+  static constexpr kj::Duration kLookAgain = 500 * kj::MILLISECONDS;  // dispatch() while waiting
   void startSource(uint32_t index);
   // Where a stream for `s` starts: its acknowledged position, or 0 for an epoch begun ahead.
   uint64_t from(const Source& s) const;

@@ -47,6 +47,9 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
                    a.address.host);
     }
   }
+  if (p.source < sources_.size() && sources_[p.source].session == p.session) {
+    ++sources_[p.source].queued;
+  }
   queue_.push_back(kj::mv(p));
   wake();
 }
@@ -140,8 +143,13 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   if (inOrder_ && !queue_.empty()) pick = nextInOrder(epoch);
   if (pick == nullptr) {
     if (epochDone()) return kj::READY_NOW;
+    // What the trainer took made room within the budget; the wait also looks again now and then
+    // (a stream the trainer waits for that has run far too long is taken over).
+    dispatch();
     auto waitStart = context().timer().now();
-    return trace::around(dataReady(), "wait", "train", trace::actorRow(self().id))
+    auto ready = dataReady().exclusiveJoin(
+        context().timer().afterDelay(kLookAgain).then([this]() { dispatch(); }));
+    return trace::around(kj::mv(ready), "wait", "train", trace::actorRow(self().id))
         .then([this, epoch, waitStart]() {
           waitedSinceStep_ = true;
           auto waited = seconds(context().timer().now() - waitStart);
@@ -154,6 +162,10 @@ kj::Promise<void> TrainerActor::consume(uint32_t epoch) {
   auto at = KJ_ASSERT_NONNULL(pick);
   auto b = kj::mv(queue_[at]);
   queue_.erase(queue_.begin() + at);
+  if (b.source < sources_.size() && sources_[b.source].session == b.session &&
+      sources_[b.source].queued > 0) {
+    --sources_[b.source].queued;
+  }
   if (b.source >= sources_.size()) {
     ++stats_.rejected;
     spdlog::warn("rejected a batch from unknown shard {}", b.source);
