@@ -57,6 +57,14 @@ std::vector<uint8_t> readWhole(const std::string& path) {
     ::close(fd);
     throw SampleError(path, std::string("cannot stat: ") + strerror(e));
   }
+  if (uint64_t(st.st_size) > kMaxSampleFileBytes) {
+    ::close(fd);
+    throw SampleError(path, "the file is " + std::to_string(st.st_size) +
+                                " bytes, more than troupe reads for one sample (" +
+                                std::to_string(kMaxSampleFileBytes) +
+                                "): not an image a model trains on (a decompression bomb, a video, "
+                                "a disk image); move it out of the dataset");
+  }
   std::vector<uint8_t> bytes(size_t(st.st_size));
   size_t got = 0;
   while (got < bytes.size()) {

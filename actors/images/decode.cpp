@@ -8,6 +8,9 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <cctype>
+#include <cstdlib>
+#include <optional>
 
 #include <jpeglib.h>
 #if TROUPE_IMGCODECS
@@ -49,6 +52,86 @@ std::pair<uint32_t, uint32_t> pngSize(std::span<const uint8_t> b) {
     return uint32_t(b[at]) << 24 | uint32_t(b[at + 1]) << 16 | uint32_t(b[at + 2]) << 8 | b[at + 3];
   };
   return {be(16), be(20)};
+}
+
+// The size the header of a BMP, PNM (P1-P6), WebP or TIFF file claims, read as their decoders
+// read it (the BMP's BITMAPINFOHEADER or OS/2 core header, the PNM's text header, the WebP's
+// VP8/VP8L/VP8X chunk, the TIFF's first IFD: the page OpenCV decodes); nothing: not one of these,
+// or a header too short or damaged to say (the decoder then refuses the file itself).
+std::optional<std::pair<uint64_t, uint64_t>> headerSize(std::span<const uint8_t> b) {
+  auto le16 = [&](size_t at) { return uint32_t(b[at]) | uint32_t(b[at + 1]) << 8; };
+  auto le32 = [&](size_t at) { return le16(at) | le16(at + 2) << 16; };
+  auto le24 = [&](size_t at) { return le16(at) | uint32_t(b[at + 2]) << 16; };
+  if (b.size() >= 26 && b[0] == 'B' && b[1] == 'M') {
+    uint32_t header = le32(14);
+    if (header == 12) return std::pair<uint64_t, uint64_t>{le16(18), le16(20)};  // OS/2 1.x
+    if (header < 40) return std::nullopt;
+    // Signed: a negative height is a top-down bitmap.
+    auto w = int32_t(le32(18)), h = int32_t(le32(22));
+    return std::pair<uint64_t, uint64_t>{uint64_t(std::abs(int64_t(w))),
+                                         uint64_t(std::abs(int64_t(h)))};
+  }
+  if (b.size() >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') {
+    // "P6 <width> <height> <maxval>", whitespace and # comments between the fields.
+    size_t at = 2;
+    uint64_t fields[2] = {0, 0};
+    for (auto& field : fields) {
+      while (at < b.size() && (std::isspace(b[at]) || b[at] == '#')) {
+        if (b[at] == '#') {
+          while (at < b.size() && b[at] != '\n') ++at;
+        } else {
+          ++at;
+        }
+      }
+      size_t digits = 0;
+      while (at < b.size() && std::isdigit(b[at]) && digits < 12) {
+        field = field * 10 + (b[at++] - '0');
+        ++digits;
+      }
+      if (digits == 0 || digits == 12) return std::nullopt;
+    }
+    return std::pair<uint64_t, uint64_t>{fields[0], fields[1]};
+  }
+  if (b.size() >= 30 && std::memcmp(b.data(), "RIFF", 4) == 0 &&
+      std::memcmp(b.data() + 8, "WEBP", 4) == 0) {
+    if (std::memcmp(b.data() + 12, "VP8X", 4) == 0) {  // the canvas, 24-bit minus one
+      return std::pair<uint64_t, uint64_t>{le24(24) + 1ull, le24(27) + 1ull};
+    }
+    if (std::memcmp(b.data() + 12, "VP8L", 4) == 0 && b[20] == 0x2f) {  // 14 bits minus one each
+      uint32_t bits = le32(21);
+      return std::pair<uint64_t, uint64_t>{(bits & 0x3fff) + 1ull, ((bits >> 14) & 0x3fff) + 1ull};
+    }
+    if (std::memcmp(b.data() + 12, "VP8 ", 4) == 0 && b[23] == 0x9d && b[24] == 0x01 &&
+        b[25] == 0x2a) {  // after the key frame's start code, 14 bits each
+      return std::pair<uint64_t, uint64_t>{le16(26) & 0x3fff, le16(28) & 0x3fff};
+    }
+    return std::nullopt;
+  }
+  if (b.size() >= 8 && ((b[0] == 'I' && b[1] == 'I' && b[2] == 42 && b[3] == 0) ||
+                        (b[0] == 'M' && b[1] == 'M' && b[2] == 0 && b[3] == 42))) {
+    bool big = b[0] == 'M';
+    auto u16 = [&](size_t at) {
+      return big ? uint32_t(b[at]) << 8 | b[at + 1] : le16(at);
+    };
+    auto u32 = [&](size_t at) {
+      return big ? u16(at) << 16 | u16(at + 2) : le32(at);
+    };
+    size_t ifd = u32(4);
+    if (ifd + 2 > b.size()) return std::nullopt;
+    size_t entries = u16(ifd);
+    uint64_t w = 0, h = 0;
+    for (size_t k = 0; k < entries && ifd + 2 + 12 * (k + 1) <= b.size(); ++k) {
+      size_t e = ifd + 2 + 12 * k;
+      uint32_t tag = u16(e), type = u16(e + 2);
+      // A SHORT value sits in the entry's first two bytes, a LONG in its four.
+      uint64_t value = type == 3 ? u16(e + 8) : type == 4 ? u32(e + 8) : 0;
+      if (tag == 256) w = value;
+      if (tag == 257) h = value;
+    }
+    if (w == 0 || h == 0) return std::nullopt;
+    return std::pair<uint64_t, uint64_t>{w, h};
+  }
+  return std::nullopt;
 }
 
 // A header that claims more than `maxPixels` (0: no limit): a bad sample, before any allocation.
@@ -197,7 +280,12 @@ std::pair<int, int> imageSize(std::span<const uint8_t> bytes, const std::string&
     }
     return {int(w), int(h)};
   }
-  auto image = decode(bytes, name, 1, 1, maxPixels);  // the other formats: decode to learn it
+  if (auto size = headerSize(bytes)) {  // BMP, PNM, WebP, TIFF: their headers say it
+    auto [w, h] = *size;
+    checkPixels(w, h, maxPixels, name);
+    if (w > 0 && h > 0 && w <= 0x7fffffff && h <= 0x7fffffff) return {int(w), int(h)};
+  }
+  auto image = decode(bytes, name, 1, 1, maxPixels);  // a header it could not read: decode it
   return {image.width, image.height};
 }
 
@@ -252,6 +340,8 @@ void decodeInto(std::span<const uint8_t> bytes, const std::string& name, int cha
     out = decodePng(bytes, name, channels);
     return;
   }
+  // The other formats' limit, from their headers, before their decoder allocates anything.
+  if (auto size = headerSize(bytes)) checkPixels(size->first, size->second, maxPixels, name);
 #if TROUPE_IMGCODECS
   cv::Mat m;
   try {

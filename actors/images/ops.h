@@ -110,4 +110,11 @@ inline Box resizedCropBox(const Op& op, int height, int width, Rng& rng) {
 // spec.cpp
 std::vector<Op> parseSpec(const std::string& spec);
 
+// The most bytes a thread keeps in its decode and scratch buffers between two images: an image
+// larger than this (a 4000 x 3000 photo is 36 MB) leaves them released, not held for the job's
+// life (transforms.cpp, sample.cpp).
+inline constexpr size_t kKeptBufferBytes = 48u << 20;
+// Releases this thread's scratch buffers where they hold more than kKeptBufferBytes.
+void releaseLargeScratch();
+
 }  // namespace troupe::images

@@ -292,8 +292,15 @@ void Pipeline::run(const data::Encoded& sample, data::Encoding encoding,
     times->seconds.resize(ops_.size() + 2, 0.0);
     ++times->images;
   }
-  // The decode's buffer, kept per thread: its pixels are the transforms' to change.
+  // The decode's buffer, kept per thread: its pixels are the transforms' to change. After a huge
+  // image (whether it was transformed or refused), it and the scratch buffers are released.
   thread_local Image image;
+  struct Release {
+    ~Release() {
+      if (image.pixels.capacity() > kKeptBufferBytes) image = Image();
+      releaseLargeScratch();
+    }
+  } release;
   int scale = 1;
   std::pair<int, int> full, origin{0, 0};  // origin: of a part decoded (row, column)
   if (encoding == data::Encoding::kRawGrey8) {

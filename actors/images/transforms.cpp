@@ -83,6 +83,10 @@ cv::Mat& otherBuffer(const cv::Mat& in) {
   return scratch().other(in);
 }
 
+size_t bytesOf(const cv::Mat& m) {
+  return m.empty() ? 0 : size_t(m.dataend - m.datastart);
+}
+
 // `m` as a packed buffer the transforms may change in place: itself where its rows are packed
 // (it is a scratch buffer or the pipeline's own decode), else copied into scratch.
 void ownPacked(cv::Mat& m) {
@@ -376,6 +380,14 @@ cv::Mat Pipeline::apply(cv::Mat m, uint64_t seed, int scale, std::pair<int, int>
     }
   }
   return m;
+}
+
+void releaseLargeScratch() {
+  auto& s = scratch();
+  if (bytesOf(s.a) + bytesOf(s.b) > kKeptBufferBytes) {
+    s.a.release();
+    s.b.release();
+  }
 }
 
 }  // namespace troupe::images

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "temp_dir.h"
 #include "troupe/dataset/source.h"
@@ -146,6 +147,122 @@ TEST_CASE(
   CHECK_NOTHROW(p.run(sample, troupe::data::Encoding::kFile, {}, 1, out));
   p.setMaxPixels(0);
   CHECK_NOTHROW(p.run(sample, troupe::data::Encoding::kFile, {}, 1, out));
+}
+
+namespace {
+
+// A TIFF's first IFD made to claim w x h (ImageWidth 256, ImageLength 257, SHORT or LONG).
+std::vector<uint8_t> claimTiff(std::vector<uint8_t> tiff, uint32_t w, uint32_t h) {
+  bool big = tiff[0] == 'M';
+  auto get = [&](size_t at, int n) {
+    uint32_t v = 0;
+    for (int k = 0; k < n; ++k) v |= uint32_t(tiff[at + k]) << (8 * (big ? n - 1 - k : k));
+    return v;
+  };
+  auto put = [&](size_t at, int n, uint32_t v) {
+    for (int k = 0; k < n; ++k) tiff[at + k] = uint8_t(v >> (8 * (big ? n - 1 - k : k)));
+  };
+  size_t ifd = get(4, 4);
+  int found = 0;
+  for (uint32_t k = 0; k < get(ifd, 2); ++k) {
+    size_t e = ifd + 2 + 12 * k;
+    uint32_t tag = get(e, 2), type = get(e + 2, 2);
+    if (tag != 256 && tag != 257) continue;
+    REQUIRE((type == 3 || type == 4));
+    put(e + 8, type == 3 ? 2 : 4, tag == 256 ? w : h);
+    ++found;
+  }
+  REQUIRE(found == 2);
+  return tiff;
+}
+
+// A WebP's size fields (VP8X's canvas, VP8L's or VP8's frame) made to claim w x h (< 16384).
+std::vector<uint8_t> claimWebp(std::vector<uint8_t> webp, uint32_t w, uint32_t h) {
+  std::string chunk(webp.begin() + 12, webp.begin() + 16);
+  if (chunk == "VP8X") {
+    for (int k = 0; k < 3; ++k) {
+      webp[24 + k] = uint8_t((w - 1) >> (8 * k));
+      webp[27 + k] = uint8_t((h - 1) >> (8 * k));
+    }
+  } else if (chunk == "VP8L") {
+    uint32_t bits = uint32_t(webp[21]) | uint32_t(webp[22]) << 8 | uint32_t(webp[23]) << 16 |
+                    uint32_t(webp[24]) << 24;
+    bits = (bits & ~0xfffffffu) | (w - 1) | (h - 1) << 14;
+    for (int k = 0; k < 4; ++k) webp[21 + k] = uint8_t(bits >> (8 * k));
+  } else {
+    REQUIRE(chunk == "VP8 ");
+    webp[26] = uint8_t(w), webp[27] = uint8_t(webp[27] & 0xc0) | uint8_t(w >> 8);
+    webp[28] = uint8_t(h), webp[29] = uint8_t(webp[29] & 0xc0) | uint8_t(h >> 8);
+  }
+  return webp;
+}
+
+}  // namespace
+
+TEST_CASE("every format's header is read for its size: the pixel limit holds for BMP, PNM, TIFF "
+          "and WebP before their decoders allocate, and a real file is sized without decoding",
+          "[images][decode][hostile]") {
+  auto m = picture(64, 48);
+  cv::Mat grey;
+  cv::cvtColor(m, grey, cv::COLOR_BGR2GRAY);
+  struct File {
+    std::string name;
+    std::vector<uint8_t> bytes, bomb;
+  };
+  std::vector<File> files;
+  auto bmp = encode(m, ".bmp");
+  auto bmpBomb = bmp;
+  for (int k = 0; k < 4; ++k) {
+    bmpBomb[18 + k] = uint8_t(20000u >> (8 * k));
+    bmpBomb[22 + k] = uint8_t(20000u >> (8 * k));
+  }
+  files.push_back({"a.bmp", bmp, bmpBomb});
+  for (auto [ext, img] : {std::pair{".ppm", m}, std::pair{".pgm", grey}}) {
+    auto pnm = encode(img, ext);
+    // The header's numbers rewritten: "P6\n# a comment\n20000 20000\n255\n", the pixels after.
+    std::string header = std::string(ext == std::string(".ppm") ? "P6" : "P5") +
+                         "\n# made by a test\n20000  20000\n255\n";
+    size_t body = pnm.size() - size_t(img.total() * img.channels());
+    std::vector<uint8_t> bomb(header.begin(), header.end());
+    bomb.insert(bomb.end(), pnm.begin() + body, pnm.end());
+    files.push_back({std::string("a") + ext, pnm, bomb});
+  }
+  auto tiff = encode(m, ".tiff");
+  files.push_back({"a.tiff", tiff, claimTiff(tiff, 20000, 20000)});
+  auto lossy = encode(m, ".webp", {cv::IMWRITE_WEBP_QUALITY, 80});
+  auto lossless = encode(m, ".webp", {cv::IMWRITE_WEBP_QUALITY, 101});
+  files.push_back({"lossy.webp", lossy, claimWebp(lossy, 16383, 16383)});
+  files.push_back({"lossless.webp", lossless, claimWebp(lossless, 16383, 16383)});
+  for (auto& f : files) {
+    INFO(f.name << ", " << f.bytes.size() << " bytes");
+    CHECK(troupe::images::imageSize(f.bytes, f.name) == std::pair<int, int>{64, 48});
+    auto claim = f.name.find("webp") != std::string::npos ? "16383 x 16383" : "20000 x 20000";
+    CHECK_THROWS_WITH(troupe::images::imageSize(f.bomb, f.name),
+                      Catch::Contains(f.name) && Catch::Contains(claim) &&
+                          Catch::Contains("limit of 178956970"));
+    CHECK_THROWS_WITH(troupe::images::decode(f.bomb, f.name, 3),
+                      Catch::Contains(f.name) && Catch::Contains(claim));
+    auto p = Pipeline::parse("Resize(16),CenterCrop(16)");
+    std::vector<uint8_t> out(p.outputShape(3).elements());
+    troupe::data::Encoded sample{f.bomb, 0, f.name};
+    CHECK_THROWS_WITH(p.run(sample, troupe::data::Encoding::kFile, {}, 1, out),
+                      Catch::Contains(claim));
+    troupe::data::Encoded real{f.bytes, 0, f.name};
+    CHECK_NOTHROW(p.run(real, troupe::data::Encoding::kFile, {}, 1, out));
+  }
+}
+
+TEST_CASE("a file larger than one sample's limit is refused before it is read, naming its size",
+          "[images][decode][hostile]") {
+  Dir d("huge-file");
+  auto path = d.path / "c" / "huge.jpg";
+  write(path, encode(picture(16, 16), ".jpg"));
+  fs::resize_file(path, troupe::data::kMaxSampleFileBytes + 1);  // sparse: nothing written
+  auto source = troupe::data::openSource(d.path);
+  CHECK_THROWS_WITH(source->read(0), Catch::Contains("huge.jpg") &&
+                                         Catch::Contains(std::to_string(
+                                             troupe::data::kMaxSampleFileBytes + 1)) &&
+                                         Catch::Contains("more than troupe reads"));
 }
 
 TEST_CASE("a JPEG's first bytes and then garbage are a named sample error, also after a JPEG "

@@ -58,6 +58,10 @@ enum class Encoding : uint8_t {
   kRawGrey8,  ///< rows x cols bytes of grey (Fashion-MNIST's IDX); see Source::rawShape().
 };
 
+/// The largest file read whole as one sample (1 GiB: PIL's pixel limit of RGB pixels stored
+/// raw, with room); a larger one is a SampleError naming its size, never read.
+inline constexpr uint64_t kMaxSampleFileBytes = 1ull << 30;
+
 /// One sample as stored.
 struct Encoded {
   std::vector<uint8_t> bytes;
