@@ -21,14 +21,16 @@
 
 namespace troupe::train {
 
-std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64_t samples) {
+std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64_t samples,
+                                                 bool folder) {
   static std::mutex mutex;
-  static std::map<std::string, std::weak_ptr<const data::Source>> cache;
+  static std::map<std::pair<std::string, bool>, std::weak_ptr<const data::Source>> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[path];
+  auto& slot = cache[{path, folder}];
   auto source = slot.lock();
   if (!source) {
-    source = std::shared_ptr<const data::Source>(data::openSource(path));
+    source = std::shared_ptr<const data::Source>(folder ? data::openImageFolder(path)
+                                                        : data::openSource(path));
     for (auto& note : source->notes()) spdlog::warn("{}", note);
     slot = source;
   }
@@ -46,16 +48,20 @@ class ImageSource final : public BatchSource {
         samples_(args.getSamples()),
         seed_(args.getSeed()),
         skipBad_(args.getSkipBadSamples()),
+        folder_(args.getImageFolder()),
         hasImageSeed_(args.getOrder().getHasImageSeed()),
         imageSeed_(args.getOrder().getImageSeed()) {
     auto pipeline = images::Pipeline::parse(args.getTransform().cStr());
     pipeline.setMaxPixels(args.getMaxImagePixels());
+    pipeline.setDecodeScaling(args.getDecodeScaling());
     pipeline_ = std::make_shared<const images::Pipeline>(kj::mv(pipeline));
   }
 
   kj::Promise<uint64_t> open(ActorContext& context,
                              std::shared_ptr<std::atomic<double>> spent) override {
-    auto read = [path = path_, samples = samples_]() { return sharedSource(path, samples); };
+    auto read = [path = path_, samples = samples_, folder = folder_]() {
+      return sharedSource(path, samples, folder);
+    };
     return opened_.get(context, kj::mv(spent), kj::mv(read))
         .then([this](std::shared_ptr<const data::Source> source) {
           source_ = kj::mv(source);
@@ -159,7 +165,7 @@ class ImageSource final : public BatchSource {
  private:
   std::string path_;
   uint64_t samples_, seed_;
-  bool skipBad_, hasImageSeed_;
+  bool skipBad_, folder_, hasImageSeed_;
   uint64_t imageSeed_;
   std::shared_ptr<const images::Pipeline> pipeline_;
   OpenedOnce<data::Source> opened_;

@@ -126,7 +126,7 @@ class Job {
     auto& s = stream.settings;
     if (!s.dataset.empty()) {
       auto& f = stream.format;
-      f.source = troupe::train::sharedSource(s.dataset);
+      f.source = troupe::train::sharedSource(s.dataset, 0, s.imageFolder);
       if (s.transform.empty())
         s.transform = "RandomResizedCrop(224),RandomHorizontalFlip(),Normalize(imagenet)";
       auto pipeline = troupe::images::Pipeline::parse(s.transform);
@@ -256,6 +256,8 @@ class Job {
     augment.validate();
     bool batched = stream.format.source != nullptr || s.python;
     auto spec = troupe::train::augmenterSpecOf(s, samples, augment, batched);
+    spec.imageFolder = s.imageFolder;
+    spec.decodeScaling = s.decodeScaling;
     spec.python = s.python;
     spec.shuffle = s.shuffle;
     spec.planned = s.planned;

@@ -55,6 +55,8 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
         a.setTransform(spec.transform);
         a.setSkipBadSamples(spec.skipBadSamples);
         a.setMaxImagePixels(spec.maxImagePixels);
+        a.setImageFolder(spec.imageFolder);
+        a.setDecodeScaling(spec.decodeScaling);
         if (spec.batched) {
           auto order = a.initOrder();
           setBatchedOrder(order, spec.shuffle, spec.dropLast, 0, 1, false);

@@ -40,6 +40,13 @@ struct AugmenterArgs {
   maxImagePixels @11 :UInt64 = 178956970;
   # An image whose header claims more pixels is a bad sample (troupe/images/transforms.h,
   # kMaxImagePixels: PIL's limit); 0: no limit.
+  imageFolder @12 :Bool;
+  # `dataset` is read as an ImageFolder whatever else lies beside its class folders (a
+  # torchvision ImageFolder's root holding a manifest-like dataset_info.json).
+  decodeScaling @13 :Bool = true;
+  # JPEGs decoded at a DCT scale where the first transform shrinks them (Pipeline::
+  # setDecodeScaling): faster, pixels that differ from PIL's; a translated Compose's is off
+  # unless the script asks (DataLoader(decode_scaling=True)).
 }
 
 struct WorkerArgs {

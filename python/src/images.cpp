@@ -53,6 +53,13 @@ void bindImages(py::module_& m) {
           },
           py::arg("index"), "The sample's encoded bytes and its target.");
   m.def(
+      "open_image_folder",
+      [](std::string path) {
+        return std::shared_ptr<troupe::data::Source>(troupe::data::openImageFolder(path));
+      },
+      py::arg("root"),
+      "Class folders at root as troupe's ImageFolder lists them, whatever lies beside them.");
+  m.def(
       "open_dataset",
       [](std::string path) {
         return std::shared_ptr<troupe::data::Source>(troupe::data::openSource(path));

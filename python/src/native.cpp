@@ -262,6 +262,8 @@ Settings settingsFrom(py::dict options) {
   get("transform", s.transform);
   get("skip_bad_samples", s.skipBadSamples);
   get("max_image_pixels", s.maxImagePixels);
+  get("image_folder", s.imageFolder);
+  get("decode_scaling", s.decodeScaling);
   get("shuffle", s.shuffle);
   get("drop_last", s.dropLast);
   get("python", s.python);

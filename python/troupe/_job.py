@@ -29,6 +29,7 @@ def join(loader, num_workers, shared_memory_mb, skip_errors, in_order, options):
                         "script's only stream; pass local=True for torch's DataLoader here")
     dataset = loader.dataset
     images = isinstance(dataset, ImageDataset) and not _per_sample_hooks(loader)
+    images_given = images
     native = dataset if images else _translated(loader)
     # A translated ImageFolder's batches as default_collate makes them: [images, targets].
     made_as = None if native is None else "tuple" if images else "list"
@@ -44,6 +45,10 @@ def join(loader, num_workers, shared_memory_mb, skip_errors, in_order, options):
         # leaves out what cannot be read there too.
         settings.update(dataset=native.path, transform=native.spec, image_seed=native.seed,
                         max_image_pixels=native.max_image_pixels)
+        if not images_given:
+            # A translated ImageFolder: its class folders, whatever lies beside them; JPEGs at
+            # full size (torchvision's pixels) unless the script asked for DCT scaling.
+            settings.update(image_folder=True, decode_scaling=bool(loader._decode_scaling))
         if skip_errors:
             settings["skip_bad_samples"] = True
     else:
@@ -127,12 +132,14 @@ def _translated(loader):
             raise _translate.Untranslatable("a collate_fn of the script's")
         native = _translate.translate(dataset)
     except _translate.Untranslatable as why:
-        if type(dataset).__name__ in ("ImageFolder", "DatasetFolder"):
+        if _translate.is_folder(dataset):
             print(f"troupe.data: {name}: the dataset's transform runs in Python workers: "
                   f"{why}", flush=True)
         return None
+    scaled = (", JPEGs decoded at a DCT scale where it shrinks them (decode_scaling=True: "
+              "not torchvision's pixels)" if loader._decode_scaling else "")
     print(f"troupe.data: {name}: torchvision's {type(dataset).__name__} {native.path} is "
-          f"decoded and transformed by the data group's C++ pipeline: {native.spec} "
+          f"decoded and transformed by the data group's C++ pipeline: {native.spec}{scaled} "
           "(translate=False: Python workers)", flush=True)
     return native
 

@@ -14,6 +14,16 @@ class Untranslatable(Exception):
     """Why a dataset's transforms stay in Python, on one line."""
 
 
+def is_folder(dataset):
+    """Whether `dataset` is torchvision's DatasetFolder (ImageFolder) or a subclass: what the
+    script may expect translated, and is told about when it is not."""
+    try:
+        from torchvision.datasets import folder
+    except Exception:  # noqa: BLE001 - no torchvision: not one
+        return False
+    return isinstance(dataset, folder.DatasetFolder)
+
+
 def _pair(value):
     """torchvision's size: an int, or a sequence of one or two."""
     if isinstance(value, int):
@@ -65,7 +75,8 @@ def _one(t):
         if t.interpolation != InterpolationMode.NEAREST:
             raise Untranslatable("RandomAffine(interpolation=%s): troupe's is nearest only" %
                                  t.interpolation.value)
-        if t.center is not None or any(float(f) != 0 for f in (t.fill or [0])):
+        fills = t.fill if isinstance(t.fill, (list, tuple)) else [t.fill or 0]
+        if t.center is not None or any(float(f) != 0 for f in fills):
             raise Untranslatable("RandomAffine(center=..., fill=...): troupe's turns about the "
                                  "centre and fills with zeros")
         parts = ["degrees=%s" % _range(t.degrees)]
@@ -99,6 +110,20 @@ def spec_of(transform):
     if transform is None:
         raise Untranslatable("no transform: its items are PIL images, which a batch cannot hold")
     steps = transform.transforms if type(transform) is T.Compose else [transform]
+    # The written order kept: torchvision runs what follows ToTensor on a tensor (its tensor
+    # semantics: another resampling, no PIL rounding), troupe's pipeline on the image.
+    tensors = False
+    for t in steps:
+        kind = type(t)
+        if tensors and kind not in (T.Normalize, T.ConvertImageDtype):
+            raise Untranslatable("%s after ToTensor: torchvision runs it on a tensor, troupe's "
+                                 "pipeline on the PIL image (other pixels)" % kind.__name__)
+        if not tensors and kind in (T.Normalize, T.ConvertImageDtype):
+            raise Untranslatable("%s before ToTensor: it takes a tensor" % kind.__name__)
+        if kind is T.ToTensor:
+            if tensors:
+                raise Untranslatable("ToTensor twice")
+            tensors = True
     specs = [_one(t) for t in steps]
     # Normalize implies ToTensor in troupe's spec; torchvision's has both.
     if "ToTensor()" in specs and any(s.startswith("Normalize(") for s in specs):
@@ -143,15 +168,35 @@ def translate(dataset):
         _native.Transform(spec).shape(3)
     except ValueError as e:
         raise Untranslatable(str(e)) from e
-    # The samples as troupe lists the folder: the same files in the same order, else (a subset,
-    # samples changed after it was made) the dataset's own list stays in Python.
+    # The samples as troupe lists the folder: the same files in the same order with the same
+    # targets, else (a subset, samples relabelled after it was made, a find_classes of its own)
+    # the dataset's own list stays in Python. A folder troupe cannot list (a symlink loop, a
+    # file it cannot read) too: torchvision fails only on loading the one file, and so do the
+    # workers.
     root = str(dataset.root)
-    source = _native.open_dataset(root)
-    if (len(source) != len(dataset.samples) or list(source.classes) != list(dataset.classes) or
-            any(os.path.normpath(source.name(i)) != os.path.normpath(path)
-                for i, (path, _) in enumerate(dataset.samples))):
-        raise Untranslatable("its samples are not the folder's as troupe lists it (a subset, or "
-                             "samples changed after it was made)")
+    try:
+        source = _native.open_image_folder(root)
+    except Exception as e:  # noqa: BLE001 - any reason to stay in Python, on its line
+        raise Untranslatable("troupe's C++ pipeline cannot list it: %s" % e) from e
+    classes = list(source.classes)
+    if len(source) != len(dataset.samples) or classes != list(dataset.classes):
+        raise Untranslatable("its samples are not the folder's as troupe lists it (%d files in "
+                             "%d classes there, %d samples in %d classes in the dataset)" %
+                             (len(source), len(classes), len(dataset.samples),
+                              len(dataset.classes)))
+    index = {name: i for i, name in enumerate(classes)}
+    base = os.path.normpath(root)
+    for i, (path, target) in enumerate(dataset.samples):
+        name = os.path.normpath(source.name(i))
+        if name != os.path.normpath(path):
+            raise Untranslatable("its samples are not the folder's as troupe lists it (sample "
+                                 "%d is %s, the folder's %s)" % (i, path, name))
+        folder = os.path.relpath(name, base).split(os.sep)[0]
+        if index.get(folder) != target:
+            raise Untranslatable("its targets are not its folders' in sorted order (sample %d, "
+                                 "%s, has target %r; its folder %r is class %r): samples "
+                                 "relabelled, or a find_classes of its own" %
+                                 (i, path, target, folder, index.get(folder)))
     from PIL import Image
     limit = Image.MAX_IMAGE_PIXELS
     # PIL refuses above twice its limit (DecompressionBombError); None: no limit.

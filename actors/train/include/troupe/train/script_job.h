@@ -44,6 +44,10 @@ struct Settings {
   std::string dataset, transform;
   bool skipBadSamples = false;
   uint64_t maxImagePixels = troupe::images::kMaxImagePixels;  // 0: no limit
+  // A translated torchvision ImageFolder (python/troupe/_translate.py): `dataset` read as class
+  // folders whatever lies beside them; JPEGs decoded at full size unless the script asked for
+  // DCT scaling (AugmenterArgs.imageFolder, .decodeScaling).
+  bool imageFolder = false, decodeScaling = true;
   bool shuffle = true, dropLast = false;  // a dataset's epoch, cut as torch's DataLoader cuts it
   // troupe.data.DataLoader: the script's own Dataset (`samples` long) in worker processes
   // (worker_pool.h), or an ImageDataset; passes until the script ends, each planned by the

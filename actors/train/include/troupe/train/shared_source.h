@@ -16,7 +16,9 @@ namespace troupe::train {
 
 // The dataset at `path`, opened by the first caller and kept while anyone holds it; its notes
 // (files left out) are logged once, when it is opened. Throws SourceError (at open) and KJ's
-// REQUIRE when `samples` exceeds the dataset.
-std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64_t samples = 0);
+// REQUIRE when `samples` exceeds the dataset. `folder`: read as an ImageFolder, whatever else
+// lies beside its class folders (openImageFolder), not found from what is there (openSource).
+std::shared_ptr<const data::Source> sharedSource(const std::string& path, uint64_t samples = 0,
+                                                 bool folder = false);
 
 }  // namespace troupe::train

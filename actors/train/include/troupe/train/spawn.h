@@ -38,6 +38,8 @@ struct AugmenterSpec {
   std::string dataset, transform;
   bool skipBadSamples = false;
   uint64_t maxImagePixels = images::kMaxImagePixels;
+  // AugmenterArgs.imageFolder and .decodeScaling.
+  bool imageFolder = false, decodeScaling = true;
   // The epoch cut as torch's DataLoader cuts it (AugmenterArgs.order; needs a dataset).
   bool batched = false, shuffle = true, dropLast = false;
   bool python = false;  // a script's Dataset, from the process's batch maker (batch_maker.h)
