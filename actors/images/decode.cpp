@@ -1,5 +1,5 @@
 // Decoding image files (troupe/images/transforms.h): JPEG through libjpeg-turbo's TurboJPEG API,
-// with its DCT scaling; PNG through libpng (decode_png.cpp); the rest OpenCV reads (BMP, PPM/PGM,
+// with its DCT scaling (CMYK and YCCK JPEGs too, made RGB as PIL makes them); PNG through libpng (decode_png.cpp); the rest OpenCV reads (BMP, PPM/PGM,
 // TIFF, WebP) through cv::imdecode, in a build with OpenCV's imgcodecs (TROUPE_IMGCODECS, ON but
 // for the wheel's build: scripts/wheel.sh).
 
@@ -8,6 +8,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <optional>
@@ -19,6 +20,7 @@
 #endif
 #include "cv_image.h"
 #include "decode_png.h"
+#include "ops.h"
 #include "troupe/images/transforms.h"
 
 namespace troupe::images {
@@ -132,6 +134,30 @@ std::optional<std::pair<uint64_t, uint64_t>> headerSize(std::span<const uint8_t>
     return std::pair<uint64_t, uint64_t>{w, h};
   }
   return std::nullopt;
+}
+
+// CMYK to RGB (or grey) as PIL's convert("RGB") does (Pillow's cmyk2rgb: each channel
+// (255 - K) - C x (255 - K) / 255, rounded by its MULDIV255; grey from that RGB with its
+// L = R x 299/1000 + G x 587/1000 + B x 114/1000 in fixed point). The stored values are read
+// inverted first, as Photoshop writes them and PIL always reads them ("CMYK;I", "assume adobe
+// conventions"), with Adobe's marker or without.
+void cmykToRgb(const uint8_t* cmyk, size_t pixels, int channels, uint8_t* out) {
+  auto muldiv255 = [](int a, int b) {
+    int t = a * b + 128;
+    return ((t >> 8) + t) >> 8;
+  };
+  for (size_t i = 0; i < pixels; ++i) {
+    int v[4];
+    for (int k = 0; k < 4; ++k) v[k] = 255 - cmyk[4 * i + k];
+    int nk = 255 - v[3];
+    int rgb[3];
+    for (int k = 0; k < 3; ++k) rgb[k] = std::clamp(nk - muldiv255(v[k], nk), 0, 255);
+    if (channels == 3) {
+      for (int k = 0; k < 3; ++k) out[3 * i + k] = uint8_t(rgb[k]);
+    } else {
+      out[i] = uint8_t((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
+    }
+  }
 }
 
 // A header that claims more than `maxPixels` (0: no limit): a bad sample, before any allocation.
@@ -313,14 +339,24 @@ void decodeInto(std::span<const uint8_t> bytes, const std::string& name, int cha
     checkPixels(uint64_t(w), uint64_t(h), maxPixels, name);
     tjscalingfactor factor{1, std::max(1, scaleDenominator)};
     int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
-    // CMYK JPEGs: TurboJPEG cannot convert them to RGB; OpenCV can.
-    if (colorspace != TJCS_CMYK && colorspace != TJCS_YCCK) {
+    bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+    {
+      // CMYK and YCCK JPEGs (ImageNet has some): TurboJPEG decodes them to CMYK (YCCK
+      // converted), which is then made RGB as PIL makes it; in every build, the wheel's too.
+      thread_local std::vector<uint8_t> cmykPixels;
+      uint8_t* into = nullptr;
       out.width = sw;
       out.height = sh;
       out.channels = channels;
       out.pixels.resize(size_t(sw) * sh * channels);
-      int rc = tjDecompress2(tj, bytes.data(), (unsigned long)bytes.size(), out.pixels.data(), sw,
-                             0, sh, channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
+      if (cmyk) {
+        cmykPixels.resize(size_t(sw) * sh * 4);
+        into = cmykPixels.data();
+      } else {
+        into = out.pixels.data();
+      }
+      int rc = tjDecompress2(tj, bytes.data(), (unsigned long)bytes.size(), into, sw, 0, sh,
+                             cmyk ? TJPF_CMYK : channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
       if (rc != 0) {
         const char* why = tjGetErrorStr2(tj);
         // (TurboJPEG 2.1 keeps a warning's flag from the handle's last decode when it refuses its
@@ -330,6 +366,10 @@ void decodeInto(std::span<const uint8_t> bytes, const std::string& name, int cha
           throw data::SampleError(name, std::string("a corrupt or truncated JPEG: ") + why);
         }
         if (warning != nullptr) *warning = why;
+      }
+      if (cmyk) {
+        cmykToRgb(cmykPixels.data(), size_t(sw) * sh, channels, out.pixels.data());
+        if (cmykPixels.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(cmykPixels);
       }
       return;
     }

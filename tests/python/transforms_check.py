@@ -3,7 +3,8 @@ same images: the deterministic transforms (Resize, the shorter side and an exact
 smaller and larger than the image; a flip with p=1; ToTensor and Normalize), then the random ones
 with their ranges pinned so both draw the same (RandomAffine, GaussianBlur, ColorJitter's four,
 Grayscale, RandomResizedCrop over the whole image), each within 2 levels of 255 on average. Then
-files as PIL decodes them (a JPEG with stray bytes, a 16-bit grey PNG, a decompression bomb), and a
+files as PIL decodes them (a JPEG with stray bytes, a 16-bit grey PNG, CMYK and YCCK JPEGs, a
+decompression bomb), and a
 dataset on disk through troupe._native.open_dataset, in torchvision's ImageFolder order, with a
 README.txt and a Thumbs.db torchvision leaves out.
 
@@ -181,6 +182,54 @@ grey16 = io.BytesIO()
 Image.fromarray((np.arange(60 * 40).reshape(40, 60) * 7 % 700).astype(np.uint16)).save(grey16, format="PNG")
 compare("a 16-bit grey PNG (values 0..699), against PIL", ours_rgb(grey16.getvalue(), 60, 40),
         pil_rgb(grey16.getvalue()), 0, 0)
+# CMYK JPEGs (PIL's, with Adobe's marker, and the same without it) and a YCCK JPEG (made by
+# TurboJPEG from CMYK pixels, as Photoshop writes them): exactly PIL's RGB, in every build.
+cmyk = io.BytesIO()
+picture(64, 48, 5).convert("CMYK").save(cmyk, format="JPEG", quality=92)
+
+
+def without_app14(data):
+    out, at = bytearray(data[:2]), 2
+    while at + 4 <= len(data) and data[at + 1] != 0xDA:
+        length = int.from_bytes(data[at + 2:at + 4], "big")
+        if data[at + 1] != 0xEE:
+            out += data[at:at + 2 + length]
+        at += 2 + length
+    return bytes(out + data[at:])
+
+
+def ycck_jpeg(w, h, seed):
+    """A YCCK JPEG through libturbojpeg (ctypes): TJPF_CMYK pixels compressed; None where the
+    library cannot be loaded."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("turbojpeg") or "libturbojpeg.so.0"
+    try:
+        tj = ctypes.CDLL(name)
+    except OSError:
+        return None
+    tj.tjInitCompress.restype = ctypes.c_void_p
+    handle = ctypes.c_void_p(tj.tjInitCompress())
+    pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 4), dtype=np.uint8)
+    pixels[:, :, 3] //= 3  # little black: colours the conversion has to get right
+    out, size = ctypes.POINTER(ctypes.c_ubyte)(), ctypes.c_ulong(0)
+    rc = tj.tjCompress2(handle, pixels.ctypes.data_as(ctypes.c_void_p), w, 0, h, 11,  # TJPF_CMYK
+                        ctypes.byref(out), ctypes.byref(size), 2, 90, 0)  # 4:2:0
+    data = bytes(out[:size.value]) if rc == 0 else None
+    tj.tjFree(out)
+    tj.tjDestroy(handle)
+    return data
+
+
+for what, data in (("a CMYK JPEG with Adobe's marker", cmyk.getvalue()),
+                   ("a CMYK JPEG without Adobe's marker", without_app14(cmyk.getvalue())),
+                   ("a YCCK JPEG", ycck_jpeg(64, 48, 6))):
+    if data is None:
+        print(f"FAIL {what}: libturbojpeg could not be loaded to make it")
+        failures += 1
+        continue
+    assert Image.open(io.BytesIO(data)).mode == "CMYK", what
+    compare(f"{what}, against PIL", ours_rgb(data, 64, 48), pil_rgb(data), 0, 0)
 bomb = bytearray(jpeg.getvalue())
 sof = bomb.index(b"\xff\xc0")
 bomb[sof + 5:sof + 9] = (65000).to_bytes(2, "big") * 2
