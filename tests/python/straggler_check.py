@@ -1,0 +1,105 @@
+"""Straggler takeover in order (issue 61): with torch's default in_order=True, one of two data
+instances makes every batch far slower than the other (its workers sleep, as a throttled or
+saturated instance would). The batch the loop waits for is taken over by the other instance's
+workers once it has taken 4 times the median (at least a second), so the slow instance never
+holds the loop for long: troupe's log says so, the loop still gets every batch in the sampler's
+order, every sample once.
+
+    straggler_check.py --build BUILD
+
+Exits 1 on a failure (its first line says what), 77 without PyTorch.
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SCRIPT = r'''
+import os, time
+import torch
+from troupe.data import DataLoader
+
+SLOW = os.environ.get("STRAGGLER") == "1"  # this instance's workers are the slow ones
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 480
+    def __getitem__(self, i):
+        time.sleep(0.25 if SLOW else 0.002)
+        return torch.tensor([i])
+
+loader = DataLoader(Slow(), batch_size=8, num_workers=2, prefetch_factor=2)
+order, started = [], time.monotonic()
+for batch in loader:
+    order.extend(batch.view(-1).tolist())
+print(f"straggler: {len(order)} samples, in order: {order == list(range(480))}, "
+      f"{len(set(order))} distinct, {time.monotonic() - started:.1f} s", flush=True)
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("skipping: PyTorch is not installed for this python3 (python3-torch)")
+        return 77
+    build = os.path.abspath(args.build)
+    with tempfile.TemporaryDirectory(prefix="straggler-check-") as tmp:
+        script = os.path.join(tmp, "straggler.py")
+        with open(script, "w") as f:
+            f.write(SCRIPT)
+        env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PYTHONUNBUFFERED="1",
+                   OMP_NUM_THREADS="1")
+        # With --seed 5 the hosts are dealt so: algo-3 is a data instance (tests/conformance).
+        argv = [os.path.join(build, "troupe"), "sim", "--seed", "5",
+                "--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
+                "--env", "algo-3:STRAGGLER=1", "--", sys.executable, script]
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, text=True, errors="replace")
+        try:
+            output, _ = proc.communicate(timeout=400)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output = proc.communicate()[0] + "\nstraggler_check: killed after 400 s"
+    print(f"troupe sim exited {proc.returncode} in {time.monotonic() - started:.1f} s")
+    failures = []
+    data = re.findall(r"troupe sim: (\S+)\s+data_group", output)
+    if "algo-3" not in data:
+        failures.append(f"algo-3 is not a data instance here (data instances: {data}): the "
+                        "straggler was not where the check puts it")
+    result = re.search(r"straggler: (\d+) samples, in order: (\w+), (\d+) distinct, ([\d.]+) s",
+                       output)
+    takeovers = re.findall(r"shard \d+: '[^']+' on algo-3 has served it for .* takes it over",
+                           output)
+    if proc.returncode != 0 or not result:
+        failures.append(f"the job failed (exit {proc.returncode}); its output's end:\n" +
+                        output[-3000:])
+    else:
+        print(f"  {result[0]}; {len(takeovers)} batches taken over from algo-3")
+        if result[1] != "480" or result[2] != "True" or result[3] != "480":
+            failures.append(f"not every sample once in order: {result[0]}")
+        if not takeovers:
+            failures.append("no batch was taken over from the slow instance (no 'takes it over' "
+                            "line naming algo-3)")
+        for line in takeovers[:3]:
+            print(f"  {line[:150]}")
+    if failures:
+        print("FAILED: " + failures[0].splitlines()[0])
+        for f in failures:
+            print(f)
+        return 1
+    print("straggler_check: the slow instance's batches were taken over, in order, every sample "
+          "once")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
