@@ -102,7 +102,11 @@ kj::Promise<void> AugmenterActor::produce(ProduceContext call) {
         KJ_REQUIRE(from <= cut->ids.size(), "resume position beyond the shard", from,
                    cut->ids.size());
         KJ_REQUIRE(cut->startsBatch(from), "resume position inside a batch", from);
-        return pump(shard, session, epoch, cut, from, kj::Promise<void>(kj::READY_NOW).fork(), sink)
+        return source_->prepare(context(), sink)
+            .then([this, shard, session, epoch, cut, from, sink]() mutable {
+              return pump(shard, session, epoch, cut, from,
+                          kj::Promise<void>(kj::READY_NOW).fork(), sink);
+            })
             .then([this, call, shard, session, cut, rank]() mutable {
               auto r = call.getResults();
               r.setEnd(cut->ids.size());

@@ -111,6 +111,11 @@ class BatchSource {
   // Whether a stream may have as many batches in the making as its credits (they are made
   // elsewhere, in parallel: a script's workers) rather than one at a time on the node's pool.
   virtual bool parallel() const { return false; }
+  // Before a stream's first batch: what the source still needs from the stream's trainer
+  // (`sink`), fetched once per process (a later loader's pickled WorkerSpec).
+  virtual kj::Promise<void> prepare(ActorContext&, hetero::BatchSink::Client) {
+    return kj::READY_NOW;
+  }
 };
 
 // The trainer's half of a kind.

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
 
 #include "batch_source.h"
 #include "troupe/dataset/epoch.h"
@@ -26,7 +29,11 @@ class ScriptSource final : public BatchSource {
     settings->prefetchFactor = std::max<uint32_t>(1, w.getPrefetchFactor());
     settings->sharedMemoryBytes = w.getSharedMemoryBytes();
     auto pickled = w.getPickled();
-    settings->pickled.assign(reinterpret_cast<const char*>(pickled.begin()), pickled.size());
+    if (pickled.size() > 0) {
+      settings->pickled = std::make_shared<const std::string>(
+          reinterpret_cast<const char*>(pickled.begin()), pickled.size());
+    }
+    fetch_ = w.getFetched();
     settings->host = context.node().host().cStr();
     settings->vcpus = context.node().vcpus();
     workers_ = kj::mv(settings);
@@ -91,9 +98,64 @@ class ScriptSource final : public BatchSource {
 
   bool parallel() const override { return true; }
 
+  kj::Promise<void> prepare(ActorContext& context, hetero::BatchSink::Client sink) override {
+    if (!fetch_) return kj::READY_NOW;
+    auto& f = fetchedSpecs();
+    auto loader = workers_->loader;
+    {
+      std::lock_guard lock(f.mutex);
+      auto it = f.specs.find(loader);
+      if (it != f.specs.end()) {
+        adopt(it->second);
+        return kj::READY_NOW;
+      }
+      if (f.fetching.count(loader)) {
+        // Another augmenter of this process is fetching it: look again shortly.
+        return context.timer().afterDelay(10 * kj::MILLISECONDS).then(
+            [this, &context, sink = kj::mv(sink)]() mutable { return prepare(context, sink); });
+      }
+      f.fetching.insert(loader);
+    }
+    return sink.workerSpecRequest().send().then(
+        [this, loader](auto response) {
+          auto bytes = response.getPickled();
+          auto spec = std::make_shared<const std::string>(
+              reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+          auto& f = fetchedSpecs();
+          std::lock_guard lock(f.mutex);
+          f.specs[loader] = spec;
+          f.fetching.erase(loader);
+          adopt(spec);
+        },
+        [loader](kj::Exception&& e) {
+          auto& f = fetchedSpecs();
+          std::lock_guard lock(f.mutex);
+          f.fetching.erase(loader);  // the next stream asks again
+          kj::throwFatalException(kj::mv(e));
+        });
+  }
+
  private:
+  // The specs this process fetched, by loader (never freed: a process's loaders are few).
+  struct Fetched {
+    std::mutex mutex;
+    std::map<uint32_t, std::shared_ptr<const std::string>> specs;
+    std::set<uint32_t> fetching;
+  };
+  static Fetched& fetchedSpecs() {
+    static auto* fetched = new Fetched;
+    return *fetched;
+  }
+  void adopt(std::shared_ptr<const std::string> spec) {
+    auto settings = std::make_shared<WorkerSettings>(*workers_);
+    settings->pickled = kj::mv(spec);
+    workers_ = kj::mv(settings);
+    fetch_ = false;
+  }
+
   uint64_t samples_, seed_;
   std::shared_ptr<const WorkerSettings> workers_;
+  bool fetch_ = false;  // WorkerArgs.fetched, until prepare() has the spec
 };
 
 // A batch of tensors over the message's bytes, as the script's collate_fn made them.

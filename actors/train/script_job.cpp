@@ -289,6 +289,7 @@ class Job {
       t.prefetch = s.planned ? s.prefetchFactor : s.prefetch;
       t.samplesSetting = s.planned ? 0 : s.samples;
       t.python = s.python;
+      t.workerSpec = s.pickled;
       if (!s.python && stream.format.source) {
         t.sample = troupe::train::SampleSpec{stream.format.shape, stream.format.dtype,
                                              stream.format.classes};

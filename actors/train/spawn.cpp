@@ -73,8 +73,8 @@ SpawnOptions augmenterOptions(const AugmenterSpec& spec, std::string name) {
           w.setWorkers(spec.workers);
           w.setPrefetchFactor(spec.prefetchFactor);
           w.setSharedMemoryBytes(spec.sharedMemoryBytes);
-          w.setPickled(kj::arrayPtr(reinterpret_cast<const kj::byte*>(spec.pickled.data()),
-                                    spec.pickled.size()));
+          // Fetched from the trainer once per process, not carried by every augmenter.
+          w.setFetched(!spec.pickled.empty());
         }
         auto aug = a.initAugment();
         const auto& c = spec.augment;
@@ -101,6 +101,10 @@ SpawnOptions trainerOptions(const TrainerSpec& spec, TrainerArgsFill own) {
         a.setPrefetch(spec.prefetch);
         a.setSamplesSetting(spec.samplesSetting);
         a.setPython(spec.python);
+        if (!spec.workerSpec.empty()) {
+          a.setWorkerSpec(kj::arrayPtr(reinterpret_cast<const kj::byte*>(spec.workerSpec.data()),
+                                       spec.workerSpec.size()));
+        }
         if (spec.sample) {
           setSampleFormat(a.initSample(), spec.sample->shape, spec.sample->dtype,
                           spec.sample->classes);

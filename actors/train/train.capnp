@@ -56,6 +56,10 @@ struct WorkerArgs {
   prefetchFactor @2 :UInt32 = 2;  # batches in the making per worker
   sharedMemoryBytes @3 :UInt64 = 1073741824;
   pickled @4 :Data;               # the loader's WorkerSpec, pickled (a loader after the first)
+  fetched @5 :Bool;
+  # The pickled WorkerSpec is not here: the first augmenter of a process to need it asks its
+  # trainer (BatchSink.workerSpec) and the process's others use that copy: the spec (up to 32
+  # MiB) leaves the head once per node, not once per augmenter in its spawn arguments.
 }
 
 struct BatchOrder {
@@ -126,6 +130,9 @@ struct Tensor {
 
 interface BatchSink {
   push @0 (batch :Batch) -> stream;
+  workerSpec @1 () -> (pickled :Data);
+  # The loader's pickled WorkerSpec (TrainerArgs.workerSpec), for a process whose augmenters
+  # were spawned without it (WorkerArgs.fetched).
 }
 
 interface Augmenter extends(Troupe.Actor) {
@@ -180,6 +187,8 @@ struct TrainerArgs {
   python @19 :Bool;               # the batches are a script's tensors (AugmenterArgs.python)
   ddp @20 :Ddp;                   # a script's rank among several (order.rank of order.ranks)
   loader @21 :UInt32;             # which of the script's DataLoaders (0: the first it made)
+  workerSpec @22 :Data;           # a later loader's workers' spec, pickled: what its augmenters
+                                  # fetch once per process (BatchSink.workerSpec)
 }
 
 struct Ddp {

@@ -32,6 +32,14 @@ class Sink final : public hetero::BatchSink::Server {
     if (*trainer_ != nullptr) (*trainer_)->deliver(call.getParams().getBatch());
     return kj::READY_NOW;
   }
+  kj::Promise<void> workerSpec(WorkerSpecContext call) override {
+    KJ_REQUIRE(*trainer_ != nullptr, "the trainer has ended");
+    auto spec = (*trainer_)->workerSpec();
+    spdlog::info("DataLoader {}: its workers' spec ({:.1f} MiB) sent to a data instance's process",
+                 (*trainer_)->loader(), spec.size() / 1048576.0);
+    call.getResults().setPickled(spec);
+    return kj::READY_NOW;
+  }
 
  private:
   std::shared_ptr<TrainerActor*> trainer_;  // null once the trainer is gone

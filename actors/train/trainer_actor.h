@@ -51,6 +51,9 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
 
   // Where augmenters deliver (the BatchSink capability handed to produce()).
   void deliver(hetero::Batch::Reader batch);
+  // A later loader's pickled WorkerSpec, which its augmenters fetch once per process.
+  capnp::Data::Reader workerSpec() const { return args_.getWorkerSpec(); }
+  uint32_t loader() const { return args_.getLoader(); }
   // The script left planned pass `pass` (a break, then its next iter()): what it has not taken
   // is not made; its streams end now and the pass ends, every position it did not train on
   // counted as abandoned.

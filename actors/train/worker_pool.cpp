@@ -206,10 +206,10 @@ WorkerPool::Worker WorkerPool::start(uint32_t id) {
     fail(errnoText("the shared memory of a DataLoader worker (shared_memory_mb)"));
   }
   std::vector<int> fds{request[0], reply[1], memory};
-  if (!s.pickled.empty()) {
+  if (s.pickled && !s.pickled->empty()) {
     pickled = memfd_create("troupe-dataloader-spec", MFD_CLOEXEC);
-    if (pickled < 0 || ::write(pickled, s.pickled.data(), s.pickled.size()) !=
-                           ssize_t(s.pickled.size()) ||
+    if (pickled < 0 || ::write(pickled, s.pickled->data(), s.pickled->size()) !=
+                           ssize_t(s.pickled->size()) ||
         lseek(pickled, 0, SEEK_SET) != 0) {
       fail(errnoText("a DataLoader's pickled dataset into a memfd"));
     }

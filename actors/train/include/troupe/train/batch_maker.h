@@ -90,7 +90,8 @@ struct WorkerSettings {
   uint32_t workers = 0;         // worker processes on this node; 0: its CPUs (defaultWorkers)
   uint32_t prefetchFactor = 2;  // batches in the making per worker
   uint64_t sharedMemoryBytes = 1ull << 30;  // per worker, one slot per batch in the making
-  std::string pickled;  // the loader's workers' spec, pickled (a loader made after the first)
+  // The loader's workers' spec, pickled (a loader made after the first), one copy per process.
+  std::shared_ptr<const std::string> pickled;
   std::string host;     // this node's (worker seeds differ by instance; messages name it)
   uint32_t vcpus = 1;   // this node's, for the default worker count
 };

@@ -99,6 +99,7 @@ struct TrainerSpec {
   uint64_t samplesSetting = 0;  // the samples setting as given (0: all), part of the job's identity
   std::optional<SampleSpec> sample;  // a dataset's samples; unset: Fashion-MNIST's, or `python`
   bool python = false;               // a script's tensors (AugmenterSpec.python)
+  std::string workerSpec;            // a later loader's pickled WorkerSpec, served to augmenters
   // The epoch cut as torch's DataLoader cuts it (TrainerArgs.order): this rank's share of
   // `ranks`, each pass planned by the script when `planned`.
   bool batched = false, shuffle = true, dropLast = false, inOrder = false, planned = false;
