@@ -277,6 +277,15 @@ kj::Promise<void> AugmenterActor::push(uint32_t shard, uint64_t session, uint32_
   b.setShard(shard);
   b.setBegin(position);
   if (!made.failure.empty()) return fail(kj::mv(request), made.failure);
+  if (made.bytes >= kMaxBatchBytes) {
+    // Cap'n Proto's one blob holds less than 512 MiB: named, not the connection's refusal.
+    return fail(kj::mv(request),
+                "a batch of " + std::to_string(end - position) + " samples is " +
+                    std::to_string(made.bytes) + " bytes, more than one message carries (" +
+                    std::to_string(kMaxBatchBytes) +
+                    "): lower batch_size, or send uint8 pixels (a transform without ToTensor "
+                    "or Normalize, normalised where it is used)");
+  }
   size_t n = end - position;
   auto list = b.initSampleIds(n);
   for (size_t i = 0; i < n; ++i) list.set(i, cut.ids[position + i]);

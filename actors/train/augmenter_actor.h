@@ -23,6 +23,9 @@
 
 namespace troupe::train {
 
+// The most bytes of a batch's tensors: what one Cap'n Proto blob holds (2^29 - 1).
+inline constexpr size_t kMaxBatchBytes = (size_t(1) << 29) - 1;
+
 class AugmenterActor final : public ActorBase<hetero::Augmenter> {
  public:
   explicit AugmenterActor(ActorContext& context);

@@ -14,7 +14,8 @@
 #      `troupe sim` with two data instances and one dnn instance: every instance exits 0 and the
 #      script trains every sample of its epoch;
 #   4. troupe.data.ImageDataset (troupe's C++ decoding: libjpeg-turbo, libpng) reads both kinds
-#      of file with the same pixels as PIL where the decode is exact (PNG);
+#      of file with the same pixels as PIL where the decode is exact (PNG), and a CMYK JPEG as
+#      PIL makes it RGB;
 #   5. a script written for SageMaker's script mode (tests/python/script_mode/, shipped as
 #      sourcedir.tar.gz with a requirements.txt) through a copy of deploy/sagemaker/train, as a
 #      user's own image runs it, under the wheel's `troupe sim`: every instance exits 0 and the
@@ -156,6 +157,19 @@ for kind, i in sorted(kinds.items()):
     print("%s (%s) %s, max difference from PIL %d;" % (ds.source.name(i), kind, got.shape, diff))
     if kind == "png" and diff != 0:
         sys.exit("the PNG %s differs from PIL's by %d" % (ds.source.name(i), diff))
+# A CMYK JPEG (ImageNet has some): the wheel has no OpenCV codecs, troupe's own decode makes it
+# RGB as PIL does, exactly.
+import io
+buf = io.BytesIO()
+Image.fromarray(np.uint8(np.arange(40 * 30 * 3).reshape(30, 40, 3) % 251)).convert("CMYK").save(
+    buf, format="JPEG", quality=90)
+from troupe import _native
+got = _native.Transform("CenterCrop((30, 40))")(buf.getvalue(), 0, "cmyk.jpg")
+diff = int(np.abs(np.asarray(got).astype(int) -
+                  np.asarray(Image.open(buf).convert("RGB")).astype(int)).max())
+print("a CMYK JPEG, max difference from PIL %d;" % diff)
+if diff != 0:
+    sys.exit("the CMYK JPEG differs from PIL's by %d" % diff)
 EOF
 ); then
   pass "decode: troupe's C++ decoding from the wheel: $(echo $out)"

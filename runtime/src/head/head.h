@@ -216,6 +216,9 @@ class Head final : public HeadLink, private kj::TaskSet::ErrorHandler {
   std::vector<kj::Function<void(const NodeInfo&)>> joinedCallbacks_;
   std::vector<kj::Function<void(const JobEnd&)>> endCallbacks_;
   std::vector<std::string> membership_;  // joined late, rejoined, left: for the summary
+  // Actors started on nodes (restarts too) and the bytes of their arguments sent: the job's end
+  // says them (what spawning costs the head; a benchmark reads them).
+  uint64_t hosted_ = 0, hostedArgBytes_ = 0;
   int code_ = 0;
   std::string reason_;
   kj::Own<kj::PromiseFulfiller<void>> finishFulfiller_;

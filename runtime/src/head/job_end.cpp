@@ -25,6 +25,8 @@ void Head::finish(int code, std::string reason) {
     // The one line that says what failed, where, and why.
     spdlog::error("job failed ({}): {}", exitCodeName(code), firstLine(reason));
   }
+  spdlog::info("actors started: {}, with {:.1f} MiB of spawn arguments sent from the head",
+               hosted_, hostedArgBytes_ / 1048576.0);
   if (!membership_.empty()) {
     std::string all;
     for (auto& m : membership_) all += (all.empty() ? "" : "; ") + m;

@@ -317,6 +317,8 @@ void Head::hostOn(ActorEntry& entry) {
   auto& n = nodes_.at(entry.address.nodeId);
   auto req = n.client.hostRequest();
   entry.spec.toProto(req.initSpec());
+  ++hosted_;
+  hostedArgBytes_ += entry.spec.args.size();
   entry.address.toProto(req.initAddress());
   auto response = req.send();
   entry.client = response.getActor();
