@@ -7,10 +7,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <cmath>
 #include <utility>
 
+#include "troupe/images/transforms.h"
 #include "troupe/log.h"
 
 #include "mlp_learner.h"
@@ -71,6 +74,13 @@ TrainerActor::TrainerActor(ActorContext& context)
   fresh_ = args_.getFresh();
   samplesSetting_ = args_.getSamplesSetting();
   reader_ = readerFor(args_);
+  memoryBudget_ = batchMemoryBudget();
+  if (args_.hasSample()) {
+    // A dataset's batches: their bytes known now, before the first arrives.
+    auto f = args_.getSample();
+    batchBytes_ = uint64_t(batchSize_) * f.getChannels() * f.getHeight() * f.getWidth() *
+                  images::dtypeBytes(images::Dtype(f.getDtype()));
+  }
   tasks_ = kj::heap<kj::TaskSet>(quiet);
   self_ = std::make_shared<TrainerActor*>(this);
   auto started = kj::newPromiseAndFulfiller<void>();
@@ -425,10 +435,33 @@ uint64_t TrainerActor::streamCost(const Source& s) const {
   return std::max<uint64_t>(1, std::min<uint64_t>(prefetch_, batches));
 }
 
+uint64_t TrainerActor::batchMemoryBudget() {
+  // A quarter of what this machine has available now (of the instance type's memory, where
+  // troupe sim says it): what the other processes of the instance and the model leave.
+  uint64_t available = 0;
+  if (FILE* f = fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) available = kb * 1024;
+    }
+    fclose(f);
+  }
+  if (const char* typed = getenv("TROUPE_MEMORY_BYTES")) {
+    uint64_t bytes = strtoull(typed, nullptr, 10);
+    if (bytes > 0 && (available == 0 || bytes < available)) available = bytes;
+  }
+  return available == 0 ? ~0ull : available / 4;
+}
+
 uint64_t TrainerActor::budget() const {
   uint64_t live = 0;
   for (auto& a : augmenters_) live += !a.gone;
-  return uint64_t(prefetch_) * std::max<uint64_t>(1, live);
+  uint64_t byRule = uint64_t(prefetch_) * std::max<uint64_t>(1, live);
+  // Until a batch's bytes are known (a script's Dataset), a few at a time: the first batches
+  // say how large they are.
+  if (batchBytes_ == 0) return std::min<uint64_t>(byRule, kBeforeTheFirstBatch);
+  return std::min(byRule, std::max<uint64_t>(2, memoryBudget_ / batchBytes_));
 }
 
 void TrainerActor::dispatch() {
@@ -464,6 +497,14 @@ void TrainerActor::dispatch() {
     if (needed == sources_.size() && s.acked < s.expected.size()) needed = i;
   }
   uint64_t most = budget();
+  if (batchBytes_ > 0 && !memoryBoundSaid_ &&
+      most < uint64_t(prefetch_) * std::max<size_t>(1, augmenters_.size())) {
+    memoryBoundSaid_ = true;
+    spdlog::info(
+        "batches of {:.1f} MiB: the trainer holds at most {} of them, a quarter of the memory "
+        "available ({:.1f} GiB), fewer than prefetch_factor x {} augmenters",
+        batchBytes_ / 1048576.0, most, memoryBudget_ * 4 / 1073741824.0, augmenters_.size());
+  }
   for (uint32_t i = 0; i < sources_.size(); ++i) {
     auto& s = sources_[i];
     if (s.produced || s.augmenter >= 0 || from(s) >= s.expected.size()) continue;

@@ -156,7 +156,14 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   // batches) of them (credits), less those of it already queued; queued batches hold one each.
   // A stream is started only while the total stays within budget(), except the epoch's next
   // unfinished shard, which always may start (in order, the trainer waits for it).
+  // And, in bytes, a quarter of the memory available at the start (batchMemoryBudget()): with
+  // batches of ImageNet in float32 (154 MB at 256) and 128 augmenters the rule alone is 39 GB.
   uint64_t budget() const;
+  static uint64_t batchMemoryBudget();
+  uint64_t memoryBudget_ = ~0ull;
+  uint64_t batchBytes_ = 0;  // a batch's bytes: the dataset's format, else the largest received
+  bool memoryBoundSaid_ = false;
+  static constexpr uint64_t kBeforeTheFirstBatch = 16;
   uint64_t streamCost(const Source& s) const;
   // Streams an augmenter serves at once: in order, a script's one-batch shards, prefetch_ of
   // them (its workers have prefetch_factor batches in the making each, as torch's); else one.

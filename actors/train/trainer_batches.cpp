@@ -38,6 +38,10 @@ void TrainerActor::deliver(hetero::Batch::Reader batch) {
     return;
   }
   copiedBatches_ += p.step.images.copied();
+  if (p.step.images.size() > batchBytes_) {
+    batchBytes_ = p.step.images.size();  // the largest so far (a script's batches)
+    dispatch();
+  }
   if (p.source < sources_.size() && sources_[p.source].session == p.session &&
       sources_[p.source].augmenter >= 0) {
     auto& a = augmenters_[sources_[p.source].augmenter];

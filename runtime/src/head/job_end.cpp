@@ -25,8 +25,8 @@ void Head::finish(int code, std::string reason) {
     // The one line that says what failed, where, and why.
     spdlog::error("job failed ({}): {}", exitCodeName(code), firstLine(reason));
   }
-  spdlog::info("actors started: {}, with {:.1f} MiB of spawn arguments sent from the head",
-               hosted_, hostedArgBytes_ / 1048576.0);
+  spdlog::info("actors started: {}, with {} bytes of spawn arguments sent from the head", hosted_,
+               hostedArgBytes_);
   if (!membership_.empty()) {
     std::string all;
     for (auto& m : membership_) all += (all.empty() ? "" : "; ") + m;
