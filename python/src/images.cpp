@@ -72,6 +72,9 @@ void bindImages(py::module_& m) {
   py::class_<Pipeline>(m, "Transform")
       .def(py::init([](std::string spec) { return Pipeline::parse(spec); }), py::arg("spec"))
       .def("__repr__", [](const Pipeline& p) { return "Transform('" + p.describe() + "')"; })
+      .def_property("decode_scaling", &Pipeline::decodeScaling, &Pipeline::setDecodeScaling,
+                    "JPEGs decoded at a DCT scale where the first resize shrinks them to half or "
+                    "less (on by default for troupe's own specs; other pixels than PIL's).")
       .def_property("max_pixels", &Pipeline::maxPixels, &Pipeline::setMaxPixels,
                     "An image whose header claims more pixels is refused before it is decoded "
                     "(PIL's limit by default; 0: none).")

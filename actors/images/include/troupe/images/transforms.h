@@ -165,6 +165,7 @@ class Pipeline {
   /// Off: run() decodes every JPEG at full size (what DCT scaling saves, measured by
   /// apps/bench/images). On by default.
   void setDecodeScaling(bool on) { decodeScaling_ = on; }
+  bool decodeScaling() const { return decodeScaling_; }
 
   /// Off: run() decodes a JPEG whole where its first transform is a RandomResizedCrop or a
   /// CenterCrop inside the image (what decoding only the crop's part saves, measured by
