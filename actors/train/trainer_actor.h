@@ -233,7 +233,8 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
 
   std::vector<Source> sources_;           // the epoch's shards
   std::vector<AugmenterRef> augmenters_;  // train()'s, then addSources()'s
-  std::vector<double> shardSeconds_;      // each shard's stream, start to last push
+  std::vector<double> shardSeconds_;      // the latest shards' streams, start to last push
+  static constexpr size_t kShardTimesKept = 512;
   kj::Maybe<kj::Exception> fatal_;        // fails train(): no augmenter is left
   uint64_t trainSamples_ = 0;
   uint32_t epoch_ = 0, epochs_ = 0;

@@ -13,12 +13,12 @@ Exits 1 on a failure (its first line says which process grew by how much), 77 wi
 import argparse
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import sim_check
 
 SCRIPT = r'''
 import os, sys, time
@@ -53,98 +53,42 @@ print(f"memory: {len(seen)} samples, {len(set(seen))} distinct, the loop waited 
       f"of {time.monotonic() - started:.2f} s", flush=True)
 '''
 
-DATA, DNN = "ml.c5.xlarge", "ml.p3.2xlarge"
 DATA_INSTANCES, WORKERS, PREFETCH, BATCH = 2, 2, 2, 16
 SAMPLE_BYTES = 3 * 224 * 224 * 4
 
 
-def session_members(sid):
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid:  # the session id (field 6 of stat)
-                pids.append(int(name))
-        except (OSError, IndexError, ValueError):
-            pass
-    return pids
-
-
-def rss_and_name(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        return rss, " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv))[:90]
-    except (OSError, StopIteration):
-        return None, None
-
-
 def run(build, script, in_order, samples, step_ms):
     """One job; returns (output, {pid: (name, rss at the first batch, peak rss)}, exit code)."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PYTHONUNBUFFERED="1",
-               OMP_NUM_THREADS="1", MEMORY_SAMPLES=str(samples), MEMORY_STEP_MS=str(step_ms),
-               MEMORY_IN_ORDER="1" if in_order else "0")
-    argv = [os.path.join(build, "troupe"), "sim",
-            "--group", f"data_group={DATA_INSTANCES}:{DATA}", "--group", f"dnn_group=1:{DNN}",
-            "--", sys.executable, script]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, text=True, errors="replace")
-    lines, first = [], threading.Event()
-    done = threading.Event()
+    env = sim_check.environment(build, MEMORY_SAMPLES=str(samples), MEMORY_STEP_MS=str(step_ms),
+                                MEMORY_IN_ORDER="1" if in_order else "0")
+    first, done, session = threading.Event(), threading.Event(), {}
     procs = {}  # pid: [name, rss at the first batch (or when first seen after it), peak]
 
-    def read():
-        for line in proc.stdout:
-            lines.append(line)
-            if "memory: first batch" in line:
-                first.set()
+    def on_line(line, proc):
+        session["sid"] = proc.pid
+        if "memory: first batch" in line:
+            first.set()
 
     def watch():
         while not done.is_set():
-            for pid in session_members(proc.pid):
-                rss, name = rss_and_name(pid)
+            for pid in sim_check.session_members(session.get("sid", -1)):
+                rss, name = sim_check.rss_and_name(pid)
                 if rss is None:
                     continue
-                if pid not in procs:
-                    procs[pid] = [name, None, 0]
-                entry = procs[pid]
+                entry = procs.setdefault(pid, [name, None, 0])
                 entry[0] = name or entry[0]
                 if first.is_set():
                     if entry[1] is None:
                         entry[1] = rss
                     entry[2] = max(entry[2], rss)
             time.sleep(0.05)
-
-    threads = [threading.Thread(target=read, daemon=True), threading.Thread(target=watch, daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        code = proc.wait(300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.wait()
-        lines.append("memory_check: the job was killed after 300 s\n")
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    code, output = sim_check.sim(build, script, env, data=DATA_INSTANCES, timeout=300,
+                                 on_line=on_line)
     done.set()
-    threads[0].join(10)
-    left, settle = [], time.monotonic() + 5
-    while time.monotonic() < settle:  # the instances' last processes end right after troupe sim
-        left = session_members(proc.pid)
-        if not left:
-            break
-        time.sleep(0.2)
-    for pid in left:  # nothing may be left, but reap whatever is
-        lines.append(f"memory_check: process {pid} was left behind; killed\n")
-        code = code or 1
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    return "".join(lines), {p: e for p, e in procs.items() if e[1] is not None}, code
+    watcher.join(5)
+    return output, {p: e for p, e in procs.items() if e[1] is not None}, code
 
 
 def main():
@@ -154,11 +98,9 @@ def main():
     ap.add_argument("--step-ms", type=int, default=150)
     ap.add_argument("--only", choices=("in_order", "out_of_order"))
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("skipping: PyTorch is not installed for this python3 (python3-torch)")
-        return 77
+    skip = sim_check.no_torch()
+    if skip:
+        return skip
     batch_bytes = BATCH * SAMPLE_BYTES
     # torch's rule: prefetch_factor batches per worker, whichever way the loop takes them; a batch
     # in the loop's hands and one being handed over besides; then 64 MB for allocators' slack.
@@ -205,13 +147,8 @@ def main():
                         f"{bound / 2**20:.0f} MiB")
             if not procs:
                 failures.append(f"{label}: no process's RSS was read")
-    if failures:
-        print("FAILED: " + failures[0].splitlines()[0])
-        for f in failures:
-            print(f)
-        return 1
-    print("memory_check: every process stayed within the bound, in order and not")
-    return 0
+    return sim_check.verdict("memory_check", failures,
+                             "every process stayed within the bound, in order and not")
 
 
 if __name__ == "__main__":

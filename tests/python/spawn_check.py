@@ -13,12 +13,10 @@ Exits 1 on a failure (its first line says what), 77 without PyTorch.
 import argparse
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
+
+import sim_check
 
 SCRIPT = r'''
 import os
@@ -47,58 +45,35 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("skipping: PyTorch is not installed for this python3 (python3-torch)")
-        return 77
+    skip = sim_check.no_torch()
+    if skip:
+        return skip
     build = os.path.abspath(args.build)
-    peak = {"head": 0}
+    peak, head = {"rss": 0}, {}
+
+    def on_line(line, proc):
+        # The head (the training instance's process) from troupe sim's table of pids; its peak
+        # RSS (VmHWM) read at every line after.
+        m = re.search(r"troupe sim: \S+\s+dnn_group\s+\S+\s+\S+\s+pid=(\d+)", line)
+        if m:
+            head["pid"] = int(m[1])
+        if "pid" in head:
+            try:
+                with open(f"/proc/{head['pid']}/status") as f:
+                    hwm = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+                peak["rss"] = max(peak["rss"], hwm * 1024)
+            except (OSError, StopIteration):
+                pass
     with tempfile.TemporaryDirectory(prefix="spawn-check-") as tmp:
         script = os.path.join(tmp, "spawn.py")
         with open(script, "w") as f:
             f.write(SCRIPT)
-        env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PYTHONUNBUFFERED="1",
-                   OMP_NUM_THREADS="1")
-        argv = [os.path.join(build, "troupe"), "sim", "--group", "data_group=2:ml.c5.xlarge",
-                "--group", "dnn_group=1:ml.p3.2xlarge", "--", sys.executable, script]
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True, errors="replace")
-        lines, done = [], threading.Event()
-
-        def read():
-            for line in proc.stdout:
-                lines.append(line)
-
-        def watch():
-            # The head (the training instance's process) from troupe sim's table of pids.
-            while not done.is_set():
-                m = re.search(r"troupe sim: \S+\s+dnn_group\s+\S+\s+\S+\s+pid=(\d+)",
-                              "".join(lines[:40]))
-                if m:
-                    try:
-                        with open(f"/proc/{m[1]}/status") as f:
-                            rss = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
-                        peak["head"] = max(peak["head"], rss * 1024)
-                    except (OSError, StopIteration):
-                        pass
-                time.sleep(0.1)
-        threads = [threading.Thread(target=read, daemon=True),
-                   threading.Thread(target=watch, daemon=True)]
-        for t in threads:
-            t.start()
-        try:
-            code = proc.wait(400)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            code = proc.wait()
-        done.set()
-        threads[0].join(10)
-    output = "".join(lines)
+        code, output = sim_check.sim(build, script, sim_check.environment(build), data=2,
+                                     on_line=on_line)
     sent = re.findall(r"DataLoader 1: its workers' spec \(([\d.]+) MiB\) sent", output)
     result = re.search(r"spawn: later loader (\d+) samples, every one once: (\w+)", output)
     print(f"troupe sim exited {code}; the spec ({sent[0] if sent else '?'} MiB) sent "
-          f"{len(sent)} times; the head's peak RSS {peak['head'] / 2**20:.0f} MiB")
+          f"{len(sent)} times; the head's peak RSS {peak['rss'] / 2**20:.0f} MiB")
     failures = []
     if code != 0 or not result:
         failures.append(f"the job failed (exit {code}); its output's end:\n" + output[-3000:])
@@ -107,13 +82,8 @@ def main():
     if len(sent) > 2 or not sent:
         failures.append(f"the spec was sent {len(sent)} times for 2 data instances (16 "
                         "augmenters): once per data instance's process")
-    if failures:
-        print("FAILED: " + failures[0].splitlines()[0])
-        for f in failures:
-            print(f)
-        return 1
-    print("spawn_check: a later loader's spec left the head once per data instance")
-    return 0
+    return sim_check.verdict("spawn_check", failures,
+                             "a later loader's spec left the head once per data instance")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,11 @@ Exits 1 on a failure (its first line says what), 77 without PyTorch.
 import argparse
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
+
+import sim_check
 
 SCRIPT = r'''
 import os, time
@@ -45,31 +45,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("skipping: PyTorch is not installed for this python3 (python3-torch)")
-        return 77
+    skip = sim_check.no_torch()
+    if skip:
+        return skip
     build = os.path.abspath(args.build)
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="straggler-check-") as tmp:
         script = os.path.join(tmp, "straggler.py")
         with open(script, "w") as f:
             f.write(SCRIPT)
-        env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), PYTHONUNBUFFERED="1",
-                   OMP_NUM_THREADS="1")
         # With --seed 5 the hosts are dealt so: algo-3 is a data instance (tests/conformance).
-        argv = [os.path.join(build, "troupe"), "sim", "--seed", "5",
-                "--group", "data_group=2:ml.c5.xlarge", "--group", "dnn_group=1:ml.p3.2xlarge",
-                "--env", "algo-3:STRAGGLER=1", "--", sys.executable, script]
-        started = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True, errors="replace")
-        try:
-            output, _ = proc.communicate(timeout=400)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output = proc.communicate()[0] + "\nstraggler_check: killed after 400 s"
-    print(f"troupe sim exited {proc.returncode} in {time.monotonic() - started:.1f} s")
+        code, output = sim_check.sim(build, script, sim_check.environment(build), data=2,
+                                     options=("--seed", "5", "--env", "algo-3:STRAGGLER=1"))
+    print(f"troupe sim exited {code} in {time.monotonic() - started:.1f} s")
     failures = []
     data = re.findall(r"troupe sim: (\S+)\s+data_group", output)
     if "algo-3" not in data:
@@ -79,9 +67,8 @@ def main():
                        output)
     takeovers = re.findall(r"shard \d+: '[^']+' on algo-3 has served it for .* takes it over",
                            output)
-    if proc.returncode != 0 or not result:
-        failures.append(f"the job failed (exit {proc.returncode}); its output's end:\n" +
-                        output[-3000:])
+    if code != 0 or not result:
+        failures.append(f"the job failed (exit {code}); its output's end:\n" + output[-3000:])
     else:
         print(f"  {result[0]}; {len(takeovers)} batches taken over from algo-3")
         if result[1] != "480" or result[2] != "True" or result[3] != "480":
@@ -91,14 +78,8 @@ def main():
                             "line naming algo-3)")
         for line in takeovers[:3]:
             print(f"  {line[:150]}")
-    if failures:
-        print("FAILED: " + failures[0].splitlines()[0])
-        for f in failures:
-            print(f)
-        return 1
-    print("straggler_check: the slow instance's batches were taken over, in order, every sample "
-          "once")
-    return 0
+    return sim_check.verdict("straggler_check", failures, "the slow instance's batches were "
+                             "taken over, in order, every sample once")
 
 
 if __name__ == "__main__":

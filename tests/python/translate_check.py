@@ -17,10 +17,10 @@ import argparse
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
+
+import sim_check
 
 SCRIPT = r'''
 import json, os, sys, traceback
@@ -160,23 +160,11 @@ def main():
             f.write(SCRIPT)
         sys.path.insert(0, tmp)
         from cases import CASES as cases, dataset_of
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(build, "python"), tmp]),
-                   PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TRANSLATE_OUT=out,
-                   TRANSLATE_ROOT=root)
-        argv = [os.path.join(build, "troupe"), "sim", "--group", "data_group=1:ml.c5.xlarge",
-                "--group", "dnn_group=1:ml.p3.2xlarge", "--", sys.executable,
-                os.path.join(tmp, "script.py")]
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True, errors="replace")
-        try:
-            output, _ = proc.communicate(timeout=400)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output = proc.communicate()[0] + "\ntranslate_check: killed after 400 s"
-        print(f"troupe sim exited {proc.returncode}")
-        if proc.returncode != 0:
-            failures.append(f"the job exited {proc.returncode}; its output's end:\n" +
-                            output[-3000:])
+        env = sim_check.environment(build, paths=[tmp], TRANSLATE_OUT=out, TRANSLATE_ROOT=root)
+        code, output = sim_check.sim(build, os.path.join(tmp, "script.py"), env)
+        print(f"troupe sim exited {code}")
+        if code != 0:
+            failures.append(f"the job exited {code}; its output's end:\n" + output[-3000:])
         # Which path each loader took, in the order the script made them (sorted case names).
         lines = re.findall(r"troupe\.data: DataLoader (\d+): (.*)", output)
         said = {}
@@ -229,14 +217,8 @@ def main():
                                 f"(at most {limit:g} on the {expected} path)")
             print(f"{verdict} {name}: {path} path, {len(want_y)} samples, targets the dataset's, "
                   f"max {off:.2f} levels of 255 off torchvision's: {line[:110]}")
-    if failures:
-        print("FAILED: " + failures[0].splitlines()[0])
-        for f in failures:
-            print(f)
-        return 1
-    print("translate_check: every Compose gave torchvision's tensors and targets, translated or "
-          "in Python workers, each said")
-    return 0
+    return sim_check.verdict("translate_check", failures, "every Compose gave torchvision's "
+                             "tensors and targets, translated or in Python workers, each said")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 #include <capnp/serialize.h>
 #include <kj/debug.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <map>
@@ -19,6 +20,26 @@ constexpr size_t kPoolBuffers = 8;
 constexpr size_t kPoolBytes = 128 << 20;
 constexpr size_t kBufferGranule = 64 << 10;
 constexpr std::align_val_t kBufferAlign{64};
+// Buffers this large are the kernel's pages (mmap), given back when freed (beyond the pool's
+// few): from malloc they come from the heap (run.cpp keeps allocations up to 32 MiB there, for
+// the sending side's sake), which a trainer holding a few hundred received batches of 12 MB left
+// 20% larger than what it held (the ImageNet-shaped soak, docs/benchmarks.md).
+constexpr size_t kMappedBytes = 1 << 20;
+
+kj::byte* allocate(size_t capacity) {
+  if (capacity < kMappedBytes) return static_cast<kj::byte*>(::operator new(capacity, kBufferAlign));
+  void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<kj::byte*>(p);
+}
+
+void release(kj::byte* data, size_t capacity) {
+  if (capacity < kMappedBytes) {
+    ::operator delete(data, kBufferAlign);
+  } else {
+    munmap(data, capacity);
+  }
+}
 
 struct IncomingBuffer {
   // One large received message's memory. Shared by the message's reader and every Received that
@@ -49,7 +70,7 @@ class BufferPool {
     }
     if (data == nullptr) {
       capacity = (bytes + kBufferGranule - 1) / kBufferGranule * kBufferGranule;
-      data = static_cast<kj::byte*>(::operator new(capacity, kBufferAlign));
+      data = allocate(capacity);
     }
     auto buffer = std::shared_ptr<IncomingBuffer>(new IncomingBuffer{data, capacity});
     std::lock_guard<std::mutex> lock(mutex_);
@@ -67,7 +88,7 @@ class BufferPool {
         return;
       }
     }
-    ::operator delete(data, kBufferAlign);
+    release(data, capacity);
   }
 
   std::shared_ptr<IncomingBuffer> find(const kj::byte* begin, const kj::byte* end) {
