@@ -16,12 +16,16 @@ Instance groups: --instance-group NAME=COUNT:TYPE, repeated (or --layout seed|py
 the seed's 2 x ml.c5.18xlarge + 1 x ml.p4d.24xlarge, or 1 x ml.c5.9xlarge + 1 x ml.p3.2xlarge).
 troupe's head is the first host of the first group with GPUs, or --head-group's. Channels:
 --channel NAME=S3_URI, repeated, each given to every group (--data S3_URI is --channel train=).
-Hyperparameters: --hp KEY=VALUE, repeated, or --hyperparameters '{"epochs": 3}': in script mode
+Hyperparameters: --hp KEY=VALUE, repeated, or --hyperparameters '{"epochs": 3}'. A --hp value
+is typed as the SDK's users type it in Python: JSON where it is a number, true, false, null, a
+list or an object (epochs=3 is the SDK's {"epochs": 3}, sent as "3"), else a string (sent as
+"\"abc\"", as the SDK sends "abc"). In script mode
 the script gets these and nothing else (the SDK's sagemaker_* are for the entry point, troupe's
 troupe_* for troupe); an app gets --epochs too (default 10), and hetero_train its data-dir and
 model-dir.
 
---dry-run prints the CreateTrainingJob request this script sends, and starts nothing. Starting a
+--dry-run prints the CreateTrainingJob request this script sends (only the JSON on stdout, for a
+JSON tool; the instance groups go to stderr), and starts nothing. Starting a
 job needs boto3 and AWS credentials (troupe itself does not): the script uploads the source and
 the job secret, then calls CreateTrainingJob with that request. The image is
 deploy/sagemaker/Dockerfile's (with PyTorch for a script), pushed where the role can pull
@@ -179,6 +183,16 @@ def channels(args):
     return out
 
 
+def typed(value):
+    """A --hp value as the SDK's user writes it in Python: a JSON number, true, false, null, list
+    or object as that value, anything else (abc, a path, 3a) as the string."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return value if isinstance(parsed, str) else parsed
+
+
 def user_hyperparameters(args):
     hps = {}
     if args.hyperparameters:
@@ -192,7 +206,7 @@ def user_hyperparameters(args):
         key, sep, value = kv.partition("=")
         if not sep or not key:
             sys.exit("--hp %r: expected KEY=VALUE" % kv)
-        hps[key] = value
+        hps[key] = typed(value)
     if "troupe_token" in hps:
         sys.exit("--hp troupe_token: DescribeTrainingJob shows hyperparameters to anyone allowed to "
                  "call it; this script passes a fresh secret as the input channel '%s' instead"
@@ -335,7 +349,7 @@ def main(argv=None):
                       region=args.region or "<region>")
         for g in req["ResourceConfig"]["InstanceGroups"]:
             print("%-10s %d x %s" % (g["InstanceGroupName"], g["InstanceCount"],
-                                     g["InstanceType"]))
+                                     g["InstanceType"]), file=sys.stderr)
         print(json.dumps(req, indent=2))
         return 0
     request(args)  # every refusal before any upload

@@ -12,6 +12,7 @@ usage: launch_check.py LAUNCH_PY
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import re
 import stat
@@ -76,6 +77,14 @@ out = io.StringIO()
 with contextlib.redirect_stdout(out):
     launch.main(BASE + ["--dry-run"])
 check("troupe_token" not in out.getvalue(), "the dry run mentions troupe_token")
+try:
+    json.loads(out.getvalue())  # only the request: a JSON tool reads it
+except ValueError as e:
+    check(False, "the dry run's stdout is not one JSON object (%s): %s" % (e, out.getvalue()[:200]))
+for value, want in (("3", 3), ("0.5", 0.5), ("true", True), ("[1, 2]", [1, 2]), ("abc", "abc"),
+                    ("3a", "3a"), ('"x"', '"x"'), ("/opt/ml/x", "/opt/ml/x")):
+    check(launch.typed(value) == want, "--hp k=%s is typed %r, not %r" % (value,
+                                                                        launch.typed(value), want))
 req = launch.request(launch.parse_args(BASE))
 secret = [c for c in req["InputDataConfig"] if c["ChannelName"] == "troupe-secret"]
 check(len(secret) == 1 and secret[0]["DataSource"]["S3DataSource"]["S3Uri"] ==

@@ -128,7 +128,8 @@ with tempfile.TemporaryDirectory() as src:
     # What script mode asks for: the user's hyperparameters and the entry point's, nothing else.
     req = reqs["a script on 2 GPU instances and 2 data instances, spot"]
     hps = req["HyperParameters"]
-    want = {"epochs": "\"3\"", "batch-size": "\"64\"", "lr": "0.01", "layers": "[256, 128]",
+    # --hp epochs=3 as the SDK's {"epochs": 3}: "3", not "\"3\"" (a string stays one).
+    want = {"epochs": "3", "batch-size": "64", "lr": "0.01", "layers": "[256, 128]",
             "sagemaker_program": "\"train.py\"",
             "sagemaker_submit_directory": "\"s3://sagemaker-eu-west-1-123456789012/"
                                           "troupe-train-2026-12-02/source/sourcedir.tar.gz\"",
