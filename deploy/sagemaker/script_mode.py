@@ -311,6 +311,31 @@ def install_requirements(code_dir, python):
     return "requirements.txt installed"
 
 
+def _missing(program, code_dir):
+    """The refusal of an entry point the source folder lacks: what it has, and the nearest
+    name."""
+    import difflib
+    have = sorted(os.listdir(code_dir))
+    near = difflib.get_close_matches(program, have, n=1)
+    return ScriptModeError("hyperparameter sagemaker_program '%s': no such file in the source "
+                           "folder %s (it has: %s)%s"
+                           % (program, code_dir, ", ".join(have) or "nothing",
+                              "; did you mean %s?" % near[0] if near else ""))
+
+
+def check_program(code_dir, program):
+    """The entry point is in the fetched source, before pip runs on every instance: a file (a
+    folder with setup.py runs it as a module, as the toolkit does)."""
+    path = os.path.realpath(os.path.join(code_dir, program))
+    if not path.startswith(os.path.realpath(code_dir) + os.sep):
+        raise ScriptModeError("hyperparameter sagemaker_program '%s' is outside the source folder "
+                              "%s" % (program, code_dir))
+    if "setup.py" in os.listdir(code_dir) and not program.endswith(".sh"):
+        return  # a module of the package pip installs (command())
+    if not os.path.isfile(path):
+        raise _missing(program, code_dir)
+
+
 def command(code_dir, program, python, user):
     """The entry point's command line, by its kind (the toolkit's _entry_point_type): a .sh or
     other file runs itself, a folder with setup.py is pip-installed and run as a module, a .py
@@ -323,9 +348,7 @@ def command(code_dir, program, python, user):
     if program.endswith(".sh") or (not program.endswith(".py") and
                                    "setup.py" not in os.listdir(code_dir)):
         if not os.path.isfile(path):
-            raise ScriptModeError("hyperparameter sagemaker_program '%s': no such file in the "
-                                  "source folder %s (it has: %s)"
-                                  % (program, code_dir, ", ".join(sorted(os.listdir(code_dir)))))
+            raise _missing(program, code_dir)
         os.chmod(path, 0o755)
         # A .sh runs under /bin/sh as the toolkit runs it (no #! line needed); another file
         # runs itself.
@@ -338,8 +361,5 @@ def command(code_dir, program, python, user):
         module = program[:-3] if program.endswith(".py") else program
         return [python, "-m", module] + args
     if not os.path.isfile(path):
-        raise ScriptModeError("hyperparameter sagemaker_program '%s': no such file in the source "
-                              "folder %s (it has: %s)"
-                              % (program, code_dir, ", ".join(sorted(os.listdir(code_dir)) or
-                                                             ["nothing"])))
+        raise _missing(program, code_dir)
     return [python, path] + args

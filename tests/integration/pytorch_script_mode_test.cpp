@@ -145,8 +145,9 @@ TEST_CASE("script mode: an entry point the source folder lacks - every instance 
           "output/failure names it and what the folder has",
           "[pytorch][sagemaker][script-mode][bad-input]") {
   SKIP_WITHOUT_TORCH();
-  checkRefused("numpy", "trian.py",
+  // A requirement pip cannot install: the entry point is checked first, so pip never runs.
+  checkRefused("troupe-no-such-package==1.0", "trian.py",
                {"hyperparameter sagemaker_program 'trian.py': no such file in the source "
                 "folder ",
-                "(it has: requirements.txt, train.py)"});
+                "(it has: requirements.txt, train.py); did you mean train.py?"});
 }
