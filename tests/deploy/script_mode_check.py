@@ -152,7 +152,69 @@ def main():
             if os.path.exists(os.path.join(tmp, "evil.py")):
                 print("FAILED: ../evil.py was written")
                 failures += 1
-    print("hostile archives: a member outside the code folder and a link out of it, refused")
+    # Crafted as tarfile's `data` filter refuses them (issue 62): a symlink chain that a later
+    # member walks out through, a hardlink whose target (a path from the archive's root) is
+    # outside, an absolute path, a device; and a setuid file with another owner, unpacked
+    # without either.
+    def member(name, kind="file", link="", mode=0o644, data=b"x", uid=0):
+        info = tarfile.TarInfo(name)
+        info.mode, info.uid, info.uname = mode, uid, "someone"
+        if kind == "file":
+            info.size = len(data)
+            return info, io.BytesIO(data)
+        info.type = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE,
+                     "dir": tarfile.DIRTYPE, "device": tarfile.CHRTYPE}[kind]
+        info.linkname = link
+        return info, None
+    crafted = {
+        "a symlink chain walked out of": [member("x", "dir", mode=0o755),
+                                          member("w", "dir", mode=0o755),
+                                          member("x/y", "symlink", "../w"),
+                                          member("x/y/../../escaped.txt")],
+        "a hardlink out": [member("a/b", "dir", mode=0o755), member("a/b/c", "hardlink",
+                                                                   "../secret.txt")],
+        "an absolute path": [member("/tmp/troupe-absolute.txt")],
+        "a device": [member("dev", "device")],
+    }
+    for name, members in crafted.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "secret.txt"), "w") as f:
+                f.write("secret")
+            archive = os.path.join(tmp, "sourcedir.tar.gz")
+            with tarfile.open(archive, "w:gz") as t:
+                for info, data in members:
+                    t.addfile(info, data)
+            code = os.path.join(tmp, "code")
+            try:
+                script_mode.fetch("file://" + archive, code)
+                print("FAILED: %s: the archive was unpacked" % name)
+                failures += 1
+            except script_mode.ScriptModeError as e:
+                if "refused" not in str(e):
+                    print("FAILED: %s: %s" % (name, e))
+                    failures += 1
+            escaped = [p for p in (os.path.join(tmp, "escaped.txt"), "/tmp/troupe-absolute.txt")
+                       if os.path.exists(p)]
+            if escaped or os.path.exists(os.path.join(code, "a", "b", "c")):
+                print("FAILED: %s: written outside, or linked from outside: %s" % (name, escaped))
+                failures += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = os.path.join(tmp, "sourcedir.tar.gz")
+        with tarfile.open(archive, "w:gz") as t:
+            for info, data in (member("bin", "dir", mode=0o755),
+                               member("bin/run.sh", mode=0o4777, uid=4242),
+                               member("train.py", mode=0o666)):
+                t.addfile(info, data)
+        code = os.path.join(tmp, "code")
+        script_mode.fetch("file://" + archive, code)
+        st = os.stat(os.path.join(code, "bin", "run.sh"))
+        if st.st_mode & 0o7022 or st.st_uid != os.getuid():
+            print("FAILED: setuid or others' write kept, or the owner: mode %o, uid %d"
+                  % (st.st_mode, st.st_uid))
+            failures += 1
+    print("hostile archives: a member outside the code folder, a link out of it, a symlink chain "
+          "walked out of, a hardlink out, an absolute path and a device refused; setuid and "
+          "owners dropped")
     if any(k.startswith("SM_HP_TROUPE") for k in ours) or "troupe_node_restarts" in str(
             script_mode.cmd_args(user)):
         print("FAILED: a troupe_* hyperparameter reached the script")
