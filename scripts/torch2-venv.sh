@@ -10,7 +10,10 @@
 set -euo pipefail
 
 venv=${1:?usage: $0 VENV}
-torch=${TORCH:-torch>=2,<3}
+# The versions the conformance report was made with, and the SageMaker image's PyPI stage installs
+# (deploy/sagemaker/Dockerfile's TORCH_PYPI): one pin, so what users get is what was judged.
+torch=${TORCH:-torch==2.15.0}
+torchvision=${TORCHVISION:-torchvision==0.29.2}
 
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch, torchvision" 2>/dev/null; then
   exit 0
@@ -20,6 +23,6 @@ if ! /usr/bin/python3 -m venv "$venv"; then
   echo "torch2-venv: python3 -m venv failed; install Debian's python3-venv" >&2
   exit 1
 fi
-echo "torch2-venv: installing $torch, torchvision and numpy<2 into $venv (about 3 GB with CUDA's libraries)"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "numpy<2" "$torch" torchvision
+echo "torch2-venv: installing $torch, $torchvision and numpy<2 into $venv (about 3 GB with CUDA's libraries)"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "numpy<2" "$torch" "$torchvision"
 "$venv/bin/python" -c "import torch, torchvision; print('torch2-venv: torch', torch.__version__, 'torchvision', torchvision.__version__)"
