@@ -82,6 +82,7 @@ struct Options {
 // Parses argv; a non-empty result is the exit code (help, or a parse error).
 std::optional<int> parseOptions(int argc, char* argv[], Options& o) {
   CLI::App cli("troupe: a Ray-like actor runtime for heterogeneous clusters");
+  cli.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
   cli.require_subcommand(1);
   auto* sim = cli.add_subcommand("sim", "run APP as a simulated heterogeneous cluster on loopback");
   auto* envCmd = sim::addEnvCommand(cli, o.envOptions);
