@@ -93,14 +93,10 @@ def run(build, script, in_order, samples, step_ms):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
     ap.add_argument("--samples", type=int, default=1200)
     ap.add_argument("--step-ms", type=int, default=150)
     ap.add_argument("--only", choices=("in_order", "out_of_order"))
-    args = ap.parse_args()
-    skip = sim_check.no_torch()
-    if skip:
-        return skip
+    args, build = sim_check.setup(ap)
     batch_bytes = BATCH * SAMPLE_BYTES
     # torch's rule: prefetch_factor batches per worker, whichever way the loop takes them; a batch
     # in the loop's hands and one being handed over besides; then 64 MB for allocators' slack.
@@ -120,7 +116,7 @@ def main():
             if args.only and args.only != ("in_order" if in_order else "out_of_order"):
                 continue
             started = time.monotonic()
-            output, procs, code = run(os.path.abspath(args.build), script, in_order,
+            output, procs, code = run(build, script, in_order,
                                       args.samples, args.step_ms)
             print(f"{label}: exit {code} in {time.monotonic() - started:.1f} s")
             m = re.search(r"memory: (\d+) samples, (\d+) distinct, the loop waited ([\d.]+) s "

@@ -41,6 +41,19 @@ def rss_and_name(pid):
         return None, None
 
 
+def setup(parser=None):
+    """--build (and `parser`'s own arguments) parsed; exits 77 with the skip's line where this
+    python3 has no PyTorch. Returns (the arguments, the build folder's absolute path)."""
+    import argparse
+    ap = parser or argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    args = ap.parse_args()
+    skip = no_torch()
+    if skip:
+        sys.exit(skip)
+    return args, os.path.abspath(args.build)
+
+
 def no_torch():
     """77 with the skip's line where this python3 has no PyTorch, else None."""
     try:

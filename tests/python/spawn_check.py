@@ -10,7 +10,6 @@ arguments held before.
 
 Exits 1 on a failure (its first line says what), 77 without PyTorch.
 """
-import argparse
 import os
 import re
 import sys
@@ -42,13 +41,7 @@ print(f"spawn: later loader {len(seen)} samples, every one once: {ok}", flush=Tr
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    args = ap.parse_args()
-    skip = sim_check.no_torch()
-    if skip:
-        return skip
-    build = os.path.abspath(args.build)
+    _, build = sim_check.setup()
     peak, head = {"rss": 0}, {}
 
     def on_line(line, proc):

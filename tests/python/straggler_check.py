@@ -9,7 +9,6 @@ order, every sample once.
 
 Exits 1 on a failure (its first line says what), 77 without PyTorch.
 """
-import argparse
 import os
 import re
 import sys
@@ -42,13 +41,7 @@ print(f"straggler: {len(order)} samples, in order: {order == list(range(480))}, 
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    args = ap.parse_args()
-    skip = sim_check.no_torch()
-    if skip:
-        return skip
-    build = os.path.abspath(args.build)
+    _, build = sim_check.setup()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="straggler-check-") as tmp:
         script = os.path.join(tmp, "straggler.py")
