@@ -49,6 +49,11 @@ rm -rf "$stage" "$build/raw"
 mkdir -p "$stage/troupe/_bin" "$build/raw" "$dist"
 cp "$build"/cmake/python/troupe/*.py "$build"/cmake/python/troupe/_native*.so "$stage/troupe/"
 cp "$build/cmake/troupe" "$stage/troupe/_bin/troupe"
+# SageMaker's script-mode entry point (deploy/sagemaker/train and script_mode.py) as the wheel's
+# console script troupe-sagemaker-train: a user's own image or container copies nothing out of
+# the repository (docs/sagemaker.md).
+cp deploy/sagemaker/train "$stage/troupe/_sagemaker_train.py"
+cp deploy/sagemaker/script_mode.py "$stage/troupe/_script_mode.py"
 strip --strip-unneeded "$stage"/troupe/_native*.so "$stage/troupe/_bin/troupe"
 py=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 cat > "$stage/setup.py" <<EOF
@@ -67,7 +72,10 @@ setup(
     packages=["troupe"],
     package_data={"troupe": ["_native*.so", "_bin/troupe"]},
     python_requires="==$py.*",
-    entry_points={"console_scripts": ["troupe=troupe._program:main"]},
+    # troupe's module is built against numpy 1's API (Debian's, with pybind11 2.10).
+    install_requires=["numpy>=1.21,<2"],
+    entry_points={"console_scripts": ["troupe=troupe._program:main",
+                                      "troupe-sagemaker-train=troupe._sagemaker_train:main"]},
     distclass=Binary,
     zip_safe=False,
 )

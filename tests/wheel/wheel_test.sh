@@ -177,10 +177,10 @@ else
   fail "decode: $out"
 fi
 
-# 5. Script mode from the wheel: the entry point copied out of the tree, the source as the SDK
-# ships it, pip offline (numpy is met by Debian's, through the venv's system site packages).
-mkdir -p "$work/entry" "$work/source" "$work/channel"
-cp "$repo/deploy/sagemaker/train" "$repo/deploy/sagemaker/script_mode.py" "$work/entry/"
+# 5. Script mode from the wheel: its own entry point (the console script troupe-sagemaker-train,
+# nothing copied out of the tree), the source as the SDK ships it, pip offline (numpy is met by
+# Debian's, through the venv's system site packages).
+mkdir -p "$work/source" "$work/channel"
 cp "$repo/tests/python/script_mode/train.py" "$work/source/"
 echo numpy > "$work/source/requirements.txt"
 tar -C "$work/source" -czf "$work/sourcedir.tar.gz" .
@@ -188,7 +188,7 @@ python -c 'import sys; sys.stdout.writelines("%g,%g\n" % (i / 100, 3 * i / 100 +
   > "$work/channel/rows.csv"
 PIP_NO_INDEX=1 sim_job "$work/script-mode.log" --channel train="$work/channel" \
   --hp sagemaker_program=train.py --hp sagemaker_submit_directory="file://$work/sourcedir.tar.gz" \
-  --hp epochs=2 --hp batch-size=20 -- "$work/entry/train"
+  --hp epochs=2 --hp batch-size=20 -- "$work/venv/bin/troupe-sagemaker-train"
 if [ "$code" = 0 ] && grep -q "script-mode epoch 1: 200 samples, 200 distinct of 200" <<<"$log" &&
    [ "$(grep -c "requirements.txt installed" <<<"$log")" = 3 ] &&
    grep -q "troupe sim: all 3 instances exited 0" <<<"$log"; then
