@@ -115,12 +115,21 @@ def main():
             label = "in_order=True" if in_order else "in_order=False"
             if args.only and args.only != ("in_order" if in_order else "out_of_order"):
                 continue
-            started = time.monotonic()
-            output, procs, code = run(build, script, in_order,
-                                      args.samples, args.step_ms)
-            print(f"{label}: exit {code} in {time.monotonic() - started:.1f} s")
-            m = re.search(r"memory: (\d+) samples, (\d+) distinct, the loop waited ([\d.]+) s "
-                          r"of ([\d.]+) s", output)
+            # On a busy machine (users' CI) the data group may not outrun the loop: the bound
+            # would go untested, so the loop is made slower (3x, twice) rather than the check
+            # passing or failing for the machine's load.
+            step, m = args.step_ms, None
+            for attempt in range(3):
+                started = time.monotonic()
+                output, procs, code = run(build, script, in_order, args.samples, step)
+                print(f"{label}: exit {code} in {time.monotonic() - started:.1f} s ({step} ms "
+                      "steps)")
+                m = re.search(r"memory: (\d+) samples, (\d+) distinct, the loop waited "
+                              r"([\d.]+) s of ([\d.]+) s", output)
+                if code != 0 or not m or float(m[3]) <= 0.3 * float(m[4]):
+                    break
+                print(f"  {m[0]}: the data group did not outrun the loop; again, slower")
+                step *= 3
             if code != 0 or not m:
                 failures.append(f"{label}: the job failed (exit {code}); its output's end:\n" +
                                 output[-3000:])
@@ -130,8 +139,9 @@ def main():
             if n != args.samples or distinct != args.samples:
                 failures.append(f"{label}: {n} samples, {distinct} distinct, of {args.samples}")
             if waited > 0.3 * total:
-                failures.append(f"{label}: the loop waited {waited:.1f} s of {total:.1f} s: the "
-                                "data group was not faster than the loop, the bound went untested")
+                failures.append(f"{label}: the loop waited {waited:.1f} s of {total:.1f} s, with "
+                                f"steps of up to {step} ms: the data group was not faster than "
+                                "the loop, the bound went untested")
             for pid, (name, base, peak) in sorted(procs.items(), key=lambda p: -p[1][2]):
                 grew = peak - base
                 print(f"  pid {pid:>7}  {base / 2**20:7.0f} -> {peak / 2**20:7.0f} MiB "
