@@ -85,6 +85,8 @@ CASES = {
     "pinning": Case("exact", shapes=("plain", "sim2")),
     "draws": Case("order", props=("distinct", "same_in_every_shape"), quick=("plain", "sim2")),
     "persistent": Case("order", props=("distinct", "fresh_epochs"), quick=("plain", "sim2")),
+    "prefetch_persistent": Case("order", props=("distinct", "fresh_epochs"), quick=("sim2",),
+                                delay_ms=20),
     "draws0": Case("first_epoch", props=("distinct", "same_in_every_shape")),
     "workers0": Case("exact", quick=("plain",)),
     "local": Case("exact", shapes=("plain", "sim2", "ddp2"), quick=("sim2",)),

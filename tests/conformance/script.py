@@ -378,6 +378,15 @@ def case_persistent():
     return observe(DataLoader(Draws(64), batch_size=8, num_workers=2, persistent_workers=True))
 
 
+def case_prefetch_persistent():
+    """Where issue 61's changes meet: a seeded shuffle over many small batches (far more than
+    troupe may hold), prefetch_factor=3 (in order, each worker makes 3 of the next batches at
+    once), persistent workers; torch's order each epoch, fresh draws in epoch 1."""
+    g = torch.Generator().manual_seed(11)
+    return observe(DataLoader(Draws(96), batch_size=4, shuffle=True, generator=g, num_workers=2,
+                              prefetch_factor=3, persistent_workers=True))
+
+
 def case_workers0():
     """num_workers=0 (the main process) on a dataset without randomness: the same batches, and
     the script's own generators after each pass as torch leaves them."""
