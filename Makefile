@@ -16,9 +16,14 @@ deps:
 deps-run:
 	@scripts/install-deps.sh --no-python
 
+# CUDA code: AUTO builds it where nvcc and an NVIDIA GPU are found, ON wherever nvcc is (CI does,
+# so that it compiles), OFF never. Read by the first configure of a build folder; later ones keep it
+# (cmake -DTROUPE_CUDA=ON -B build changes it).
+TROUPE_CUDA ?= AUTO
+
 # Configures once; again when the Python package's packages arrived after a configure without them
 # (a `make run` first, then `make test`), so that the Python module is built and its tests run.
-CONFIGURE = if [ ! -f $(BUILD)/build.ninja ]; then cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS); \
+CONFIGURE = if [ ! -f $(BUILD)/build.ninja ]; then cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) -DTROUPE_CUDA=$(TROUPE_CUDA); \
 	elif grep -q '^TROUPE_PYTHON_MISSING:INTERNAL=ON' $(BUILD)/CMakeCache.txt && \
 	  [ -d /usr/lib/cmake/pybind11 ] && ls /usr/include/python3*/Python.h >/dev/null 2>&1; then \
 	  cmake -U '*Python3*' -U '*pybind11*' -S . -B $(BUILD); fi

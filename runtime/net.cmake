@@ -8,6 +8,9 @@ add_library(troupe_net STATIC ${CMAKE_CURRENT_LIST_DIR}/src/net/coalescing_strea
   ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/crypto_threads.cpp ${CMAKE_CURRENT_LIST_DIR}/src/net/lending.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/net/transport.cpp)
+# Each of the three TLS files has its own check() and fail() (unity builds, CMakeLists.txt).
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/src/net/tls_records.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_stream.cpp PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 # Its own folder is private: the runtime's parts reach it as a FOLDER (runtime/CMakeLists.txt), its
 # tests name it themselves (tests/runtime/net.cmake), and the benches include troupe/transport.h.
 target_include_directories(troupe_net PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include>

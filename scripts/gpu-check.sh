@@ -35,9 +35,15 @@ prepare() {
   done
   [ -f "$build/build.ninja" ] || { echo "gpu-check.sh: $build is not configured (make build)" >&2; exit 2; }
   command -v patchelf >/dev/null || { echo "gpu-check.sh: needs patchelf (scripts/install-deps.sh installs it)" >&2; exit 2; }
+  # A build configured here, where no GPU is, has no CUDA code (TROUPE_CUDA=AUTO): ask for it.
+  if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+     ! grep -q '^TROUPE_CUDA:STRING=ON' "$build/CMakeCache.txt"; then
+    echo "gpu-check.sh: configuring $build with -DTROUPE_CUDA=ON (the check is for a GPU)" >&2
+    cmake -DTROUPE_CUDA=ON -B "$build" >/dev/null
+  fi
   cmake --build "$build" --target troupe hetero_train actors_tests bench_compare bench_pipeline
   if ! ldd "$build/tests/actors/actors_tests" | grep -q libcublas; then
-    echo "gpu-check.sh: $build was configured without CUDA (nvcc not found): its trainer cannot use a GPU" >&2
+    echo "gpu-check.sh: $build has no CUDA code (nvcc not found): its trainer cannot use a GPU" >&2
     echo "  the bundle is still made, for the CPU path (run ... --device cpu)" >&2
   elif command -v cuobjdump >/dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
     objdump_cmd=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)

@@ -306,7 +306,7 @@ std::vector<float> floats(const Args& a, const std::string& name, const Value& v
   return out;
 }
 
-Op bind(const Call& c, const std::vector<std::string>& names, Kind kind) {
+Op makeOp(const Call& c, const std::vector<std::string>& names, Kind kind) {
   Args a(c, names);
   Op op;
   op.kind = kind;
@@ -520,7 +520,7 @@ std::vector<Op> parseSpec(const std::string& spec) {
                       Parser::allowed());
     }
     for (auto& [name, args] : signatures()) {
-      if (name == call.name) ops.push_back(bind(call, args, kind->second));
+      if (name == call.name) ops.push_back(makeOp(call, args, kind->second));
     }
   }
   return ops;
