@@ -49,11 +49,10 @@ rm -rf "$stage" "$build/raw"
 mkdir -p "$stage/troupe/_bin" "$build/raw" "$dist"
 cp "$build"/cmake/python/troupe/*.py "$build"/cmake/python/troupe/_native*.so "$stage/troupe/"
 cp "$build/cmake/troupe" "$stage/troupe/_bin/troupe"
-# SageMaker's script-mode entry point (deploy/sagemaker/train and script_mode.py) as the wheel's
-# console script troupe-sagemaker-train: a user's own image or container copies nothing out of
-# the repository (docs/sagemaker.md).
-cp deploy/sagemaker/train "$stage/troupe/_sagemaker_train.py"
-cp deploy/sagemaker/script_mode.py "$stage/troupe/_script_mode.py"
+# With them SageMaker's script-mode entry point (deploy/sagemaker/train and script_mode.py, copied
+# by python/CMakeLists.txt as _sagemaker_train.py and _script_mode.py): the wheel's console script
+# troupe-sagemaker-train, so a user's own image or container copies nothing out of the repository
+# (docs/sagemaker.md).
 strip --strip-unneeded "$stage"/troupe/_native*.so "$stage/troupe/_bin/troupe"
 py=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 cat > "$stage/setup.py" <<EOF

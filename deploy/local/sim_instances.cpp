@@ -182,6 +182,11 @@ std::vector<std::string> environment(const Instance& in, const JobSpec& spec,
   }
   // The root alone, as on SageMaker: the node finds resourceconfig.json in it.
   env.push_back("TROUPE_SM_ROOT=" + in.root);
+  // The same root for SageMaker's own sagemaker-training toolkit (its `train` as the instance's
+  // entry, as in AWS's framework images): it reads SAGEMAKER_BASE_DIR, else /opt/ml, and off
+  // SageMaker makes a root of its own under ~/sagemaker_local.
+  std::erase_if(env, [](const std::string& e) { return e.starts_with("SAGEMAKER_BASE_DIR="); });
+  env.push_back("SAGEMAKER_BASE_DIR=" + in.root);
   if (!netns) env.push_back("TROUPE_HOST_MAP=" + hostMap.string());
   if (!in.cpus.empty()) env.push_back("TROUPE_CPUS=" + in.cpus);
   if (in.cpuScale > 0) env.push_back("TROUPE_CPU_SCALE=" + formatCpus(in.cpuScale));

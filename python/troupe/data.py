@@ -22,6 +22,13 @@ exits 1 (JOB_FAILED) and the failure file names the exception.
 __all__ = ["AugmentedBatches", "DataLoader", "Stopped", "JobFailed", "StateError",
            "ImageDataset", "FashionMNIST", "fashion_mnist", "normalize"]
 
+# Run by another program on a SageMaker instance (the sagemaker-training toolkit of AWS's images):
+# this process becomes the restart loop's parent and runs the script as its child, before anything
+# of troupe's is loaded (troupe/_supervise.py). Returns at once everywhere else.
+from troupe import _supervise  # noqa: E402
+
+_supervise.run_if_started_by_another()
+
 from troupe import _ddp
 from troupe._common import JobFailed, StateError, Stopped  # noqa: F401
 from troupe._datasets import FashionMNIST, ImageDataset, fashion_mnist, normalize  # noqa: F401

@@ -2,6 +2,7 @@
 
 #include "troupe/run.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <sched.h>
 #include <signal.h>
@@ -370,10 +371,21 @@ int run(int argc, char* argv[], Registry& registry, DriverFunction driver, RunOp
   // (stderr, unbuffered) written after them, or at exit.
   fflush(stdout);
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  // Under `troupe sim`: die with the simulator even if it is SIGKILLed.
+  // Under `troupe sim`: die with the simulator even if it is SIGKILLed. The variable names the
+  // process that started this one (troupe sim, or deploy/sagemaker/train, which names itself), or
+  // an ancestor of it: with a program between that does not (SageMaker's sagemaker-training
+  // toolkit as the instance's entry, running the script), this process dies with that program.
+  // Gone before this line (the parent differs and the named process no longer exists): the
+  // simulator was killed while this process started.
   if (const char* parent = getenv("TROUPE_DIE_WITH_PARENT")) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (std::to_string(getppid()) != parent) _exit(INTERRUPTED);
+    const long named = atol(parent);
+    const bool gone = named <= 0 || (kill(static_cast<pid_t>(named), 0) != 0 && errno == ESRCH);
+    if (getppid() != named && gone) {
+      fprintf(stderr, "troupe: the process that started this job's instance (pid %s) is gone; "
+                      "exiting\n", parent);
+      _exit(INTERRUPTED);
+    }
   }
 
   Outcome outcome;

@@ -72,13 +72,13 @@ def environment(build, **extra):
 
 
 def sim(build, script, env, data=1, dnn=1, options=(), timeout=400, on_line=None):
-    """Runs `script` under troupe sim with `data` data and `dnn` training instances (and
-    `options` before the app) in a session of its own; `on_line(line, proc)` sees each line as it
+    """Runs `script` (this python3 runs it; a list: the command itself) under troupe sim with
+    `data` data and `dnn` training instances (and `options` before the app) in a session of its own; `on_line(line, proc)` sees each line as it
     comes. Returns (exit code, output); a process left in the session is killed and named in the
     output, and makes the code non-zero."""
     argv = [os.path.join(build, "troupe"), "sim", *options,
             "--group", f"data_group={data}:{DATA}", "--group", f"dnn_group={dnn}:{DNN}",
-            "--", sys.executable, script]
+            "--", *(script if isinstance(script, list) else [sys.executable, script])]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, text=True, errors="replace")
     lines = []
