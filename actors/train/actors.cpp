@@ -3,16 +3,18 @@
 #include "troupe/train/actors.h"
 
 #include "augmenter_actor.h"
+#include "mlp_learner.h"
 #include "trainer_actor.h"
 
 namespace troupe::train {
 
 void addActorTypes(Registry& types) {
-  types.add<AugmenterActor>();  // "train.Augmenter" (train.capnp's Augmenter)
-  types.add<TrainerActor>();    // "train.Trainer"
+  modelLearnerFactory = &makeMlpLearner;
+  addScriptActorTypes(types);
 }
 
 void addTrainer(Registry& types, std::string name) {
+  modelLearnerFactory = &makeMlpLearner;
   types.add<TrainerActor>(kj::mv(name));
 }
 

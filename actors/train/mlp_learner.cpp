@@ -180,4 +180,8 @@ void MlpLearner::finished(const std::vector<EpochRecord>& history) {
   spdlog::info("model saved to {}", modelDir_);
 }
 
+std::shared_ptr<Learner> makeMlpLearner(hetero::TrainerArgs::Reader args) {
+  return std::make_shared<MlpLearner>(args);
+}
+
 }  // namespace troupe::train

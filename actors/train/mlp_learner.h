@@ -54,4 +54,8 @@ class MlpLearner final : public Learner {
   std::shared_ptr<Gaps> gaps_ = std::make_shared<Gaps>();
 };
 
+// A MlpLearner for `args`: the trainer's modelLearnerFactory (trainer_actor.h) in a program that
+// registers the C++ model (actors.cpp).
+std::shared_ptr<Learner> makeMlpLearner(hetero::TrainerArgs::Reader args);
+
 }  // namespace troupe::train

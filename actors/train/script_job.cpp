@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "troupe/train/actors.h"
+#include "augmenter_actor.h"
+#include "trainer_actor.h"
 #include "troupe/train/spawn.h"
 #include "troupe/train/shared_source.h"
 #include "train.capnp.h"
@@ -28,6 +30,11 @@
 #include "troupe/troupe.h"
 
 namespace troupe::train {
+
+void addScriptActorTypes(Registry& types) {
+  types.add<AugmenterActor>();  // "train.Augmenter" (train.capnp's Augmenter)
+  types.add<TrainerActor>();    // "train.Trainer"
+}
 namespace {
 
 using troupe::train::ScriptLearner;
@@ -67,7 +74,7 @@ class Job {
     argv_ = std::move(argv);
     for (auto& a : argv_) args_.push_back(a.data());
     args_.push_back(nullptr);
-    troupe::train::addActorTypes(types_);
+    troupe::train::addScriptActorTypes(types_);
     std::thread([this]() {
       troupe::run(static_cast<int>(argv_.size()), args_.data(), types_,
                   [this](troupe::Driver& job) { return drive(job); });

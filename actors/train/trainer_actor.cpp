@@ -16,13 +16,14 @@
 #include "troupe/images/transforms.h"
 #include "troupe/log.h"
 
-#include "mlp_learner.h"
 #include "clock.h"
 #include "troupe/train/script_learner.h"
 #include "troupe/dataset/epoch.h"
 #include "troupe/trace.h"
 
 namespace troupe::train {
+
+ModelLearnerFactory modelLearnerFactory = nullptr;
 
 namespace {
 
@@ -92,7 +93,13 @@ TrainerActor::TrainerActor(ActorContext& context)
     // rank's script), or the server of a local rank's process.
     learner_ = ScriptLearner::findOrCreate(args_.getScript());
   } else {
-    learner_ = std::make_shared<MlpLearner>(args_);
+    if (modelLearnerFactory == nullptr) {
+      throw std::runtime_error(
+          "train.Trainer: no training script, and this program registered no C++ model "
+          "(troupe::train::addActorTypes() registers hetero_train's; addScriptActorTypes() "
+          "serves scripts only)");
+    }
+    learner_ = modelLearnerFactory(args_);
   }
 }
 

@@ -286,4 +286,11 @@ class TrainerActor final : public ActorBase<hetero::Trainer> {
   kj::ForkedPromise<void> onStarted_ = nullptr;
 };
 
+// The learner of a trainer that serves no training script: hetero_train's C++ model
+// (mlp_learner.cpp, with the trainer's BLAS and Thrust). Set by addActorTypes() and addTrainer()
+// (actors.cpp); a program that registers the trainer for scripts alone (addScriptActorTypes(),
+// the Python module) links neither the model nor its libraries (37.6 MB of OpenBLAS in the wheel).
+using ModelLearnerFactory = std::shared_ptr<Learner> (*)(hetero::TrainerArgs::Reader args);
+extern ModelLearnerFactory modelLearnerFactory;
+
 }  // namespace troupe::train

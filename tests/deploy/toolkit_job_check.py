@@ -16,8 +16,8 @@ the OS, the toolkit's own "Reporting training SUCCESS" on each, the kill seen to
 gone, the restart announced), every sample of every epoch trained once (counted here from the ids
 the script trained on), and no process left behind.
 
-usage: toolkit_job_check.py --troupe BUILD/troupe --venv VENV [--pythonpath DIR | --wheel WHEEL]
-                            [--kill] [--seed N] [--no-loop]
+usage: toolkit_job_check.py --troupe BUILD/troupe --venv VENV [--venv-per-host]
+                            [--pythonpath DIR | --wheel WHEEL] [--kill] [--seed N] [--no-loop]
 """
 
 import argparse
@@ -97,7 +97,10 @@ def exactly_once(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--troupe", required=True)
-    ap.add_argument("--venv", required=True, help="a venv with sagemaker-training and torch")
+    ap.add_argument("--venv", required=True, help="a venv with sagemaker-training and torch; "
+                    "with --venv-per-host, the folder of one such venv per host (algo-1, ...), "
+                    "as each SageMaker instance has its own container")
+    ap.add_argument("--venv-per-host", action="store_true")
     ap.add_argument("--pythonpath", help="troupe's package (the build's python/ folder)")
     ap.add_argument("--wheel", help="troupe's wheel, named by the source's requirements.txt")
     ap.add_argument("--kill", action="store_true")
@@ -110,10 +113,14 @@ def main():
         print("skipping: troupe sim --netns needs root and iproute2's ip (each instance's host "
               "name must resolve, as the toolkit waits for it)")
         return 77
-    train = os.path.join(args.venv, "bin", "train")
-    if subprocess.run([os.path.join(args.venv, "bin", "python"), "-c", "import torch"],
+    one = os.path.join(args.venv, "algo-1") if args.venv_per_host else args.venv
+    command = [os.path.join(args.venv, "bin", "train")]
+    if args.venv_per_host:  # the instance's own venv, named by its root's folder
+        command = ["/bin/sh", "-c", 'exec "$0/$(basename "$TROUPE_SM_ROOT")/bin/train"',
+                   os.path.abspath(args.venv)]
+    if subprocess.run([os.path.join(one, "bin", "python"), "-c", "import torch"],
                       capture_output=True).returncode != 0:
-        print(f"skipping: the venv {args.venv} has no PyTorch (python3-torch, or PyPI's torch)")
+        print(f"skipping: the venv {one} has no PyTorch (python3-torch, or PyPI's torch)")
         return 77
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
@@ -172,7 +179,7 @@ def main():
             options += ["--hp", f"{k}={json.dumps(v)}"]
         build = os.path.dirname(os.path.abspath(args.troupe))
         started = time.monotonic()
-        code, out = sim_check.sim(build, [train], env, data=2, dnn=1, options=options,
+        code, out = sim_check.sim(build, command, env, data=2, dnn=1, options=options,
                                   timeout=400, on_line=on_line)
         print("".join(l for l in out.splitlines(True) if " progress: " not in l)[-6000:])
         print(f"toolkit_job_check: troupe sim exited {code} after {time.monotonic() - started:.1f} s")

@@ -18,6 +18,10 @@ namespace troupe::train {
 // driver may spawn either on any node) registers both.
 void addActorTypes(Registry& types);
 
+// The same for a program whose trainer serves training scripts only (the Python module,
+// script_job.cpp): hetero_train's C++ model and its BLAS are not linked.
+void addScriptActorTypes(Registry& types);
+
 // Registers the trainer alone, under `name`: a program whose augmenters are its own actors (a
 // test's) serving the same interface.
 void addTrainer(Registry& types, std::string name = "train.Trainer");
