@@ -182,8 +182,12 @@ image:
 # sim` (tests/wheel/wheel_test.sh). docs/pytorch.md, "Installing troupe from its wheel".
 wheel: deps
 	JOBS=$(JOBS) scripts/wheel.sh
+# Each wheel in its Python's fresh venv: Debian's python3 with Debian's torch, the others
+# (scripts/wheel-pythons.sh) with PyPI's torch and torchvision, pinned as make conformance's.
 test-wheel: wheel
 	tests/wheel/wheel_test.sh
+	for py in $$(scripts/wheel-pythons.sh | tail -n +2); do \
+	  TORCH_FROM=pypi PYTHON=$$py tests/wheel/wheel_test.sh || exit 1; done
 
 # That image run as SageMaker runs it: three containers algo-1..3, /opt/ml roots, `train`
 # (tests/image/image_test.py). IMAGE_TEST_SEED picks the fault moments (printed when random).

@@ -25,17 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${WHEEL_BUILD:-$PWD/build-wheel}
-pythons=${PYTHONS:-${PYTHON:-}}
-if [ -z "$pythons" ]; then
-  pythons=/usr/bin/python3
-  for v in 3.10 3.12 3.13; do
-    # The interpreter itself (a pyenv shim names it only where that version is selected).
-    if exe=$("python$v" -c 'import sys; print(sys.executable)' 2>/dev/null) ||
-       exe=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/$v.*/bin/python$v 2>/dev/null | tail -n 1); then
-      [ -n "$exe" ] && pythons="$pythons $exe"
-    fi
-  done
-fi
+pythons=${PYTHONS:-${PYTHON:-$(scripts/wheel-pythons.sh)}}
 dist=${DIST:-$PWD/dist}
 jobs=${JOBS:-$(nproc)}
 version=$(sed -n 's/^project(troupe VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
@@ -133,8 +123,15 @@ raw=$(ls "$build"/raw/troupe-*.whl)
 rm -f "$dist"/troupe-"$version"-"$tag"-*.whl
 mkdir -p "$build/glx"
 gcc -shared -fPIC -O2 -Wl,-soname,libGLX.so.0 -o "$build/glx/libGLX.so.0" scripts/wheel-glx-stub.c
-# auditwheel finds libraries as the dynamic loader does, LD_LIBRARY_PATH first: the stand-in.
-LD_LIBRARY_PATH=$build/glx PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair -w "$dist" "$raw" > "$build/repair.log" 2>&1 || {
+# auditwheel finds libraries as the dynamic loader does, LD_LIBRARY_PATH first: the stand-in, and
+# the reference BLAS and LAPACK (Debian's libblas3 and liblapack3) for OpenCV's core, whose
+# libblas.so.3 and liblapack.so.3 are OpenBLAS on this machine (Debian's alternatives): 37.6 MB of
+# optimised kernels for the few small solves OpenCV makes (cv::solve in getPerspectiveTransform).
+libs=$build/glx
+for d in /usr/lib/x86_64-linux-gnu/blas /usr/lib/x86_64-linux-gnu/lapack; do
+  [ -e "$d/$(basename "$d" | sed 's/^/lib/').so.3" ] && libs=$libs:$d
+done
+LD_LIBRARY_PATH=$libs PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair -w "$dist" "$raw" > "$build/repair.log" 2>&1 || {
   tail -n 20 "$build/repair.log" >&2
   exit 1
 }

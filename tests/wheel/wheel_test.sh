@@ -4,7 +4,10 @@
 # venv's.
 #
 #   1. a fresh venv that sees the system's packages (Debian's torch and torchvision: the module
-#      does not link torch), in a folder of its own; `pip install` of the wheel, offline;
+#      does not link torch), in a folder of its own; `pip install` of the wheel, offline. With
+#      TORCH_FROM=pypi, a venv of PYTHON's own with PyPI's torch and torchvision (the versions
+#      scripts/torch2-venv.sh pins, and numpy as they pull it) installed first: the way to test
+#      the wheel of a Python that has no Debian torch (3.10, 3.12, 3.13);
 #   2. every shared library the installed module and program load is the wheel's own
 #      (troupe.libs/) or one of the few every manylinux platform has and a slim image holds
 #      (glibc's, libstdc++, libgcc_s, zlib): read with ldd, so a library the wheel forgot fails
@@ -17,21 +20,26 @@
 #      of file with the same pixels as PIL where the decode is exact (PNG), and a CMYK JPEG as
 #      PIL makes it RGB;
 #   5. a script written for SageMaker's script mode (tests/python/script_mode/, shipped as
-#      sourcedir.tar.gz with a requirements.txt) through a copy of deploy/sagemaker/train, as a
+#      sourcedir.tar.gz with a requirements.txt) through the wheel's troupe-sagemaker-train, as a
 #      user's own image runs it, under the wheel's `troupe sim`: every instance exits 0 and the
-#      script trains every sample of each epoch once.
+#      script trains every sample of each epoch once;
+#   6. the same kind of script as AWS's own PyTorch images run it: PyPI's sagemaker-training
+#      toolkit as every instance's entry point, the wheel named by requirements.txt, a data
+#      instance's process killed inside training (Debian's torch only).
 #
 # Prints one line per check, PASS or FAIL with why; exit 0 when every one passed, 77 (a skip,
 # with its reason) without torch.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-wheel=${1:-$(ls "$repo"/dist/troupe-*.whl 2>/dev/null | head -n 1)}
 python=${PYTHON:-/usr/bin/python3}
+torch_from=${TORCH_FROM:-system}
+tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+wheel=${1:-$(ls "$repo"/dist/troupe-*-"$tag"-*.whl 2>/dev/null | head -n 1)}
 if [ -z "$wheel" ] || [ ! -f "$wheel" ]; then
   echo "FAIL: no wheel in $repo/dist (make wheel writes it)"
   exit 1
 fi
-if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
+if [ "$torch_from" = system ] && ! "$python" -c "import torch, torchvision" 2>/dev/null; then
   echo "SKIP: wheel test: $python has no torch and torchvision (apt-get install python3-torch python3-torchvision)"
   exit 77
 fi
@@ -60,8 +68,19 @@ sim_job() {
   log=$(cat "$file")
 }
 
-echo "wheel test: $(basename "$wheel"); $("$python" --version), glibc $(ldd --version | head -n 1 | awk '{print $NF}'), torch $("$python" -c 'import torch; print(torch.__version__)')"
-"$python" -m venv --system-site-packages "$work/venv"
+if [ "$torch_from" = pypi ]; then
+  torch_pins=$(sed -n 's/^torch=\${TORCH:-\(.*\)}$/\1/p; s/^torchvision=\${TORCHVISION:-\(.*\)}$/\1/p' "$repo/scripts/torch2-venv.sh")
+  "$python" -m venv "$work/venv"
+  started=$SECONDS
+  if ! out=$("$work/venv/bin/pip" install -q --disable-pip-version-check $torch_pins 2>&1); then
+    fail "install: PyPI's $torch_pins for $("$python" --version): $(tail -n 3 <<<"$out")"
+    exit 1
+  fi
+  echo "wheel test: PyPI's $torch_pins into a fresh venv of $python ($((SECONDS - started)) s)"
+else
+  "$python" -m venv --system-site-packages "$work/venv"
+fi
+echo "wheel test: $(basename "$wheel"); $("$python" --version), glibc $(ldd --version | head -n 1 | awk '{print $NF}'), torch $("$work/venv/bin/python" -c 'import torch; print(torch.__version__)'), numpy $("$work/venv/bin/python" -c 'import numpy; print(numpy.__version__)')"
 cd "$work"
 export PATH="$work/venv/bin:/usr/bin:/bin"
 unset PYTHONPATH LD_LIBRARY_PATH
@@ -195,5 +214,27 @@ if [ "$code" = 0 ] && grep -q "script-mode epoch 1: 200 samples, 200 distinct of
   pass "script mode: a SageMaker script through train under the wheel's troupe sim: $(grep -o 'script-mode epoch 1: [^,]*, [^,]*' <<<"$log"), requirements installed on all 3, all 3 instances exited 0"
 else
   fail "script mode: troupe sim exited $code; its log ends: $(tail -n 15 <<<"$log")"
+fi
+# 6. AWS's own images' way: PyPI's sagemaker-training toolkit as every instance's entry point, the
+# wheel named by the source's requirements.txt (the toolkit pip-installs it on each instance), a
+# data instance's process SIGKILLed inside training (tests/deploy/toolkit_job_check.py). A venv
+# per instance, as each SageMaker instance has its own container; Debian's torch in each.
+if [ "$torch_from" != system ]; then
+  echo "SKIP toolkit: with Debian's torch only (TORCH_FROM=system): three more venvs of PyPI's torch"
+elif [ "$(id -u)" != 0 ]; then
+  echo "SKIP toolkit: troupe sim --netns needs root (each instance's host name must resolve)"
+else
+  for host in algo-1 algo-2 algo-3; do
+    if ! out=$("$repo/scripts/sagemaker-training-venv.sh" "$work/toolkit/$host" --torch 2>&1); then
+      fail "toolkit: a venv with sagemaker-training for $host: $(tail -n 3 <<<"$out")"
+    fi
+  done
+  if out=$(/usr/bin/python3 "$repo/tests/deploy/toolkit_job_check.py" --troupe "$work/venv/bin/troupe" \
+             --venv "$work/toolkit" --venv-per-host --wheel "$wheel" --kill 2>&1) &&
+     [ "$(grep -c "Successfully installed troupe" <<<"$out")" = 3 ]; then
+    pass "toolkit: sagemaker-training's train on every instance, the wheel from requirements.txt installed on all 3, $(tail -n 1 <<<"$out" | sed 's/^toolkit_job_check: //')"
+  else
+    fail "toolkit: $(grep -m1 FAILED <<<"$out") $(grep -c "Successfully installed troupe" <<<"$out") of 3 installed the wheel; its output ends: $(tail -n 15 <<<"$out")"
+  fi
 fi
 exit $failed
