@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -131,6 +132,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="troupe-toolkit-")
     failures = []
+    installed = 0
     state = {"roots": None, "head": None, "data": [], "killed": None, "why": None}
     try:
         src = os.path.join(work, "src")
@@ -194,6 +196,10 @@ def main():
                 failures.append(f"{host}: the toolkit did not report training SUCCESS")
         if "Invoking script with the following command" not in out:
             failures.append("the toolkit never invoked the script")
+        installed = len(re.findall(r"Successfully installed [^\n]*troupe-", out))
+        if args.wheel and installed != 3:
+            failures.append(f"the toolkit installed troupe's wheel from requirements.txt on "
+                            f"{installed} of 3 instances")
         if "was started by another program" not in out:
             failures.append("troupe.data did not see that the toolkit started the script")
         if args.kill:
@@ -224,6 +230,7 @@ def main():
         "toolkit_job_check", failures,
         f"3 instances started by sagemaker-training's train exited 0, {EPOCHS} epochs of "
         f"{SAMPLES} samples each trained once" + (
+            f", the wheel installed from requirements.txt on {installed}" if args.wheel else "") + (
             f", {state['data'][0] if state['data'] else '?'}'s process killed and restarted"
             if args.kill else "") + f" (seed {seed})")
 
