@@ -11,9 +11,10 @@ child (the same interpreter, flags and arguments), passes SIGTERM and SIGINT on 
 again when it was a data instance's process and a signal killed it, and exits with the
 instance's final code (deploy/sagemaker/train's ``supervise``).
 
-Nothing changes where troupe started the script (troupe sim with the script as the instance's
-command, troupe's ``train``, which sets TROUPE_SUPERVISOR), outside a SageMaker-shaped root, or
-with TROUPE_SUPERVISE=0.
+Nothing changes where the toolkit did not start the script (it sets SM_TRAINING_ENV for it),
+where troupe did (troupe sim with the script as the instance's command, troupe's ``train``,
+which sets TROUPE_SUPERVISOR, a DDP local rank troupe.data starts), under torchrun, outside a
+SageMaker-shaped root, or with TROUPE_SUPERVISE=0.
 """
 
 import json
@@ -32,8 +33,12 @@ def started_by_another():
     """The root when this process runs a job's script that no troupe program started, else
     None."""
     env = os.environ
+    if "SM_TRAINING_ENV" not in env:
+        return None  # not run by sagemaker-training (which sets it for the script it runs)
     if env.get("TROUPE_SUPERVISE", "1") == "0" or "TROUPE_SUPERVISOR" in env:
         return None  # turned off, or troupe's train (or this loop) is the parent
+    if "TROUPE_LOCAL_FD" in env or "TORCHELASTIC_RUN_ID" in env:
+        return None  # a local rank troupe.data started, or torchrun's rank: theirs to watch
     if env.get("TROUPE_DIE_WITH_PARENT") == str(os.getppid()):
         return None  # troupe sim runs the script as the instance's command
     if not getattr(sys, "orig_argv", None) or not os.path.isfile(sys.argv[0] or ""):
