@@ -47,7 +47,7 @@ DeviceSelection selectDevice(DeviceKind kind) {
   }
   why = "built with CUDA but cudaGetDeviceCount found no GPU (" + error + ")";
 #else
-  why = "built without CUDA (nvcc was not found at configure time)";
+  why = "built without CUDA (no nvcc, or no GPU at configure time: -DTROUPE_CUDA=ON builds it)";
 #endif
   if (kind == DeviceKind::kCuda) throw std::runtime_error("CUDA device requested but " + why);
   return {makeCpuDevice(), std::string(cpu) + ": " + why + cpuWaitPolicyNote()};

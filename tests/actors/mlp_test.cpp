@@ -203,7 +203,7 @@ TEST_CASE("the CPU device reads a batch where it lies, without a copy", "[traine
 TEST_CASE("the CUDA trainer agrees with the CPU one on the same weights and batch",
           "[trainer][gpu]") {
   if (!troupe::trainer::builtWithCuda()) {
-    WARN("skipping: no GPU (built without CUDA: nvcc was not found at configure time)");
+    WARN("skipping: no GPU (built without CUDA: no nvcc, or no GPU at configure time)");
     return;
   }
   auto selection = troupe::trainer::selectDevice(DeviceKind::kAuto);
