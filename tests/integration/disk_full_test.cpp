@@ -128,7 +128,7 @@ TEST_CASE("checkpoints on a full disk - the job fails naming the folder and the 
   auto report = "/tmp/troupe-disk-test-" + std::to_string(getpid()) + "-failed.json";
   Run run(harness::sim(
       kCluster, train({"--epochs", "2", "--train-samples", "8000", "--checkpoint-dir", disk.dir(),
-                       "--checkpoint-every", "10", "--progress-every", "0.2", "--report",
+                       "--checkpoint-every", "25", "--progress-every", "0.1", "--report",
                        report})));
   int code = run.wait(180s);
   auto out = run.output();
@@ -157,6 +157,9 @@ TEST_CASE("checkpoints on a full disk - the job fails naming the folder and the 
   CHECK(j["epochs"].empty());
   REQUIRE(j["progress"].is_object());
   CHECK(j["progress"]["epoch"] == 1);
+  // Failed at step 50 of 62 (the second checkpoint, every 25), past a progress sample (every
+  // 0.1 s). With a checkpoint every 10 steps and a sample every 0.2 s, an idle machine reached
+  // step 20 before the first sample, 1 run in 4.
   CHECK(j["progress"]["step"].get<uint64_t>() > 0);
   unlink(report.c_str());
 }

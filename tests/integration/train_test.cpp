@@ -102,7 +102,10 @@ TEST_CASE("a data instance killed where no vCPU is spare: the survivors take its
   CHECK(out.find("could not restart it: ") != std::string::npos);
   CHECK(out.find("will not come back") != std::string::npos);
   CHECK(out.find("the others take its shards") != std::string::npos);
-  CHECK(out.find("the shard goes back to the queue from sample") != std::string::npos);
+  // A shard the lost node was streaming goes back to the queue ("the shard goes back to the queue
+  // from sample"); under the trainer's memory budget (issue 61) the node may have had none in
+  // flight at the kill (1 run in 4 here, idle or loaded), so that line is not required: every
+  // sample trained once is.
   checkEverySampleOnce(report);
   CHECK(run.leftovers().empty());
 }
