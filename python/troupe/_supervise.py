@@ -68,6 +68,10 @@ def run_if_started_by_another():
         env["TROUPE_DIE_WITH_PARENT"] = str(os.getppid())
     text = str(env.get("TROUPE_NODE_RESTARTS", "2"))
     restarts = int(text) if text.isdigit() else 2
+    if not text.isdigit():
+        print("troupe.data: hyperparameter troupe_node_restarts (TROUPE_NODE_RESTARTS) '%s' is not "
+              "a whole number; 2 restarts instead (give how many times a lost data process is "
+              "started again, e.g. 2)" % text, file=sys.stderr, flush=True)
     print("troupe.data: %s was started by another program (pid %d, %s): troupe restarts its "
           "process on a data instance when a signal kills it (troupe_node_restarts %d)"
           % (os.path.basename(sys.argv[0]), os.getppid(), _name(os.getppid()), restarts),
